@@ -1,0 +1,95 @@
+#pragma once
+/// @file
+/// Requirements on store policies, split by role. Each concept is followed by its semantics table
+/// (operation | returns | guarantees | errors), the way Asio documents its requirements.
+
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include <outbox/message.hpp>
+
+namespace outbox::concepts {
+
+// clang-format off
+
+/// A store the writer can append to, inside the caller's own transaction.
+///
+/// | operation              | returns | guarantees                                  | errors                   |
+/// |------------------------|---------|---------------------------------------------|--------------------------|
+/// | `s.append(sql, rows)`  | `void`  | rows written in the caller's open transaction on `sql`, one statement (round trip) per call; visible to relays only once the caller commits, never after a rollback | `transient` (busy, lost connection), `duplicate` (id reused), `permanent` |
+///
+/// `S::session_type` is the application's connection type (e.g. `soci::session`).
+template <class S>
+concept appending_store = requires(S& s, typename S::session_type& sql,
+                                   std::span<const outgoing> rows) {
+  typename S::session_type;
+  { s.append(sql, rows) } -> std::same_as<void>;
+};
+
+/// A store the relay can claim from and settle into.
+///
+/// | operation             | returns          | guarantees                                  | errors |
+/// |-----------------------|------------------|---------------------------------------------|--------|
+/// | `s.claim(req)`        | `claimed_batch`  | at most `req.limit` committed, pending messages whose time has come, oldest first; none is in another live claim; no message is returned while an earlier pending message of its aggregate is held or waiting for a retry; empty batch = nothing to do (a value, not an error) | `transient` |
+/// | `s.settle(b, fates)`  | `settle_result`  | applies each fate (index-aligned with `b.messages`) only to rows still held under `b.token`; all published rows in one statement; `fenced` counts rows another claim took over | `transient` |
+/// | `s.release(b)`        | `void`           | returns the batch's rows still held under `b.token` to pending without counting an attempt | `transient` |
+template <class S>
+concept claiming_store = requires(S& s, const claim_request& req, const claimed_batch& b,
+                                  std::span<const settlement> fates) {
+  { s.claim(req) } -> std::same_as<claimed_batch>;
+  { s.settle(b, fates) } -> std::same_as<settle_result>;
+  { s.release(b) } -> std::same_as<void>;
+};
+
+/// Operational queries a store offers to operators and tools.
+///
+/// | operation                   | returns                     | guarantees                               |
+/// |-----------------------------|-----------------------------|------------------------------------------|
+/// | `s.stats(now)`              | `backlog_stats`             | a consistent snapshot                    |
+/// | `s.dead_letters(n)`         | `std::vector<dead_letter>`  | oldest first, at most `n`                |
+/// | `s.requeue(id)`             | `bool`                      | a dead letter becomes pending with attempts reset; `false` if `id` is not dead-lettered |
+/// | `s.purge_published(t, n)`   | `std::size_t`               | deletes at most `n` rows published before `t`; returns how many (call again while it returns `n`) |
+/// | `s.purge_inbox(t, n)`       | `std::size_t`               | the same for inbox records processed before `t` |
+template <class S>
+concept operable_store = requires(S& s, time_point t, std::size_t n, const uuid& id) {
+  { s.stats(t) } -> std::same_as<backlog_stats>;
+  { s.dead_letters(n) } -> std::same_as<std::vector<dead_letter>>;
+  { s.requeue(id) } -> std::same_as<bool>;
+  { s.purge_published(t, n) } -> std::same_as<std::size_t>;
+  { s.purge_inbox(t, n) } -> std::same_as<std::size_t>;
+};
+
+/// A store the consumer keeps its inbox in: the business effect and the inbox record commit in
+/// one transaction of `s.session()`.
+///
+/// | operation                            | returns        | guarantees                          | errors |
+/// |--------------------------------------|----------------|-------------------------------------|--------|
+/// | `s.session()`                        | `session_type&`| the connection the handler writes on | - |
+/// | `s.begin()`                          | `S::transaction` | a write transaction on `session()`; rolls back on destruction unless `commit()` ran | `transient` |
+/// | `t.commit()`                         | `void`         | durable on return                   | `transient`, `in_doubt` |
+/// | `s.record_delivery(name, id, now)`   | `bool`         | inside the open transaction: `true` the first time (name, id) is seen, `false` for a duplicate; a duplicate never aborts the transaction | `transient` |
+/// | `s.dead_letter_delivery(name, m, why, now)` | `void`  | in its own transaction: keeps the message and the reason, and records (name, id) so redeliveries are skipped | `transient` |
+template <class S>
+concept inbox_store = requires(S& s, typename S::transaction& tx, std::string_view name,
+                               const message& m, time_point now) {
+  typename S::session_type;
+  typename S::transaction;
+  { s.session() } -> std::same_as<typename S::session_type&>;
+  { s.begin() } -> std::same_as<typename S::transaction>;
+  { tx.commit() } -> std::same_as<void>;
+  { s.record_delivery(name, m.id, now) } -> std::same_as<bool>;
+  { s.dead_letter_delivery(name, m, name, now) } -> std::same_as<void>;
+};
+
+/// Everything: what an adapter of a database provides.
+template <class S>
+concept store = appending_store<S> && claiming_store<S> && inbox_store<S> && operable_store<S>;
+
+// clang-format on
+
+}  // namespace outbox::concepts

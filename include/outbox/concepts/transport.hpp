@@ -1,0 +1,48 @@
+#pragma once
+/// @file
+/// Requirements on transport policies: the publishing side (used by the relay) and the receiving
+/// side (used by the consumer).
+
+#include <chrono>
+#include <concepts>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include <outbox/message.hpp>
+
+namespace outbox::concepts {
+
+// clang-format off
+
+/// A transport the relay publishes through.
+///
+/// | operation                  | returns                       | guarantees | errors |
+/// |----------------------------|-------------------------------|------------|--------|
+/// | `t.publish(batch, until)`  | `std::vector<publish_result>` | sends every message of `batch` in order, pipelined (confirms are awaited for the batch, not one by one); returns by `until` with at most one result per message, matched by id, in any order; `confirmed` only once the broker (or receiving peer) took responsibility; a message without a result is treated as a transient timeout | throws `outbox::error` only when the transport as a whole is unusable (`transient`: reconnect and retry; `misconfigured`) |
+///
+/// Messages of one aggregate appear on the wire in batch order.
+template <class T>
+concept transport = requires(T& t, std::span<const message> batch,
+                             std::chrono::steady_clock::time_point until) {
+  { t.publish(batch, until) } -> std::same_as<std::vector<publish_result>>;
+};
+
+/// The receiving side a consumer reads from.
+///
+/// | operation            | returns                    | guarantees | errors |
+/// |----------------------|----------------------------|------------|--------|
+/// | `r.receive(timeout)` | `std::optional<delivery>`  | the next delivery, or `nullopt` after `timeout` (a value, not an error); an unacknowledged delivery is delivered again later (at-least-once) | `transient` |
+/// | `r.ack(d)`           | `void`                     | `d` will not be delivered again to this consumer group | `transient` (then it may be redelivered: the inbox absorbs it) |
+/// | `r.nack(d, requeue)` | `void`                     | `requeue`: delivered again later; otherwise dropped (or sent to the transport's own dead-letter route) | `transient` |
+template <class R>
+concept receiver = requires(R& r, std::chrono::milliseconds timeout, const delivery& d,
+                            bool requeue) {
+  { r.receive(timeout) } -> std::same_as<std::optional<delivery>>;
+  { r.ack(d) } -> std::same_as<void>;
+  { r.nack(d, requeue) } -> std::same_as<void>;
+};
+
+// clang-format on
+
+}  // namespace outbox::concepts

@@ -1,0 +1,157 @@
+#pragma once
+/// @file
+/// `consumer<Store, Receiver>`: applies each delivered event exactly once per consumer name.
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <random>
+#include <stop_token>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+
+#include <outbox/concepts/store.hpp>
+#include <outbox/concepts/transport.hpp>
+#include <outbox/error.hpp>
+#include <outbox/message.hpp>
+#include <outbox/retry.hpp>
+
+namespace outbox {
+
+/// Options of a consumer.
+struct consumer_options {
+  std::string name = "default";                  ///< Deduplication scope: one inbox per name.
+  std::chrono::milliseconds poll_timeout{100};   ///< How long one `poll_once` waits.
+};
+
+/// The default retry policy of a consumer: short delays, five attempts.
+inline constexpr exponential_backoff consumer_retry{
+    .initial = std::chrono::milliseconds(10),
+    .multiplier = 2.0,
+    .max_delay = std::chrono::milliseconds(1'000),
+    .jitter = 0.2,
+    .max_attempts = 5,
+};
+
+/// Counters of one consumer.
+struct consumer_stats {
+  std::uint64_t applied = 0;             ///< Handler ran and committed.
+  std::uint64_t duplicates_skipped = 0;  ///< Already in the inbox: acked without the handler.
+  std::uint64_t retried = 0;             ///< Handler or store failed; nacked for redelivery.
+  std::uint64_t dead_lettered = 0;       ///< Failed `max_attempts` times; kept and acked.
+};
+
+/// For each delivery: begin a transaction, record (name, event id) in the inbox; if it was new,
+/// run the handler on the same transaction; commit; then ack. A handler that throws rolls the
+/// transaction back and the delivery is retried (nack with requeue, after a backoff), then
+/// dead-lettered in the store. Effect: exactly once per consumer name under at-least-once
+/// delivery, as long as the inbox keeps records longer than the longest redelivery path.
+///
+/// @tparam Store a `concepts::inbox_store`.
+/// @tparam Receiver a `concepts::receiver`.
+template <concepts::inbox_store Store, concepts::receiver Receiver,
+          concepts::retry_policy Retry = exponential_backoff, concepts::clock Clock = system_clock>
+class consumer {
+ public:
+  using session_type = typename Store::session_type;
+  /// The business effect; runs inside the inbox transaction, writes on the given session.
+  using handler_type = std::function<void(session_type&, const message&)>;
+
+  /// What happened to one delivery.
+  enum class outcome { idle, applied, duplicate, retrying, dead_lettered };
+
+  consumer(Store& store, Receiver& receiver, handler_type handler, consumer_options options = {},
+           Retry retry = consumer_retry, Clock clock = {})
+      : store_(&store),
+        receiver_(&receiver),
+        handler_(std::move(handler)),
+        options_(std::move(options)),
+        retry_(std::move(retry)),
+        clock_(std::move(clock)),
+        rng_(std::random_device{}()) {
+    if (!handler_) throw error(errc::misconfigured, "core", {}, "consumer needs a handler");
+    if (options_.name.empty())
+      throw error(errc::misconfigured, "core", {}, "consumer_options.name must not be empty");
+  }
+
+  /// Waits up to `poll_timeout` for one delivery and processes it.
+  outcome poll_once() {
+    auto d = receiver_->receive(options_.poll_timeout);
+    if (!d) return outcome::idle;
+    return process(*d);
+  }
+
+  /// Processes one delivery (ack, or nack after a backoff, or dead-letter).
+  /// @throws outbox::error when acknowledging fails (the delivery will come again).
+  outcome process(const delivery& d) {
+    std::string failure;
+    try {
+      bool fresh;
+      {
+        auto tx = store_->begin();
+        fresh = store_->record_delivery(options_.name, d.msg.id, clock_.now());
+        if (fresh) handler_(store_->session(), d.msg);
+        tx.commit();
+      }
+      attempts_.erase(d.msg.id);
+      receiver_->ack(d);
+      if (fresh) {
+        applied_.fetch_add(1, std::memory_order_relaxed);
+        return outcome::applied;
+      }
+      duplicates_.fetch_add(1, std::memory_order_relaxed);
+      return outcome::duplicate;
+    } catch (const std::exception& e) {
+      failure = e.what();
+    } catch (...) {
+      failure = "non-standard exception from the handler";
+    }
+    const int attempt = ++attempts_[d.msg.id];
+    if (retry_.exhausted(attempt)) {
+      store_->dead_letter_delivery(options_.name, d.msg, failure, clock_.now());
+      attempts_.erase(d.msg.id);
+      receiver_->ack(d);
+      dead_.fetch_add(1, std::memory_order_relaxed);
+      return outcome::dead_lettered;
+    }
+    std::this_thread::sleep_for(retry_.delay(attempt, rng_));
+    receiver_->nack(d, true);
+    retried_.fetch_add(1, std::memory_order_relaxed);
+    return outcome::retrying;
+  }
+
+  /// Polls until `stop` is requested. Transient errors (e.g. the database is busy past its
+  /// timeout while acknowledging) are absorbed: the delivery comes again.
+  /// @throws outbox::error for anything but a transient error.
+  void run(std::stop_token stop) {
+    while (!stop.stop_requested()) {
+      try {
+        poll_once();
+      } catch (const error& e) {
+        if (e.kind() != errc::transient) throw;
+      }
+    }
+  }
+
+  [[nodiscard]] consumer_stats stats() const noexcept {
+    return {applied_.load(), duplicates_.load(), retried_.load(), dead_.load()};
+  }
+  [[nodiscard]] const consumer_options& options() const noexcept { return options_; }
+
+ private:
+  Store* store_;
+  Receiver* receiver_;
+  handler_type handler_;
+  consumer_options options_;
+  Retry retry_;
+  Clock clock_;
+  std::mt19937_64 rng_;
+  std::unordered_map<uuid, int> attempts_;  // per event id, since restart
+  std::atomic<std::uint64_t> applied_{0}, duplicates_{0}, retried_{0}, dead_{0};
+};
+
+}  // namespace outbox

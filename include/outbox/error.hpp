@@ -1,0 +1,99 @@
+#pragma once
+/// @file
+/// The one error type of the library and its classification.
+
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+
+namespace outbox {
+
+/// How a failure must be handled. Adapters translate native codes into one of these at their edge;
+/// no native status type crosses into the core.
+enum class errc {
+  transient = 1,  ///< Retry later (lost connection, busy, deadlock, broker timeout).
+  permanent,      ///< Retrying cannot help (rejected message, constraint other than a duplicate).
+  in_doubt,       ///< The outcome is unknown (commit sent, no answer); never blindly re-done.
+  duplicate,      ///< The thing already exists (unique violation).
+  misconfigured,  ///< Options or environment are wrong; fix the configuration.
+  invalid_input,  ///< A caller's argument was refused before anything ran.
+};
+
+namespace detail {
+class error_category_impl final : public std::error_category {
+ public:
+  const char* name() const noexcept override { return "outbox"; }
+  std::string message(int c) const override {
+    switch (static_cast<errc>(c)) {
+      case errc::transient: return "transient failure";
+      case errc::permanent: return "permanent failure";
+      case errc::in_doubt: return "outcome in doubt";
+      case errc::duplicate: return "duplicate";
+      case errc::misconfigured: return "misconfigured";
+      case errc::invalid_input: return "invalid input";
+    }
+    return "unknown outbox error";
+  }
+};
+}  // namespace detail
+
+/// The `std::error_category` of `outbox::errc`.
+inline const std::error_category& error_category() noexcept {
+  static const detail::error_category_impl instance;
+  return instance;
+}
+
+/// Makes `outbox::errc` usable as a `std::error_code`.
+inline std::error_code make_error_code(errc e) noexcept {
+  return {static_cast<int>(e), error_category()};
+}
+
+/// The library's exception: a `std::system_error` whose code is an `outbox::errc`, carrying the
+/// adapter that raised it, the native code (SQLSTATE, errno, broker reply code...) and, for
+/// `invalid_input`, the name of the offending field.
+class error : public std::system_error {
+ public:
+  error(errc kind, std::string adapter, std::string native_code, const std::string& what,
+        std::string field = {})
+      : std::system_error(make_error_code(kind), compose(adapter, native_code, what)),
+        kind_(kind),
+        adapter_(std::move(adapter)),
+        native_code_(std::move(native_code)),
+        field_(std::move(field)) {}
+
+  /// The classification; decides retry, dead-letter or stop.
+  [[nodiscard]] errc kind() const noexcept { return kind_; }
+  /// "core", "sqlite", "memory", ...
+  [[nodiscard]] const std::string& adapter() const noexcept { return adapter_; }
+  /// The native code as text (may be empty).
+  [[nodiscard]] const std::string& native_code() const noexcept { return native_code_; }
+  /// For `invalid_input`: the field that was refused ("aggregate_type", "payload", ...).
+  [[nodiscard]] const std::string& field() const noexcept { return field_; }
+
+ private:
+  static std::string compose(std::string_view adapter, std::string_view native,
+                             std::string_view what) {
+    std::string s;
+    s.reserve(adapter.size() + native.size() + what.size() + 8);
+    s.append(adapter);
+    if (!native.empty()) s.append(" [").append(native).append("]");
+    s.append(": ").append(what);
+    return s;
+  }
+
+  errc kind_;
+  std::string adapter_;
+  std::string native_code_;
+  std::string field_;
+};
+
+/// Throws an `invalid_input` error naming `field`.
+[[noreturn]] inline void throw_invalid(std::string field, const std::string& what) {
+  throw error(errc::invalid_input, "core", {}, field + ": " + what, field);
+}
+
+}  // namespace outbox
+
+template <>
+struct std::is_error_code_enum<outbox::errc> : std::true_type {};

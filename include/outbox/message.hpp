@@ -1,0 +1,127 @@
+#pragma once
+/// @file
+/// The message model: what an application enqueues (`event`), what the relay carries
+/// (`message`), and the records that pass between the components and the store policies.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <outbox/error.hpp>
+#include <outbox/uuid.hpp>
+
+namespace outbox {
+
+/// Wall-clock time: stored timestamps outlive the process, so they are `system_clock` points.
+using time_point = std::chrono::system_clock::time_point;
+
+/// String headers (name -> value), both valid UTF-8, carried to the broker beside the payload.
+using header_map = std::map<std::string, std::string, std::less<>>;
+
+/// An event to enqueue, as the application describes it.
+struct event {
+  std::string aggregate_type{};  ///< e.g. "order"; routes and groups events.
+  std::string aggregate_id{};    ///< e.g. "42"; order is preserved per (aggregate_type, id).
+  std::string event_type{};      ///< e.g. "order_placed".
+  std::string payload{};         ///< JSON text, validated before any SQL runs.
+  header_map headers{};          ///< Optional string headers.
+};
+
+/// A stored event, as the relay publishes it and the consumer receives it.
+struct message {
+  uuid id{};                   ///< UUIDv7, assigned by the writer, the deduplication key.
+  std::string aggregate_type{};
+  std::string aggregate_id{};
+  std::string event_type{};
+  std::string payload{};
+  header_map headers{};
+  int attempts = 0;            ///< Publish attempts, counting the current one.
+  time_point created_at{};     ///< When the writer enqueued it.
+  std::int64_t sequence = 0;   ///< The store's insertion position (not meaningful across stores).
+};
+
+/// One row the writer hands to an appending store: a validated event, its id and its headers
+/// already rendered as a JSON object.
+struct outgoing {
+  uuid id{};
+  const event* source = nullptr;  ///< Non-owning; valid for the duration of `append`.
+  std::string headers_json{};     ///< "{}" when there are none.
+  time_point created_at{};
+};
+
+/// What the relay asks of a claiming store.
+struct claim_request {
+  std::string_view owner{};         ///< Who holds the lease (for operators and the fence).
+  std::size_t limit = 0;            ///< At most this many messages.
+  time_point now{};                 ///< The relay clock's idea of now.
+  std::chrono::milliseconds lease{};  ///< How long the claim holds before others may take over.
+};
+
+/// A claimed batch. `token` is the fencing token: only the claim that stamped it can settle.
+struct claimed_batch {
+  std::int64_t token = 0;
+  time_point lease_until{};
+  std::vector<message> messages{};  ///< In store order (sequence), oldest first.
+
+  [[nodiscard]] bool empty() const noexcept { return messages.empty(); }
+  [[nodiscard]] std::size_t size() const noexcept { return messages.size(); }
+};
+
+/// The fate of one claimed message, index-aligned with `claimed_batch::messages` in `settle`.
+struct settlement {
+  enum class kind : std::uint8_t {
+    published,  ///< The transport confirmed it.
+    retry,      ///< Failed; claimable again at `retry_at`.
+    dead,       ///< Failed for good; kept as a dead letter with `error`.
+    release,    ///< Not attempted (stopping, or an earlier event of its aggregate failed).
+  };
+  kind what = kind::release;
+  time_point retry_at{};
+  std::string error{};
+};
+
+/// What `settle` did. `fenced` counts rows that were no longer held under the batch's token
+/// (the lease expired and another relay took them): those rows were left untouched.
+struct settle_result {
+  std::size_t published = 0;
+  std::size_t retried = 0;
+  std::size_t dead = 0;
+  std::size_t released = 0;
+  std::size_t fenced = 0;
+};
+
+/// A dead-lettered event with its last error, as listed for operators.
+struct dead_letter {
+  message msg{};
+  std::string last_error{};
+  time_point dead_at{};
+};
+
+/// Backlog signals for monitoring.
+struct backlog_stats {
+  std::int64_t pending = 0;    ///< Waiting to be published (including those awaiting a retry).
+  std::int64_t in_flight = 0;  ///< Claimed under a lease that has not expired.
+  std::int64_t dead = 0;       ///< Dead-lettered.
+  std::chrono::milliseconds oldest_pending_age{0};  ///< 0 when nothing is pending.
+};
+
+/// One transport confirm or failure, matched to its message by id (confirms may arrive in any
+/// order; a message with no result by the deadline counts as a transient timeout).
+struct publish_result {
+  uuid id{};
+  bool confirmed = false;
+  errc error_class = errc::transient;  ///< Meaningful when not confirmed.
+  std::string error{};                 ///< Human-readable reason when not confirmed.
+};
+
+/// A message received by a consumer's receiver, with the handle needed to ack or nack it.
+struct delivery {
+  message msg{};
+  std::uint64_t tag = 0;     ///< Receiver-specific delivery handle.
+  bool redelivered = false;  ///< The transport knows it delivered this before.
+};
+
+}  // namespace outbox

@@ -1,0 +1,283 @@
+#pragma once
+/// @file
+/// `relay<Store, Transport>`: moves committed events from the store to the transport.
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <random>
+#include <span>
+#include <stop_token>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include <outbox/concepts/store.hpp>
+#include <outbox/concepts/transport.hpp>
+#include <outbox/error.hpp>
+#include <outbox/message.hpp>
+#include <outbox/retry.hpp>
+#include <outbox/uuid.hpp>
+
+namespace outbox {
+
+/// Options of a relay. Fill with designated initialisers: `relay_options{.batch_size = 1000}`.
+struct relay_options {
+  std::size_t batch_size = 500;                      ///< Messages claimed per batch.
+  std::chrono::milliseconds lease{30'000};           ///< How long a claim holds (leasing stores).
+  std::chrono::milliseconds publish_timeout{10'000}; ///< Confirms not in by then are failures.
+  std::chrono::milliseconds idle_poll_min{5};        ///< First sleep after an empty batch.
+  std::chrono::milliseconds idle_poll_max{1'000};    ///< Idle sleeps double up to this.
+  std::string owner{};                               ///< Lease owner; default "relay-<uuid>".
+};
+
+/// Counters of one relay (a snapshot; the relay updates them as it goes).
+struct relay_stats {
+  std::uint64_t batches = 0;
+  std::uint64_t published = 0;
+  std::uint64_t retried = 0;
+  std::uint64_t dead_lettered = 0;
+  std::uint64_t released = 0;
+  std::uint64_t fenced = 0;  ///< Confirmed but no longer ours to settle (lease lost).
+  std::uint64_t errors = 0;  ///< Transient errors the run loop backed off from.
+};
+
+/// Claims batches from `Store`, publishes them through `Transport`, and settles each message by
+/// its confirm: published, retried with backoff, or dead-lettered.
+///
+/// Guarantees: a message is marked published only after its confirm; messages of one aggregate
+/// are put on the wire in store order, and a message is not sent while an earlier message of its
+/// aggregate in the same batch has failed (it is released and follows after the retry).
+///
+/// @tparam Store a `concepts::claiming_store`.
+/// @tparam Transport a `concepts::transport`.
+/// @tparam Retry a `concepts::retry_policy`, decides backoff and dead-lettering.
+/// @tparam Clock a `concepts::clock`, the time given to the store.
+template <concepts::claiming_store Store, concepts::transport Transport,
+          concepts::retry_policy Retry = exponential_backoff, concepts::clock Clock = system_clock>
+class relay {
+ public:
+  /// @throws outbox::error `misconfigured` when the options contradict each other.
+  relay(Store& store, Transport& transport, relay_options options = {}, Retry retry = {},
+        Clock clock = {})
+      : store_(&store),
+        transport_(&transport),
+        options_(std::move(options)),
+        retry_(std::move(retry)),
+        clock_(std::move(clock)),
+        rng_(std::random_device{}()) {
+    if (options_.batch_size == 0)
+      throw error(errc::misconfigured, "core", {}, "relay_options.batch_size must be > 0");
+    if (options_.lease <= options_.publish_timeout)
+      throw error(errc::misconfigured, "core", {},
+                  "relay_options.lease must exceed publish_timeout, or a slow confirm would let "
+                  "another relay republish a batch still in flight");
+    if (options_.idle_poll_min.count() <= 0 || options_.idle_poll_max < options_.idle_poll_min)
+      throw error(errc::misconfigured, "core", {}, "relay_options idle poll bounds are invalid");
+    if (options_.owner.empty()) options_.owner = "relay-" + make_uuid_v7().to_string();
+  }
+
+  /// Processes one batch: claim, publish, settle.
+  /// @returns how many messages were claimed (0 = nothing to do).
+  /// @throws outbox::error from the store or the transport; a claimed batch is released (or
+  ///         left to its lease) first.
+  std::size_t run_once(std::stop_token stop = {}) {
+    claimed_batch batch = store_->claim(
+        claim_request{options_.owner, options_.batch_size, clock_.now(), options_.lease});
+    if (batch.empty()) return 0;
+    const std::size_t n = batch.size();
+    std::vector<settlement> fates(n);
+    const auto waves = arrange_waves(batch.messages);
+    const auto until = std::chrono::steady_clock::now() + options_.publish_timeout;
+    std::unordered_set<std::string> failed_aggregates;
+
+    std::exception_ptr transport_failure;
+    for (std::size_t w = 0; w < waves.size() && !transport_failure; ++w) {
+      if (stop.stop_requested()) break;  // the rest is released below
+      auto [begin, end] = waves[w];
+      if (!failed_aggregates.empty()) {
+        // Messages whose aggregate failed in an earlier wave must not overtake it: move them
+        // to the end of the wave; they stay `release`.
+        auto mid = std::stable_partition(
+            batch.messages.begin() + begin, batch.messages.begin() + end,
+            [&](const message& m) { return !failed_aggregates.contains(aggregate_key(m)); });
+        end = static_cast<std::size_t>(mid - batch.messages.begin());
+      }
+      if (begin == end) continue;
+      const std::span<const message> wave(batch.messages.data() + begin, end - begin);
+      std::vector<publish_result> results;
+      try {
+        results = transport_->publish(wave, until);
+      } catch (...) {
+        transport_failure = std::current_exception();
+        break;
+      }
+      apply_results(wave, begin, results, fates,
+                    waves.size() > 1 ? &failed_aggregates : nullptr);
+    }
+
+    const settle_result r = store_->settle(batch, fates);
+    batches_.fetch_add(1, std::memory_order_relaxed);
+    published_.fetch_add(r.published, std::memory_order_relaxed);
+    retried_.fetch_add(r.retried, std::memory_order_relaxed);
+    dead_.fetch_add(r.dead, std::memory_order_relaxed);
+    released_.fetch_add(r.released, std::memory_order_relaxed);
+    fenced_.fetch_add(r.fenced, std::memory_order_relaxed);
+    if (transport_failure) std::rethrow_exception(transport_failure);
+    return n;
+  }
+
+  /// Runs until `stop` is requested: never sleeps after a full batch, sleeps adaptively (from
+  /// `idle_poll_min` doubling to `idle_poll_max`) when idle, backs off on transient errors.
+  /// `wake()` cuts a sleep short.
+  /// @throws outbox::error for anything but a transient error.
+  void run(std::stop_token stop) {
+    auto idle = options_.idle_poll_min;
+    int failures = 0;
+    while (!stop.stop_requested()) {
+      std::size_t n = 0;
+      try {
+        n = run_once(stop);
+        failures = 0;
+      } catch (const error& e) {
+        if (e.kind() != errc::transient) throw;
+        errors_.fetch_add(1, std::memory_order_relaxed);
+        sleep_for(stop, std::max(retry_.delay(++failures, rng_), options_.idle_poll_min));
+        continue;
+      }
+      if (n >= options_.batch_size) {
+        idle = options_.idle_poll_min;
+        continue;
+      }
+      if (n > 0) idle = options_.idle_poll_min;
+      sleep_for(stop, idle);
+      if (n == 0) idle = std::min(idle * 2, options_.idle_poll_max);
+    }
+  }
+
+  /// Wakes a sleeping `run` (e.g. after a local commit, or on a database notification).
+  void wake() {
+    {
+      std::lock_guard lock(wake_mutex_);
+      woken_ = true;
+    }
+    wake_cv_.notify_all();
+  }
+
+  [[nodiscard]] relay_stats stats() const noexcept {
+    return {batches_.load(), published_.load(), retried_.load(), dead_.load(),
+            released_.load(), fenced_.load(), errors_.load()};
+  }
+  [[nodiscard]] const relay_options& options() const noexcept { return options_; }
+
+ private:
+  static std::string aggregate_key(const message& m) {
+    std::string k;
+    k.reserve(m.aggregate_type.size() + m.aggregate_id.size() + 1);
+    k.append(m.aggregate_type).push_back('\0');
+    k.append(m.aggregate_id);
+    return k;
+  }
+
+  /// Orders the batch into waves: wave k holds the k-th message of each aggregate. Waves are
+  /// published one after another, so a later message of an aggregate is sent only after the
+  /// earlier one was confirmed. Almost every batch is a single wave.
+  static std::vector<std::pair<std::size_t, std::size_t>> arrange_waves(
+      std::vector<message>& msgs) {
+    std::vector<std::uint32_t> wave(msgs.size());
+    std::unordered_map<std::string, std::uint32_t> seen;
+    seen.reserve(msgs.size());
+    std::uint32_t max_wave = 0;
+    for (std::size_t i = 0; i < msgs.size(); ++i) {
+      auto [it, fresh] = seen.try_emplace(aggregate_key(msgs[i]), 0);
+      if (!fresh) max_wave = std::max(max_wave, ++it->second);
+      wave[i] = it->second;
+    }
+    if (max_wave == 0) return {{0, msgs.size()}};
+    std::vector<std::size_t> order(msgs.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return wave[a] < wave[b]; });
+    std::vector<message> sorted;
+    sorted.reserve(msgs.size());
+    for (auto i : order) sorted.push_back(std::move(msgs[i]));
+    msgs = std::move(sorted);
+    std::vector<std::pair<std::size_t, std::size_t>> ranges;
+    std::size_t start = 0;
+    for (std::size_t i = 1; i <= order.size(); ++i) {
+      if (i == order.size() || wave[order[i]] != wave[order[start]]) {
+        ranges.emplace_back(start, i);
+        start = i;
+      }
+    }
+    return ranges;
+  }
+
+  void apply_results(std::span<const message> wave, std::size_t offset,
+                     const std::vector<publish_result>& results, std::vector<settlement>& fates,
+                     std::unordered_set<std::string>* failed_aggregates) {
+    std::vector<const publish_result*> by_pos(wave.size(), nullptr);
+    bool in_order = results.size() == wave.size();
+    for (std::size_t i = 0; in_order && i < wave.size(); ++i) {
+      if (results[i].id != wave[i].id) in_order = false;
+      else by_pos[i] = &results[i];
+    }
+    if (!in_order) {  // confirms came back in another order, or some are missing
+      std::fill(by_pos.begin(), by_pos.end(), nullptr);
+      std::unordered_map<uuid, std::size_t> index;
+      index.reserve(wave.size());
+      for (std::size_t i = 0; i < wave.size(); ++i) index.emplace(wave[i].id, i);
+      for (const auto& r : results) {
+        auto it = index.find(r.id);
+        if (it != index.end() && by_pos[it->second] == nullptr) by_pos[it->second] = &r;
+      }
+    }
+    const auto now = clock_.now();
+    for (std::size_t i = 0; i < wave.size(); ++i) {
+      settlement& fate = fates[offset + i];
+      const publish_result* r = by_pos[i];
+      if (r != nullptr && r->confirmed) {
+        fate.what = settlement::kind::published;
+        continue;
+      }
+      const errc cls = r ? r->error_class : errc::transient;
+      fate.error = r ? r->error : "no confirm before the publish timeout";
+      const int attempt = wave[i].attempts;
+      if (cls == errc::permanent || cls == errc::misconfigured || retry_.exhausted(attempt)) {
+        fate.what = settlement::kind::dead;
+      } else {
+        fate.what = settlement::kind::retry;
+        fate.retry_at = now + retry_.delay(attempt, rng_);
+      }
+      if (failed_aggregates) failed_aggregates->insert(aggregate_key(wave[i]));
+    }
+  }
+
+  void sleep_for(std::stop_token& stop, std::chrono::milliseconds d) {
+    std::unique_lock lock(wake_mutex_);
+    wake_cv_.wait_for(lock, stop, d, [&] { return woken_; });
+    woken_ = false;
+  }
+
+  Store* store_;
+  Transport* transport_;
+  relay_options options_;
+  Retry retry_;
+  Clock clock_;
+  std::mt19937_64 rng_;
+
+  std::mutex wake_mutex_;
+  std::condition_variable_any wake_cv_;
+  bool woken_ = false;
+
+  std::atomic<std::uint64_t> batches_{0}, published_{0}, retried_{0}, dead_{0}, released_{0},
+      fenced_{0}, errors_{0};
+};
+
+}  // namespace outbox

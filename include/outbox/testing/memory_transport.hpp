@@ -1,0 +1,158 @@
+#pragma once
+/// @file
+/// The in-memory transport: the reference implementation of `concepts::transport` and
+/// `concepts::receiver`, for tests and for embedding (relay and consumer in one process).
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include <outbox/concepts/transport.hpp>
+#include <outbox/message.hpp>
+
+namespace outbox::testing {
+
+/// Options of the in-memory transport.
+struct memory_transport_options {
+  /// Simulated broker confirm round trip, paid once per `publish` call (confirms are pipelined,
+  /// as with a real broker). 100 microseconds is the order of a broker on loopback.
+  std::chrono::microseconds confirm_latency{0};
+  bool deliver = true;  ///< Queue published messages for `receive`; false = a sink (benchmarks).
+  bool record = true;   ///< Keep a copy of every published message for `wire()`.
+};
+
+/// A broker in a box: `publish` confirms every message (after the simulated latency) and queues
+/// it; `receive` hands out deliveries that stay unacknowledged until `ack`; `nack` with requeue,
+/// and `crash_consumer`, put them back (marked redelivered). Thread-safe.
+class memory_transport {
+ public:
+  explicit memory_transport(memory_transport_options options = {}) : options_(options) {}
+
+  std::vector<publish_result> publish(std::span<const message> batch,
+                                      std::chrono::steady_clock::time_point until) {
+    const auto start = std::chrono::steady_clock::now();
+    {
+      std::lock_guard lock(mutex_);
+      for (const auto& m : batch) {
+        if (options_.record) wire_.push_back(m);
+        if (options_.deliver) queue_.push_back(entry{m, false});
+        ++published_;
+      }
+    }
+    if (options_.deliver) cv_.notify_all();
+    if (options_.confirm_latency.count() > 0) {
+      const auto confirmed_at = start + options_.confirm_latency;
+      if (confirmed_at > until) {  // the confirms would arrive too late: a timeout
+        std::this_thread::sleep_until(until);
+        return {};
+      }
+      std::this_thread::sleep_until(confirmed_at);
+    }
+    std::vector<publish_result> results;
+    results.reserve(batch.size());
+    for (const auto& m : batch) results.push_back(publish_result{m.id, true, {}, {}});
+    return results;
+  }
+
+  std::optional<delivery> receive(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mutex_);
+    if (!cv_.wait_for(lock, timeout, [&] { return !queue_.empty(); })) return std::nullopt;
+    entry e = std::move(queue_.front());
+    queue_.pop_front();
+    const std::uint64_t tag = ++next_tag_;
+    delivery d{e.msg, tag, e.redelivered};
+    unacked_.emplace(tag, std::move(e.msg));
+    return d;
+  }
+
+  void ack(const delivery& d) {
+    std::lock_guard lock(mutex_);
+    unacked_.erase(d.tag);
+  }
+
+  void nack(const delivery& d, bool requeue) {
+    {
+      std::lock_guard lock(mutex_);
+      auto it = unacked_.find(d.tag);
+      if (it == unacked_.end()) return;
+      // Back at the head, as a broker requeues to the original position.
+      if (requeue) queue_.push_front(entry{std::move(it->second), true});
+      unacked_.erase(it);
+    }
+    cv_.notify_all();
+  }
+
+  // ---- test controls -------------------------------------------------------------------------
+
+  /// Every message published so far, in wire order (when `record` is on).
+  [[nodiscard]] std::vector<message> wire() const {
+    std::lock_guard lock(mutex_);
+    return wire_;
+  }
+  [[nodiscard]] std::size_t published_count() const {
+    std::lock_guard lock(mutex_);
+    return published_;
+  }
+  [[nodiscard]] std::size_t queued() const {
+    std::lock_guard lock(mutex_);
+    return queue_.size();
+  }
+  [[nodiscard]] std::size_t unacked() const {
+    std::lock_guard lock(mutex_);
+    return unacked_.size();
+  }
+  /// Delivers a copy of an already published message once more (a duplicate delivery).
+  /// @returns false if no such message was published (requires `record`).
+  bool redeliver(const uuid& id) {
+    {
+      std::lock_guard lock(mutex_);
+      auto it = std::find_if(wire_.begin(), wire_.end(),
+                             [&](const message& m) { return m.id == id; });
+      if (it == wire_.end()) return false;
+      queue_.push_back(entry{*it, true});
+    }
+    cv_.notify_all();
+    return true;
+  }
+  /// Simulates a consumer that died: every unacknowledged delivery is queued again.
+  void crash_consumer() {
+    {
+      std::lock_guard lock(mutex_);
+      std::vector<std::pair<std::uint64_t, message>> pending(unacked_.begin(), unacked_.end());
+      std::sort(pending.begin(), pending.end(),
+                [](const auto& a, const auto& b) { return a.first > b.first; });
+      for (auto& [tag, m] : pending) queue_.push_front(entry{std::move(m), true});
+      unacked_.clear();
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  struct entry {
+    message msg;
+    bool redelivered;
+  };
+
+  memory_transport_options options_;
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<entry> queue_;
+  std::unordered_map<std::uint64_t, message> unacked_;
+  std::vector<message> wire_;
+  std::size_t published_ = 0;
+  std::uint64_t next_tag_ = 0;
+};
+
+static_assert(concepts::transport<memory_transport>);
+static_assert(concepts::receiver<memory_transport>);
+
+}  // namespace outbox::testing

@@ -1,0 +1,117 @@
+#pragma once
+/// @file
+/// Input validation: everything the writer refuses before any SQL runs.
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include <outbox/error.hpp>
+#include <outbox/message.hpp>
+
+namespace outbox {
+
+/// Limits applied to every enqueued event. Defaults fit the column types of every dialect.
+struct validation_limits {
+  std::size_t max_name_bytes = 255;            ///< aggregate_type, aggregate_id, event_type.
+  std::size_t max_payload_bytes = 1 << 20;     ///< 1 MiB of JSON text.
+  std::size_t max_header_bytes = 64 * 1024;    ///< All header names and values together.
+};
+
+/// True when `s` is well-formed UTF-8 (no overlongs, no surrogates, nothing above U+10FFFF).
+[[nodiscard]] constexpr bool is_valid_utf8(std::string_view s) noexcept {
+  std::size_t i = 0;
+  const std::size_t n = s.size();
+  while (i < n) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    std::size_t len;
+    unsigned lo = 0x80;
+    unsigned hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      if (c == 0xE0) lo = 0xA0;  // overlong
+      if (c == 0xED) hi = 0x9F;  // surrogates
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      if (c == 0xF0) lo = 0x90;  // overlong
+      if (c == 0xF4) hi = 0x8F;  // above U+10FFFF
+    } else {
+      return false;
+    }
+    if (i + len > n) return false;
+    const auto c1 = static_cast<unsigned char>(s[i + 1]);
+    if (c1 < lo || c1 > hi) return false;
+    for (std::size_t k = 2; k < len; ++k) {
+      const auto ck = static_cast<unsigned char>(s[i + k]);
+      if (ck < 0x80 || ck > 0xBF) return false;
+    }
+    i += len;
+  }
+  return true;
+}
+
+namespace detail {
+inline void check_name(std::string_view field, std::string_view value, std::size_t max) {
+  if (value.empty()) throw_invalid(std::string(field), "must not be empty");
+  if (value.size() > max)
+    throw_invalid(std::string(field),
+                  "is " + std::to_string(value.size()) + " bytes, limit " + std::to_string(max));
+  if (!is_valid_utf8(value)) throw_invalid(std::string(field), "is not valid UTF-8");
+}
+}  // namespace detail
+
+/// Checks one event against `limits`.
+/// @throws outbox::error (`invalid_input`, `field()` names the field) on the first violation.
+inline void validate(const event& e, const validation_limits& limits = {}) {
+  detail::check_name("aggregate_type", e.aggregate_type, limits.max_name_bytes);
+  detail::check_name("aggregate_id", e.aggregate_id, limits.max_name_bytes);
+  detail::check_name("event_type", e.event_type, limits.max_name_bytes);
+  if (e.payload.size() > limits.max_payload_bytes)
+    throw_invalid("payload", "is " + std::to_string(e.payload.size()) + " bytes, limit " +
+                                 std::to_string(limits.max_payload_bytes));
+  // nlohmann's parser also rejects invalid UTF-8 inside JSON strings.
+  if (!nlohmann::json::accept(e.payload)) throw_invalid("payload", "is not valid JSON");
+  std::size_t header_bytes = 0;
+  for (const auto& [name, value] : e.headers) {
+    if (name.empty()) throw_invalid("headers", "a header name is empty");
+    if (!is_valid_utf8(name)) throw_invalid("headers", "a header name is not valid UTF-8");
+    if (!is_valid_utf8(value))
+      throw_invalid("headers", "the value of header '" + name + "' is not valid UTF-8");
+    header_bytes += name.size() + value.size();
+  }
+  if (header_bytes > limits.max_header_bytes)
+    throw_invalid("headers", "total " + std::to_string(header_bytes) + " bytes, limit " +
+                                 std::to_string(limits.max_header_bytes));
+}
+
+/// Renders headers as a JSON object ("{}" when empty). Inputs must be valid UTF-8.
+[[nodiscard]] inline std::string headers_to_json(const header_map& headers) {
+  if (headers.empty()) return "{}";
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [name, value] : headers) j[name] = value;
+  return j.dump();
+}
+
+/// Parses a JSON object of string values back into headers.
+/// @throws outbox::error (`permanent`) if the stored text is not such an object.
+[[nodiscard]] inline header_map headers_from_json(std::string_view text) {
+  header_map out;
+  if (text.empty() || text == "{}") return out;
+  const auto j = nlohmann::json::parse(text, nullptr, false);
+  if (!j.is_object()) throw error(errc::permanent, "core", {}, "stored headers are not an object");
+  for (const auto& [k, v] : j.items()) {
+    if (!v.is_string()) throw error(errc::permanent, "core", {}, "stored header is not a string");
+    out.emplace(k, v.get<std::string>());
+  }
+  return out;
+}
+
+}  // namespace outbox

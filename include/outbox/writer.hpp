@@ -1,0 +1,71 @@
+#pragma once
+/// @file
+/// `writer<Store>`: enqueues events inside the application's own transaction.
+
+#include <span>
+#include <vector>
+
+#include <outbox/concepts/store.hpp>
+#include <outbox/message.hpp>
+#include <outbox/retry.hpp>
+#include <outbox/uuid.hpp>
+#include <outbox/validate.hpp>
+
+namespace outbox {
+
+/// Options of a writer.
+struct writer_options {
+  validation_limits limits{};  ///< What `enqueue` refuses before any SQL runs.
+};
+
+/// Writes events into the outbox in the caller's open transaction.
+///
+/// The writer holds no connection: each call takes the application's session, so the events
+/// commit or roll back with the business rows written on it.
+///
+/// @tparam Store an `outbox::concepts::appending_store`.
+/// @tparam Clock an `outbox::concepts::clock`, stamps `created_at`.
+template <concepts::appending_store Store, concepts::clock Clock = system_clock>
+class writer {
+ public:
+  using session_type = typename Store::session_type;
+
+  explicit writer(Store& store, writer_options options = {}, Clock clock = {})
+      : store_(&store), options_(options), clock_(std::move(clock)) {}
+
+  /// Validates `e` and appends it on `sql`, inside the caller's open transaction.
+  /// @returns the event's UUIDv7.
+  /// @throws outbox::error `invalid_input` (nothing ran; the transaction stays usable),
+  ///         or what the store's `append` throws.
+  uuid enqueue(session_type& sql, const event& e) {
+    return enqueue(sql, std::span<const event>(&e, 1)).front();
+  }
+
+  /// Validates every event, then appends them all in one statement. Either all are refused
+  /// (the first violation is reported) or all are written.
+  /// @returns the ids, in the order of `events`.
+  std::vector<uuid> enqueue(session_type& sql, std::span<const event> events) {
+    std::vector<uuid> ids;
+    if (events.empty()) return ids;
+    for (const auto& e : events) validate(e, options_.limits);
+    std::vector<outgoing> rows;
+    rows.reserve(events.size());
+    ids.reserve(events.size());
+    const auto now = clock_.now();
+    for (const auto& e : events) {
+      rows.push_back(outgoing{make_uuid_v7(), &e, headers_to_json(e.headers), now});
+      ids.push_back(rows.back().id);
+    }
+    store_->append(sql, rows);
+    return ids;
+  }
+
+  [[nodiscard]] const writer_options& options() const noexcept { return options_; }
+
+ private:
+  Store* store_;
+  writer_options options_;
+  Clock clock_;
+};
+
+}  // namespace outbox

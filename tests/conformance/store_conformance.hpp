@@ -1,0 +1,352 @@
+#pragma once
+// Store conformance suite, written once. A test file defines `store_fixtures` (a std::tuple of
+// fixture types, see tests/support/sqlite_fixture.hpp for the interface) and includes this
+// header inside a Boost.Test module. Capability differences are fixture traits.
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include <outbox/concepts/store.hpp>
+#include <outbox/testing/manual_clock.hpp>
+#include <outbox/writer.hpp>
+
+namespace conformance {
+
+using namespace std::chrono_literals;
+
+inline outbox::event make_event(std::string agg_id, std::string type = "order_placed",
+                                std::string payload = R"({"total":42})") {
+  return outbox::event{"order", std::move(agg_id), std::move(type), std::move(payload), {}};
+}
+
+/// Enqueues and commits events through a writer on a fresh application session.
+template <class Fixture>
+std::vector<outbox::uuid> commit_events(Fixture& fx, const std::vector<outbox::event>& events) {
+  auto sql = fx.open_session();
+  auto st = fx.make_store(*sql);
+  outbox::writer w(*st);
+  auto tx = Fixture::begin(*sql);
+  auto ids = w.enqueue(*sql, events);
+  tx->commit();
+  return ids;
+}
+
+inline outbox::claim_request req(const outbox::testing::manual_clock& clock, std::size_t n = 100,
+                                 std::chrono::milliseconds lease = 30s) {
+  return outbox::claim_request{"test-relay", n, clock.now(), lease};
+}
+
+inline std::vector<outbox::settlement> all(std::size_t n, outbox::settlement::kind k) {
+  std::vector<outbox::settlement> v(n);
+  for (auto& s : v) s.what = k;
+  return v;
+}
+
+}  // namespace conformance
+
+using namespace std::chrono_literals;
+
+BOOST_AUTO_TEST_SUITE(store_conformance)
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(models_every_store_concept, Fixture, store_fixtures) {
+  static_assert(outbox::concepts::store<typename Fixture::store_type>);
+  BOOST_TEST(true);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(rollback_leaves_no_event, Fixture, store_fixtures) {
+  Fixture fx;
+  auto sql = fx.open_session();
+  auto st = fx.make_store(*sql);
+  outbox::writer w(*st);
+  {
+    auto tx = Fixture::begin(*sql);
+    Fixture::insert_order(*sql, "o-1", 10);
+    w.enqueue(*sql, conformance::make_event("o-1"));
+    tx->rollback();
+  }
+  BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM outbox") == 0);
+  BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM orders") == 0);
+  outbox::testing::manual_clock clock;
+  BOOST_TEST(st->claim(conformance::req(clock)).empty());
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(commit_makes_the_event_claimable_with_every_field, Fixture,
+                              store_fixtures) {
+  Fixture fx;
+  outbox::event e = conformance::make_event("o-7", "order_paid", R"({"quote":"'; DROP TABLE outbox; --","n":[1,2]})");
+  e.headers = {{"trace-id", "abc"}, {"tenant", "caf\xc3\xa9"}};
+  const auto ids = conformance::commit_events(fx, {e});
+  auto sql = fx.open_session();
+  auto st = fx.make_store(*sql);
+  outbox::testing::manual_clock clock;
+  auto batch = st->claim(conformance::req(clock));
+  BOOST_TEST_REQUIRE(batch.size() == 1u);
+  const auto& m = batch.messages.front();
+  BOOST_TEST(m.id == ids.front());
+  BOOST_TEST(m.id.version() == 7);
+  BOOST_TEST(m.aggregate_type == "order");
+  BOOST_TEST(m.aggregate_id == "o-7");
+  BOOST_TEST(m.event_type == "order_paid");
+  BOOST_TEST(m.payload == e.payload);
+  BOOST_TEST((m.headers == e.headers));
+  BOOST_TEST(m.attempts == 1);
+  BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM outbox") == 1);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(claimed_rows_are_not_claimed_again_while_the_lease_holds, Fixture,
+                              store_fixtures) {
+  Fixture fx;
+  std::vector<outbox::event> events;
+  for (int i = 0; i < 10; ++i) events.push_back(conformance::make_event("a-" + std::to_string(i)));
+  conformance::commit_events(fx, events);
+  auto s1 = fx.open_session();
+  auto s2 = fx.open_session();
+  auto st1 = fx.make_store(*s1);
+  auto st2 = fx.make_store(*s2);
+  outbox::testing::manual_clock clock;
+  auto b1 = st1->claim(conformance::req(clock, 6));
+  auto b2 = st2->claim(conformance::req(clock, 100));
+  BOOST_TEST(b1.size() == 6u);
+  BOOST_TEST(b2.size() == 4u);
+  BOOST_TEST(b1.token != b2.token);
+  for (const auto& a : b1.messages)
+    for (const auto& b : b2.messages) BOOST_TEST(a.id != b.id);
+  clock.advance(29s);
+  BOOST_TEST(st2->claim(conformance::req(clock)).empty());
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(an_expired_lease_is_claimable_again_and_the_stale_claim_is_fenced,
+                              Fixture, store_fixtures) {
+  Fixture fx;
+  conformance::commit_events(fx, {conformance::make_event("a"), conformance::make_event("b")});
+  auto s1 = fx.open_session();
+  auto s2 = fx.open_session();
+  auto st1 = fx.make_store(*s1);
+  auto st2 = fx.make_store(*s2);
+  outbox::testing::manual_clock clock;
+  auto stale = st1->claim(conformance::req(clock, 100, 1s));
+  BOOST_TEST_REQUIRE(stale.size() == 2u);
+  clock.advance(1500ms);
+  auto fresh = st2->claim(conformance::req(clock, 100, 30s));
+  BOOST_TEST_REQUIRE(fresh.size() == 2u);
+  BOOST_TEST(fresh.messages[0].attempts == 2);
+  // The stale relay got its confirms late: it must not settle rows it no longer holds.
+  auto r = st1->settle(stale, conformance::all(2, outbox::settlement::kind::published));
+  BOOST_TEST(r.published == 0u);
+  BOOST_TEST(r.fenced == 2u);
+  auto r2 = st2->settle(fresh, conformance::all(2, outbox::settlement::kind::published));
+  BOOST_TEST(r2.published == 2u);
+  BOOST_TEST(r2.fenced == 0u);
+  BOOST_TEST(st2->stats(clock.now()).pending == 0);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(published_rows_are_kept_or_deleted_by_retention, Fixture,
+                              store_fixtures) {
+  for (auto retention : Fixture::retentions()) {
+    Fixture fx;
+    conformance::commit_events(fx, {conformance::make_event("a"), conformance::make_event("b")});
+    auto sql = fx.open_session();
+    auto st = fx.make_store(*sql, retention);
+    outbox::testing::manual_clock clock;
+    auto b = st->claim(conformance::req(clock));
+    auto r = st->settle(b, conformance::all(b.size(), outbox::settlement::kind::published));
+    BOOST_TEST(r.published == 2u);
+    BOOST_TEST(st->claim(conformance::req(clock)).empty());
+    const auto rows = Fixture::count(*sql, "SELECT count(*) FROM outbox");
+    if (retention == decltype(retention)::keep) {
+      BOOST_TEST(rows == 2);
+      BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM outbox WHERE published_at IS NOT NULL") == 2);
+    } else {
+      BOOST_TEST(rows == 0);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_retried_row_waits_for_its_time_and_counts_attempts, Fixture,
+                              store_fixtures) {
+  Fixture fx;
+  conformance::commit_events(fx, {conformance::make_event("a")});
+  auto sql = fx.open_session();
+  auto st = fx.make_store(*sql);
+  outbox::testing::manual_clock clock;
+  auto b = st->claim(conformance::req(clock));
+  std::vector<outbox::settlement> f(1);
+  f[0].what = outbox::settlement::kind::retry;
+  f[0].retry_at = clock.now() + 2s;
+  f[0].error = "broker said no";
+  BOOST_TEST(st->settle(b, f).retried == 1u);
+  BOOST_TEST(st->claim(conformance::req(clock)).empty());
+  clock.advance(1999ms);
+  BOOST_TEST(st->claim(conformance::req(clock)).empty());
+  clock.advance(2ms);
+  auto again = st->claim(conformance::req(clock));
+  BOOST_TEST_REQUIRE(again.size() == 1u);
+  BOOST_TEST(again.messages[0].attempts == 2);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(release_returns_rows_without_counting_an_attempt, Fixture,
+                              store_fixtures) {
+  Fixture fx;
+  conformance::commit_events(fx, {conformance::make_event("a"), conformance::make_event("b")});
+  auto sql = fx.open_session();
+  auto st = fx.make_store(*sql);
+  outbox::testing::manual_clock clock;
+  auto b = st->claim(conformance::req(clock));
+  st->release(b);
+  auto again = st->claim(conformance::req(clock));
+  BOOST_TEST_REQUIRE(again.size() == 2u);
+  BOOST_TEST(again.messages[0].attempts == 1);
+  BOOST_TEST(again.messages[1].attempts == 1);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(dead_letters_are_kept_listed_and_requeued, Fixture, store_fixtures) {
+  Fixture fx;
+  const auto ids = conformance::commit_events(fx, {conformance::make_event("a"), conformance::make_event("b")});
+  auto sql = fx.open_session();
+  auto st = fx.make_store(*sql);
+  outbox::testing::manual_clock clock;
+  auto b = st->claim(conformance::req(clock));
+  std::vector<outbox::settlement> f(2);
+  f[0].what = outbox::settlement::kind::dead;
+  f[0].error = "no route to exchange";
+  f[1].what = outbox::settlement::kind::published;
+  auto r = st->settle(b, f);
+  BOOST_TEST(r.dead == 1u);
+  BOOST_TEST(r.published == 1u);
+  BOOST_TEST(st->stats(clock.now()).dead == 1);
+  auto dead = st->dead_letters(10);
+  BOOST_TEST_REQUIRE(dead.size() == 1u);
+  BOOST_TEST(dead[0].msg.id == ids[0]);
+  BOOST_TEST(dead[0].last_error == "no route to exchange");
+  BOOST_TEST(dead[0].msg.payload == R"({"total":42})");
+  BOOST_TEST(st->claim(conformance::req(clock)).empty());
+  BOOST_TEST(st->requeue(ids[0]));
+  BOOST_TEST(!st->requeue(ids[0]));  // no longer dead
+  BOOST_TEST(!st->requeue(ids[1]));  // published, never dead
+  auto again = st->claim(conformance::req(clock));
+  BOOST_TEST_REQUIRE(again.size() == 1u);
+  BOOST_TEST(again.messages[0].id == ids[0]);
+  BOOST_TEST(again.messages[0].attempts == 1);
+  BOOST_TEST(st->stats(clock.now()).dead == 0);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_later_event_waits_while_an_earlier_one_of_its_aggregate_is_held,
+                              Fixture, store_fixtures) {
+  Fixture fx;
+  // x1 x2 y1 x3: x2 and x3 must not be claimed while x1 is in flight or waiting for a retry.
+  conformance::commit_events(fx, {conformance::make_event("x", "e1"), conformance::make_event("x", "e2"),
+                                  conformance::make_event("y", "e1"), conformance::make_event("x", "e3")});
+  auto s1 = fx.open_session();
+  auto s2 = fx.open_session();
+  auto st1 = fx.make_store(*s1);
+  auto st2 = fx.make_store(*s2);
+  outbox::testing::manual_clock clock;
+  auto first = st1->claim(conformance::req(clock, 1));
+  BOOST_TEST_REQUIRE(first.size() == 1u);
+  BOOST_TEST(first.messages[0].event_type == "e1");
+  auto second = st2->claim(conformance::req(clock));
+  BOOST_TEST_REQUIRE(second.size() == 1u);  // only y1: x2 and x3 wait behind x1
+  BOOST_TEST(second.messages[0].aggregate_id == "y");
+  std::vector<outbox::settlement> f(1);
+  f[0].what = outbox::settlement::kind::retry;
+  f[0].retry_at = clock.now() + 5s;
+  st1->settle(first, f);
+  BOOST_TEST(st2->claim(conformance::req(clock)).empty());  // x1 waits for its retry, x2 behind it
+  clock.advance(6s);
+  auto third = st2->claim(conformance::req(clock));
+  BOOST_TEST_REQUIRE(third.size() == 3u);  // x1 x2 x3 together, in order
+  BOOST_TEST(third.messages[0].event_type == "e1");
+  BOOST_TEST(third.messages[1].event_type == "e2");
+  BOOST_TEST(third.messages[2].event_type == "e3");
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(inbox_reports_a_duplicate_without_aborting_the_transaction, Fixture,
+                              store_fixtures) {
+  Fixture fx;
+  auto sql = fx.open_session();
+  auto st = fx.make_store(*sql);
+  const auto id = outbox::make_uuid_v7();
+  const auto now = std::chrono::system_clock::now();
+  {
+    auto tx = st->begin();
+    BOOST_TEST(st->record_delivery("billing", id, now));
+    tx.commit();
+  }
+  {
+    auto tx = st->begin();
+    BOOST_TEST(!st->record_delivery("billing", id, now));
+    BOOST_TEST(st->record_delivery("shipping", id, now));  // another consumer name
+    Fixture::insert_order(st->session(), "after-duplicate", 1);  // still usable
+    tx.commit();
+  }
+  BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM outbox_inbox") == 2);
+  BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM orders") == 1);
+  {
+    auto tx = st->begin();  // not committed: rolled back
+    BOOST_TEST(st->record_delivery("audit", id, now));
+  }
+  BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM outbox_inbox") == 2);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(purges_run_in_bounded_batches, Fixture, store_fixtures) {
+  Fixture fx;
+  std::vector<outbox::event> events;
+  for (int i = 0; i < 25; ++i) events.push_back(conformance::make_event("p-" + std::to_string(i)));
+  conformance::commit_events(fx, events);
+  auto sql = fx.open_session();
+  auto st = fx.make_store(*sql);
+  outbox::testing::manual_clock clock;
+  auto b = st->claim(conformance::req(clock, 20));
+  st->settle(b, conformance::all(b.size(), outbox::settlement::kind::published));
+  const auto later = std::chrono::system_clock::now() + 1h;
+  BOOST_TEST(st->purge_published(later, 8) == 8u);
+  BOOST_TEST(st->purge_published(later, 8) == 8u);
+  BOOST_TEST(st->purge_published(later, 8) == 4u);
+  BOOST_TEST(st->purge_published(later, 8) == 0u);
+  BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM outbox") == 5);  // the pending ones stay
+  BOOST_TEST(st->purge_published(std::chrono::system_clock::now() - 1h, 8) == 0u);
+
+  const auto old = std::chrono::system_clock::now() - 48h;
+  {
+    auto tx = st->begin();
+    for (int i = 0; i < 5; ++i) st->record_delivery("c", outbox::make_uuid_v7(), old);
+    st->record_delivery("c", outbox::make_uuid_v7(), std::chrono::system_clock::now());
+    tx.commit();
+  }
+  const auto cutoff = std::chrono::system_clock::now() - 24h;
+  BOOST_TEST(st->purge_inbox(cutoff, 3) == 3u);
+  BOOST_TEST(st->purge_inbox(cutoff, 3) == 2u);
+  BOOST_TEST(st->purge_inbox(cutoff, 3) == 0u);
+  BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM outbox_inbox") == 1);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(backlog_stats_count_pending_in_flight_dead_and_age, Fixture,
+                              store_fixtures) {
+  Fixture fx;
+  auto sql = fx.open_session();
+  auto st = fx.make_store(*sql);
+  outbox::testing::manual_clock clock;
+  auto empty = st->stats(clock.now());
+  BOOST_TEST(empty.pending == 0);
+  BOOST_TEST(empty.oldest_pending_age.count() == 0);
+  std::vector<outbox::event> events;
+  for (int i = 0; i < 6; ++i) events.push_back(conformance::make_event("s-" + std::to_string(i)));
+  conformance::commit_events(fx, events);
+  auto b = st->claim(conformance::req(clock, 3));
+  std::vector<outbox::settlement> f(3);
+  f[0].what = outbox::settlement::kind::dead;
+  st->settle(b, f);  // one dead, two released
+  auto b2 = st->claim(conformance::req(clock, 2));
+  BOOST_TEST(b2.size() == 2u);
+  clock.advance(10s);
+  auto s = st->stats(clock.now());
+  BOOST_TEST(s.pending == 3);
+  BOOST_TEST(s.in_flight == 2);
+  BOOST_TEST(s.dead == 1);
+  BOOST_TEST(s.oldest_pending_age >= std::chrono::milliseconds(9'000));
+}
+
+BOOST_AUTO_TEST_SUITE_END()

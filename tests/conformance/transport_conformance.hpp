@@ -1,0 +1,147 @@
+#pragma once
+// Transport conformance suite, written once. A test file defines `transport_fixtures` (a
+// std::tuple of fixture types) and includes this header inside a Boost.Test module.
+//
+// A transport fixture provides:
+//   publisher()  -> a concepts::transport&      receiver() -> a concepts::receiver&
+//   static constexpr const char* name
+//   static constexpr bool redelivers_on_nack    (capability: nack(requeue) delivers again)
+
+#include <chrono>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include <outbox/concepts/transport.hpp>
+#include <outbox/uuid.hpp>
+
+namespace transport_conformance {
+
+using namespace std::chrono_literals;
+
+inline std::vector<outbox::message> make_messages(int n, const std::string& agg = "a") {
+  std::vector<outbox::message> v;
+  for (int i = 0; i < n; ++i) {
+    outbox::message m;
+    m.id = outbox::make_uuid_v7();
+    m.aggregate_type = "order";
+    m.aggregate_id = agg + std::to_string(i % 3);
+    m.event_type = "e" + std::to_string(i);
+    m.payload = R"({"i":)" + std::to_string(i) + "}";
+    m.headers = {{"h", "v" + std::to_string(i)}};
+    m.attempts = 1;
+    m.sequence = i + 1;
+    v.push_back(std::move(m));
+  }
+  return v;
+}
+
+inline auto deadline(std::chrono::milliseconds d = 5s) { return std::chrono::steady_clock::now() + d; }
+
+/// Receives up to `n` deliveries (stops at the first timeout).
+template <class Receiver>
+std::vector<outbox::delivery> receive_n(Receiver& r, std::size_t n,
+                                        std::chrono::milliseconds timeout = 2s) {
+  std::vector<outbox::delivery> out;
+  while (out.size() < n) {
+    auto d = r.receive(timeout);
+    if (!d) break;
+    out.push_back(std::move(*d));
+  }
+  return out;
+}
+
+}  // namespace transport_conformance
+
+BOOST_AUTO_TEST_SUITE(transport_conformance)
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(models_the_transport_and_receiver_concepts, Fixture,
+                              transport_fixtures) {
+  Fixture fx;
+  static_assert(outbox::concepts::transport<std::remove_reference_t<decltype(fx.publisher())>>);
+  static_assert(outbox::concepts::receiver<std::remove_reference_t<decltype(fx.receiver())>>);
+  BOOST_TEST(true);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(confirms_every_message_of_a_batch_by_id, Fixture,
+                              transport_fixtures) {
+  Fixture fx;
+  const auto batch = transport_conformance::make_messages(50);
+  const auto results = fx.publisher().publish(batch, transport_conformance::deadline());
+  BOOST_TEST_REQUIRE(results.size() == batch.size());
+  std::set<outbox::uuid> confirmed;
+  for (const auto& r : results) {
+    BOOST_TEST(r.confirmed);
+    confirmed.insert(r.id);
+  }
+  for (const auto& m : batch) BOOST_TEST(confirmed.count(m.id) == 1u);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(delivers_every_field_in_publish_order, Fixture, transport_fixtures) {
+  Fixture fx;
+  const auto batch = transport_conformance::make_messages(20);
+  (void)fx.publisher().publish(batch, transport_conformance::deadline());
+  auto got = transport_conformance::receive_n(fx.receiver(), batch.size());
+  BOOST_TEST_REQUIRE(got.size() == batch.size());
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    const auto& m = got[i].msg;
+    BOOST_TEST(m.id == batch[i].id);
+    BOOST_TEST(m.aggregate_type == batch[i].aggregate_type);
+    BOOST_TEST(m.aggregate_id == batch[i].aggregate_id);
+    BOOST_TEST(m.event_type == batch[i].event_type);
+    BOOST_TEST(m.payload == batch[i].payload);
+    BOOST_TEST((m.headers == batch[i].headers));
+    BOOST_TEST(!got[i].redelivered);
+    fx.receiver().ack(got[i]);
+  }
+  BOOST_TEST(!fx.receiver().receive(50ms).has_value());
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(receive_times_out_with_no_delivery, Fixture, transport_fixtures) {
+  Fixture fx;
+  const auto start = std::chrono::steady_clock::now();
+  BOOST_TEST(!fx.receiver().receive(30ms).has_value());
+  BOOST_TEST((std::chrono::steady_clock::now() - start >= 25ms));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_nacked_delivery_comes_again_marked_redelivered, Fixture,
+                              transport_fixtures) {
+  if constexpr (Fixture::redelivers_on_nack) {
+    Fixture fx;
+    const auto batch = transport_conformance::make_messages(1);
+    (void)fx.publisher().publish(batch, transport_conformance::deadline());
+    auto first = fx.receiver().receive(2s);
+    BOOST_TEST_REQUIRE(first.has_value());
+    fx.receiver().nack(*first, true);
+    auto second = fx.receiver().receive(2s);
+    BOOST_TEST_REQUIRE(second.has_value());
+    BOOST_TEST(second->msg.id == batch[0].id);
+    BOOST_TEST(second->redelivered);
+    fx.receiver().ack(*second);
+    BOOST_TEST(!fx.receiver().receive(50ms).has_value());
+  } else {
+    BOOST_TEST_MESSAGE(Fixture::name << " does not redeliver on nack (capability)");
+  }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_nack_without_requeue_drops_the_delivery, Fixture,
+                              transport_fixtures) {
+  Fixture fx;
+  const auto batch = transport_conformance::make_messages(1);
+  (void)fx.publisher().publish(batch, transport_conformance::deadline());
+  auto d = fx.receiver().receive(2s);
+  BOOST_TEST_REQUIRE(d.has_value());
+  fx.receiver().nack(*d, false);
+  BOOST_TEST(!fx.receiver().receive(100ms).has_value());
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(empty_batch_publishes_nothing, Fixture, transport_fixtures) {
+  Fixture fx;
+  const std::vector<outbox::message> none;
+  BOOST_TEST(fx.publisher().publish(none, transport_conformance::deadline()).empty());
+  BOOST_TEST(!fx.receiver().receive(30ms).has_value());
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,99 @@
+// SQLite-specific checks: migrations, connection settings, query plans, error mapping.
+#define BOOST_TEST_MODULE sqlite schema
+#include <boost/test/unit_test.hpp>
+
+#include <string>
+
+#include "../support/sqlite_fixture.hpp"
+
+using outbox::test::sqlite_fixture;
+
+namespace {
+std::string plan_of(soci::session& sql, const std::string& query) {
+  soci::rowset<soci::row> rows = (sql.prepare << "EXPLAIN QUERY PLAN " + query);
+  std::string plan;
+  for (const auto& r : rows) plan += r.get<std::string>(3) + "\n";
+  return plan;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(migrate_is_idempotent_and_records_every_version) {
+  sqlite_fixture fx;  // migrated once already
+  auto sql = fx.open_session();
+  const int n = static_cast<int>(std::size(outbox::sqlite::migrations));
+  BOOST_TEST(outbox::sqlite::migrate(*sql) == n);
+  BOOST_TEST(outbox::sqlite::migrate(*sql) == n);
+  BOOST_TEST(sqlite_fixture::count(*sql, "SELECT count(*) FROM outbox_schema_migrations") == n);
+  std::string name;
+  *sql << "SELECT name FROM outbox_schema_migrations WHERE version = 1", soci::into(name);
+  BOOST_TEST(name == "0001_outbox");
+}
+
+BOOST_AUTO_TEST_CASE(configure_turns_on_wal) {
+  sqlite_fixture fx;
+  auto sql = fx.open_session();
+  std::string mode;
+  *sql << "PRAGMA journal_mode", soci::into(mode);
+  BOOST_TEST(mode == "wal");
+}
+
+BOOST_AUTO_TEST_CASE(the_claim_walks_the_state_index_and_never_scans_the_table) {
+  sqlite_fixture fx;
+  auto sql = fx.open_session();
+  std::string claim(outbox::sqlite::store::claim_sql);
+  const auto plan = plan_of(*sql, claim);
+  BOOST_TEST_MESSAGE(plan);
+  BOOST_TEST(plan.find("USING INDEX outbox_by_state") != std::string::npos);
+  BOOST_TEST(plan.find("USING INDEX outbox_pending_by_aggregate") != std::string::npos);
+  BOOST_TEST(plan.find("SCAN o") == std::string::npos);
+  BOOST_TEST(plan.find("SCAN outbox") == std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_session_of_another_backend_is_refused_as_misconfigured) {
+  soci::session unconnected;
+  try {
+    outbox::sqlite::store st(unconnected);
+    BOOST_FAIL("expected an error");
+  } catch (const outbox::error& e) {
+    BOOST_TEST((e.kind() == outbox::errc::misconfigured));
+    BOOST_TEST(e.adapter() == "sqlite");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_reused_event_id_is_reported_as_duplicate_with_the_native_code) {
+  sqlite_fixture fx;
+  auto sql = fx.open_session();
+  outbox::sqlite::store st(*sql);
+  const outbox::event e{"order", "1", "placed", "{}", {}};
+  const outbox::outgoing row{outbox::make_uuid_v7(), &e, "{}", std::chrono::system_clock::now()};
+  st.append(*sql, std::span(&row, 1));
+  try {
+    st.append(*sql, std::span(&row, 1));
+    BOOST_FAIL("expected an error");
+  } catch (const outbox::error& err) {
+    BOOST_TEST((err.kind() == outbox::errc::duplicate));
+    BOOST_TEST(err.native_code().find("2067") == 0u);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_writer_blocked_past_the_busy_timeout_gets_a_transient_error) {
+  sqlite_fixture fx;
+  auto holder = fx.open_session();
+  auto other = std::make_unique<soci::session>("sqlite3", "db=" + [&] {
+    std::string path;
+    *holder << "SELECT file FROM pragma_database_list WHERE name = 'main'", soci::into(path);
+    return path;
+  }());
+  outbox::sqlite::configure(*other, {.busy_timeout = std::chrono::milliseconds(50)});
+  *holder << "BEGIN IMMEDIATE";
+  outbox::sqlite::store st(*other, {.connection = {.busy_timeout = std::chrono::milliseconds(50)}});
+  outbox::testing::manual_clock clock;
+  try {
+    (void)st.claim({"r", 10, clock.now(), std::chrono::seconds(30)});
+    BOOST_FAIL("expected an error");
+  } catch (const outbox::error& err) {
+    BOOST_TEST((err.kind() == outbox::errc::transient));
+  }
+  *holder << "ROLLBACK";
+  BOOST_TEST(st.claim({"r", 10, clock.now(), std::chrono::seconds(30)}).empty());
+}

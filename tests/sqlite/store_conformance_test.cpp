@@ -1,0 +1,11 @@
+// The store conformance suite against the SQLite store.
+#define BOOST_TEST_MODULE sqlite store conformance
+#include <boost/test/unit_test.hpp>
+
+#include <tuple>
+
+#include "../support/sqlite_fixture.hpp"
+
+using store_fixtures = std::tuple<outbox::test::sqlite_fixture>;
+
+#include "../conformance/store_conformance.hpp"

@@ -1,0 +1,81 @@
+#pragma once
+// The SQLite store fixture of the conformance suites and the end-to-end tests.
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <unistd.h>
+
+#include <soci/soci.h>
+#include <outbox/sqlite/store.hpp>
+#include <outbox/testing/manual_clock.hpp>
+
+namespace outbox::test {
+
+/// A fresh SQLite file per fixture, migrated; removed afterwards.
+struct sqlite_fixture {
+  using store_type = outbox::sqlite::store;
+  using session_type = ::soci::session;
+  static constexpr const char* name = "sqlite";
+  /// Capability: one writer at a time (concurrent relays serialize).
+  static constexpr bool single_writer = true;
+
+  sqlite_fixture() {
+    static std::atomic<int> counter{0};
+    path_ = std::filesystem::temp_directory_path() /
+            ("outbox-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".db");
+    std::filesystem::remove(path_);
+    auto sql = open_session();
+    outbox::sqlite::migrate(*sql);
+    *sql << "CREATE TABLE orders (id TEXT PRIMARY KEY, total INTEGER NOT NULL)";
+    *sql << "CREATE TABLE applied (consumer TEXT NOT NULL, event_id TEXT NOT NULL, "
+            "aggregate_id TEXT NOT NULL, seq INTEGER PRIMARY KEY)";
+  }
+  ~sqlite_fixture() {
+    std::error_code ec;
+    for (const char* suffix : {"", "-wal", "-shm"})
+      std::filesystem::remove(path_.string() + suffix, ec);
+  }
+  sqlite_fixture(const sqlite_fixture&) = delete;
+  sqlite_fixture& operator=(const sqlite_fixture&) = delete;
+
+  /// A new connection to the fixture's database, configured (WAL, busy timeout).
+  std::unique_ptr<session_type> open_session() {
+    auto sql = std::make_unique<session_type>("sqlite3", "db=" + path_.string());
+    outbox::sqlite::configure(*sql);
+    return sql;
+  }
+  std::unique_ptr<store_type> make_store(session_type& sql,
+                                         outbox::sqlite::retention r = outbox::sqlite::retention::keep) {
+    return std::make_unique<store_type>(sql, outbox::sqlite::store_options{.retention = r});
+  }
+  static constexpr auto retentions() {
+    return std::array{outbox::sqlite::retention::keep,
+                      outbox::sqlite::retention::delete_on_publish};
+  }
+  static std::int64_t count(session_type& sql, const std::string& query) {
+    long long n = 0;
+    sql << query, ::soci::into(n);
+    return n;
+  }
+  /// Starts a transaction the way an application would (SOCI's transaction type).
+  static auto begin(session_type& sql) { return std::make_unique<::soci::transaction>(sql); }
+  /// Inserts a business row: the statement a service would run beside enqueue.
+  static void insert_order(session_type& sql, const std::string& id, int total) {
+    sql << "INSERT INTO orders (id, total) VALUES (:id, :total)", ::soci::use(id), ::soci::use(total);
+  }
+  /// Records an applied effect (what a consumer's handler writes).
+  static void record_applied(session_type& sql, const std::string& consumer,
+                             const std::string& event_id, const std::string& aggregate_id) {
+    sql << "INSERT INTO applied (consumer, event_id, aggregate_id) VALUES (:c, :e, :a)",
+        ::soci::use(consumer), ::soci::use(event_id), ::soci::use(aggregate_id);
+  }
+
+ private:
+  std::filesystem::path path_;
+};
+
+}  // namespace outbox::test
