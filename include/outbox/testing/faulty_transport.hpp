@@ -28,9 +28,10 @@ class faulty_transport {
   explicit faulty_transport(Inner& inner) : inner_(&inner) {}
 
   /// The next `n` messages fail with `cls` (transient by default), then all is well again.
+  /// Adds to failures still pending from an earlier call.
   void fail_next(std::size_t n, errc cls = errc::transient) {
     std::lock_guard lock(mutex_);
-    fail_next_ = n;
+    fail_next_ += n;
     fail_next_class_ = cls;
   }
   /// Every message matching `pred` fails with `cls`, for as long as the predicate is set.

@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# scripts/test.sh: the whole test suite, from a fresh Debian 12 machine (run as root, or with
+# sudo available). `.ci/run` runs exactly this.
+#
+#  1. installs the build packages and the servers (apt-get, only what is missing);
+#  2. starts throwaway PostgreSQL, MariaDB and RabbitMQ servers (scripts/services.sh) while
+#     the project builds, in build-ci (-Dwerror=true, debugoptimized);
+#  3. runs the tests with OUTBOX_REQUIRE_SERVICES=1, so a test whose server is missing fails
+#     instead of skipping;
+#  4. unless OUTBOX_CI_SANITIZE=0, also builds and tests build-asan (ASan + UBSan);
+#  5. stops the servers and prints, as its very last line, the summary of every test log:
+#         tests: N passed, M failed[, K skipped]
+#     (scripts/test_summary.py). A build that fails counts as one failed test.
+#
+# Exits non-zero when a build failed, a test failed, or no test ran.
+
+set -euo pipefail
+
+# The repository root is the parent of this script's directory.
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+# --- CI-friendly defaults (each can be overridden from the environment) ----------------------
+export CI=${CI:-true}
+export DEBIAN_FRONTEND=noninteractive
+export LANG=${LANG:-C.UTF-8}
+export TERM=${TERM:-dumb}
+export PYTHONDONTWRITEBYTECODE=1
+export PYTHONUNBUFFERED=1
+export NINJA_STATUS=${NINJA_STATUS:-"[%f/%t %es] "}
+# Meson picks ccache up by itself when it is installed; the cache survives between CI runs
+# on the same machine.
+export CCACHE_DIR=${CCACHE_DIR:-${HOME:-/root}/.cache/ccache}
+export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-2G}
+export BOOST_TEST_COLOR_OUTPUT=${BOOST_TEST_COLOR_OUTPUT:-no}
+# Sanitizer runs stop at the first report, with a stack trace (only the asan build uses them).
+export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:abort_on_error=1:detect_leaks=1:print_summary=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_stacktrace=1:print_summary=1}
+
+readonly BUILD_DIR=build-ci
+readonly ASAN_DIR=build-asan
+readonly BUILD_PACKAGES=(
+    meson ninja-build pkg-config g++ ccache python3
+    libsoci-dev libboost-test-dev nlohmann-json3-dev
+    libsqlite3-dev libzmq3-dev cppzmq-dev librdkafka-dev librabbitmq-dev
+    libpq-dev libmariadb-dev
+)
+
+section() { printf '\n=== %s (at %ds) ===\n' "$*" "$SECONDS"; }
+
+# --- cleanup and the closing summary line ----------------------------------------------------
+# Until the tests have run and been counted, the summary says one failure: whatever stops the
+# script early (a failed install, build or service start) is reported as such.
+summary="tests: 0 passed, 1 failed"
+summary_rc=1
+svc_dir=""
+svc_job=""
+
+# shellcheck disable=SC2317 # invoked by the EXIT trap, not unreachable
+finish() {
+    local rc=$?
+    set +e
+    trap - EXIT INT TERM
+    # A service start still in progress must finish before stop can see all its pids.
+    if [[ -n $svc_job ]]; then
+        wait "$svc_job" 2>/dev/null
+    fi
+    if [[ -n $svc_dir ]]; then
+        section "stopping services"
+        scripts/services.sh stop "$svc_dir"
+        rm -rf "$svc_dir"
+    fi
+    # The summary is the last line of the output, and a failure in it fails the run.
+    echo "$summary"
+    if ((rc == 0 && summary_rc != 0)); then
+        rc=1
+    fi
+    exit "$rc"
+}
+trap finish EXIT
+# Make an interrupted run clean up as well (bash runs the EXIT trap on exit, not on a signal).
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# --- 1. packages -----------------------------------------------------------------------------
+section "packages"
+sudo=()
+if ((EUID != 0)) && command -v sudo >/dev/null 2>&1; then
+    sudo=(sudo)
+fi
+missing=()
+for pkg in "${BUILD_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' || missing+=("$pkg")
+done
+if ((${#missing[@]} > 0)); then
+    echo "installing: ${missing[*]}"
+    "${sudo[@]}" apt-get update -q
+    "${sudo[@]}" apt-get install -y -q "${missing[@]}"
+else
+    echo "build packages already installed"
+fi
+scripts/services.sh install
+
+# --- 2. services (in the background) and the build -------------------------------------------
+# A short path under /tmp: the servers' Unix sockets live in it (108-byte limit).
+svc_dir=$(mktemp -d /tmp/outbox-ci.XXXXXX)
+section "starting services in $svc_dir (in the background)"
+scripts/services.sh start "$svc_dir" >"$svc_dir/start.log" 2>&1 &
+svc_job=$!
+
+# Configures a fresh build directory and builds it. Usage: build DIR [meson options...]
+build() {
+    local dir=$1
+    shift
+    rm -rf "$dir"
+    meson setup "$dir" -Dwerror=true "$@" && ninja -C "$dir"
+}
+
+section "build $BUILD_DIR"
+if ! build "$BUILD_DIR" --buildtype=debugoptimized; then
+    echo "error: the build in $BUILD_DIR failed" >&2
+    exit 1
+fi
+
+section "services"
+svc_rc=0
+wait "$svc_job" || svc_rc=$?
+svc_job=""
+cat "$svc_dir/start.log"
+if ((svc_rc != 0)); then
+    echo "error: scripts/services.sh start failed (exit $svc_rc)" >&2
+    exit 1
+fi
+# shellcheck source=/dev/null
+. "$svc_dir/env.sh"
+export OUTBOX_REQUIRE_SERVICES=1
+env | grep '^OUTBOX_' | sort
+
+# --- 3. tests ---------------------------------------------------------------------------------
+testlogs=()
+build_failures=0
+meson_failed=0
+
+section "test $BUILD_DIR"
+test_rc=0
+meson test -C "$BUILD_DIR" --print-errorlogs --num-processes 2 || test_rc=$?
+echo "meson test ($BUILD_DIR) exited $test_rc"
+((test_rc == 0)) || meson_failed=1
+testlogs+=("$BUILD_DIR/meson-logs/testlog.json")
+
+# --- 4. optional sanitizer build --------------------------------------------------------------
+if [[ ${OUTBOX_CI_SANITIZE:-1} == 1 ]]; then
+    section "build $ASAN_DIR (address, undefined)"
+    if build "$ASAN_DIR" --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false; then
+        section "test $ASAN_DIR"
+        test_rc=0
+        meson test -C "$ASAN_DIR" --print-errorlogs --num-processes 2 --timeout-multiplier 3 || test_rc=$?
+        echo "meson test ($ASAN_DIR) exited $test_rc"
+        ((test_rc == 0)) || meson_failed=1
+        testlogs+=("$ASAN_DIR/meson-logs/testlog.json")
+    else
+        echo "error: the build in $ASAN_DIR failed" >&2
+        build_failures=$((build_failures + 1))
+    fi
+fi
+
+# --- 5. summary (printed last, by finish) -----------------------------------------------------
+section "summary"
+summary_rc=0
+summary=$(python3 scripts/test_summary.py --add-failed "$build_failures" "${testlogs[@]}") || summary_rc=$?
+if ((meson_failed && summary_rc == 0)); then
+    # meson test failed although every logged test passed (e.g. it could not run them all):
+    # do not call that a success.
+    echo "error: meson test failed although its log shows no failing test" >&2
+    summary_rc=1
+fi
+exit "$summary_rc"
