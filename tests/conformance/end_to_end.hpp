@@ -259,6 +259,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(an_abandoned_claim_is_taken_over_after_its_lease_a
   auto batch = dying_store->claim({"dying-relay", 100, w.clock.now(), 5s});
   BOOST_TEST_REQUIRE(batch.size() == 5u);
   (void)w.net.publisher().publish(batch.messages, std::chrono::steady_clock::now() + 5s);
+  dying_store.reset();  // the relay is gone: its statements, then its connection
   dying_sql.reset();
   auto relay = w.make_relay({.lease = 30s, .publish_timeout = 10s});
   BOOST_TEST(relay.run_once() == 0u);  // the dead relay's lease still holds
