@@ -86,53 +86,65 @@ class consumer {
   }
 
   /// Processes one delivery (ack, or nack after a backoff, or dead-letter).
-  /// @throws outbox::error when acknowledging fails (the delivery will come again).
+  /// @throws outbox::error when acknowledging fails after the commit (the delivery will come
+  ///         again and the inbox absorbs it), or when a failed delivery can be neither
+  ///         dead-lettered nor nacked.
   outcome process(const delivery& d) {
     std::string failure;
+    bool fresh = false;
+    bool committed = false;
     try {
-      bool fresh;
-      {
-        auto tx = store_->begin();
-        fresh = store_->record_delivery(options_.name, d.msg.id, clock_.now());
-        if (fresh) handler_(store_->session(), d.msg);
-        tx.commit();
-      }
-      attempts_.erase(d.msg.id);
-      receiver_->ack(d);
-      if (fresh) {
-        applied_.fetch_add(1, std::memory_order_relaxed);
-        return outcome::applied;
-      }
-      duplicates_.fetch_add(1, std::memory_order_relaxed);
-      return outcome::duplicate;
+      auto tx = store_->begin();
+      fresh = store_->record_delivery(options_.name, d.msg.id, clock_.now());
+      if (fresh) handler_(store_->session(), d.msg);
+      tx.commit();
+      committed = true;
+    } catch (const error& e) {
+      // The database was busy or unreachable: not the handler's fault, so no attempt is spent.
+      if (e.kind() == errc::transient) return requeue(d, 1);
+      failure = e.what();
     } catch (const std::exception& e) {
       failure = e.what();
     } catch (...) {
       failure = "non-standard exception from the handler";
     }
+    if (committed) {
+      // Committed: count it now; a failing ack below only means a redelivery the inbox absorbs.
+      attempts_.erase(d.msg.id);
+      (fresh ? applied_ : duplicates_).fetch_add(1, std::memory_order_relaxed);
+      receiver_->ack(d);
+      return fresh ? outcome::applied : outcome::duplicate;
+    }
+    if (attempts_.size() >= max_tracked) attempts_.clear();  // bounded; worst case: more retries
     const int attempt = ++attempts_[d.msg.id];
     if (retry_.exhausted(attempt)) {
-      store_->dead_letter_delivery(options_.name, d.msg, failure, clock_.now());
+      try {
+        store_->dead_letter_delivery(options_.name, d.msg, failure, clock_.now());
+      } catch (...) {
+        receiver_->nack(d, true);  // keep it; a later attempt dead-letters it
+        throw;
+      }
       attempts_.erase(d.msg.id);
       receiver_->ack(d);
       dead_.fetch_add(1, std::memory_order_relaxed);
       return outcome::dead_lettered;
     }
-    std::this_thread::sleep_for(retry_.delay(attempt, rng_));
-    receiver_->nack(d, true);
-    retried_.fetch_add(1, std::memory_order_relaxed);
-    return outcome::retrying;
+    return requeue(d, attempt);
   }
 
   /// Polls until `stop` is requested. Transient errors (e.g. the database is busy past its
   /// timeout while acknowledging) are absorbed: the delivery comes again.
   /// @throws outbox::error for anything but a transient error.
   void run(std::stop_token stop) {
+    int failures = 0;
     while (!stop.stop_requested()) {
       try {
         poll_once();
+        failures = 0;
       } catch (const error& e) {
         if (e.kind() != errc::transient) throw;
+        // Back off while the broker or the database is away instead of spinning.
+        std::this_thread::sleep_for(retry_.delay(++failures, rng_));
       }
     }
   }
@@ -150,7 +162,15 @@ class consumer {
   Retry retry_;
   Clock clock_;
   std::mt19937_64 rng_;
-  std::unordered_map<uuid, int> attempts_;  // per event id, since restart
+  outcome requeue(const delivery& d, int attempt) {
+    std::this_thread::sleep_for(retry_.delay(attempt, rng_));
+    receiver_->nack(d, true);
+    retried_.fetch_add(1, std::memory_order_relaxed);
+    return outcome::retrying;
+  }
+
+  static constexpr std::size_t max_tracked = 100'000;
+  std::unordered_map<uuid, int> attempts_;  // failed attempts per event id, since start
   std::atomic<std::uint64_t> applied_{0}, duplicates_{0}, retried_{0}, dead_{0};
 };
 

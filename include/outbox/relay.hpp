@@ -8,7 +8,9 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <mutex>
+#include <thread>
 #include <random>
 #include <span>
 #include <stop_token>
@@ -94,12 +96,14 @@ class relay {
     const std::size_t n = batch.size();
     std::vector<settlement> fates(n);
     const auto waves = arrange_waves(batch.messages);
-    const auto until = std::chrono::steady_clock::now() + options_.publish_timeout;
+    const auto until = publish_deadline(batch);
     std::unordered_set<std::string> failed_aggregates;
 
     std::exception_ptr transport_failure;
     for (std::size_t w = 0; w < waves.size() && !transport_failure; ++w) {
-      if (stop.stop_requested()) break;  // the rest is released below
+      // Stopping, or out of time (the lease must not run out while a wave is in flight): the
+      // rest is released below, without counting an attempt.
+      if (stop.stop_requested() || std::chrono::steady_clock::now() >= until) break;
       auto [begin, end] = waves[w];
       if (!failed_aggregates.empty()) {
         // Messages whose aggregate failed in an earlier wave must not overtake it: move them
@@ -118,11 +122,17 @@ class relay {
         transport_failure = std::current_exception();
         break;
       }
-      apply_results(wave, begin, results, fates,
-                    waves.size() > 1 ? &failed_aggregates : nullptr);
+      try {
+        apply_results(wave, begin, results, fates,
+                      waves.size() > 1 ? &failed_aggregates : nullptr);
+      } catch (...) {  // a misconfigured transport: stop here, do not dead-letter the backlog
+        transport_failure = std::current_exception();
+        for (std::size_t i = begin; i < end; ++i)
+          if (fates[i].what != settlement::kind::published) fates[i] = settlement{};
+      }
     }
 
-    const settle_result r = store_->settle(batch, fates);
+    const settle_result r = settle_with_retries(batch, fates);
     batches_.fetch_add(1, std::memory_order_relaxed);
     published_.fetch_add(r.published, std::memory_order_relaxed);
     retried_.fetch_add(r.retried, std::memory_order_relaxed);
@@ -177,6 +187,30 @@ class relay {
   [[nodiscard]] const relay_options& options() const noexcept { return options_; }
 
  private:
+  /// The publish deadline: `publish_timeout` from now, but never past the lease minus a margin
+  /// (the claim may have waited for a lock), so no other relay can take over a batch in flight.
+  std::chrono::steady_clock::time_point publish_deadline(const claimed_batch& batch) const {
+    const auto now = std::chrono::steady_clock::now();
+    const auto margin = std::min<std::chrono::milliseconds>(std::chrono::seconds(1),
+                                                            options_.lease / 10);
+    const auto lease_left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        batch.lease_until - clock_.now()) - margin;
+    return now + std::max(std::chrono::milliseconds(0), std::min(options_.publish_timeout, lease_left));
+  }
+
+  /// Settling is idempotent under the fencing token, so a transient failure (e.g. the database
+  /// busy) is retried a few times before the batch is left to its lease.
+  settle_result settle_with_retries(const claimed_batch& batch, std::span<const settlement> fates) {
+    for (int attempt = 1;; ++attempt) {
+      try {
+        return store_->settle(batch, fates);
+      } catch (const error& e) {
+        if (e.kind() != errc::transient || attempt == 3) throw;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10 * attempt));
+      }
+    }
+  }
+
   static std::string aggregate_key(const message& m) {
     std::string k;
     k.reserve(m.aggregate_type.size() + m.aggregate_id.size() + 1);
@@ -242,14 +276,18 @@ class relay {
     for (std::size_t i = 0; i < wave.size(); ++i) {
       settlement& fate = fates[offset + i];
       const publish_result* r = by_pos[i];
-      if (r != nullptr && r->confirmed) {
+      // The broker already has it (e.g. an idempotent producer's duplicate): that is a confirm.
+      if (r != nullptr && (r->confirmed || r->error_class == errc::duplicate)) {
         fate.what = settlement::kind::published;
         continue;
       }
       const errc cls = r ? r->error_class : errc::transient;
+      if (cls == errc::misconfigured)
+        throw error(errc::misconfigured, "core", {},
+                    "the transport reports a configuration error: " + (r ? r->error : ""));
       fate.error = r ? r->error : "no confirm before the publish timeout";
       const int attempt = wave[i].attempts;
-      if (cls == errc::permanent || cls == errc::misconfigured || retry_.exhausted(attempt)) {
+      if (cls == errc::permanent || retry_.exhausted(attempt)) {
         fate.what = settlement::kind::dead;
       } else {
         fate.what = settlement::kind::retry;

@@ -3,6 +3,7 @@
 /// `writer<Store>`: enqueues events inside the application's own transaction.
 
 #include <span>
+#include <utility>
 #include <vector>
 
 #include <outbox/concepts/store.hpp>

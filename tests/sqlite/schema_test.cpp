@@ -49,7 +49,7 @@ BOOST_AUTO_TEST_CASE(the_claim_walks_the_state_index_and_never_scans_the_table) 
   BOOST_TEST(plan.find("SCAN outbox") == std::string::npos);
 }
 
-BOOST_AUTO_TEST_CASE(a_session_of_another_backend_is_refused_as_misconfigured) {
+BOOST_AUTO_TEST_CASE(a_session_not_connected_to_sqlite_is_refused_as_misconfigured) {
   soci::session unconnected;
   try {
     outbox::sqlite::store st(unconnected);
@@ -76,7 +76,7 @@ BOOST_AUTO_TEST_CASE(a_reused_event_id_is_reported_as_duplicate_with_the_native_
   }
 }
 
-BOOST_AUTO_TEST_CASE(a_writer_blocked_past_the_busy_timeout_gets_a_transient_error) {
+BOOST_AUTO_TEST_CASE(a_claim_blocked_past_the_busy_timeout_gets_a_transient_error) {
   sqlite_fixture fx;
   auto holder = fx.open_session();
   auto other = std::make_unique<soci::session>("sqlite3", "db=" + [&] {

@@ -2,6 +2,7 @@
 #define BOOST_TEST_MODULE outbox core
 #include <boost/test/unit_test.hpp>
 
+#include <cctype>
 #include <random>
 #include <set>
 #include <string>

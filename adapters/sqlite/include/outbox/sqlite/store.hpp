@@ -9,6 +9,7 @@
 /// under that token. Several relays on one file serialize on the write lock (the busy timeout
 /// makes them wait, not fail) and never share a row while its lease holds.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <random>
@@ -53,7 +54,15 @@ struct store_options {
 inline void configure(::soci::session& sql, const connection_options& o = {}) {
   auto* db = detail::handle(sql);
   detail::sq::sqlite3_busy_timeout(db, static_cast<int>(o.busy_timeout.count()));
-  if (o.wal) detail::exec(db, "PRAGMA journal_mode=WAL");
+  if (o.wal) {
+    detail::statement wal(db, "PRAGMA journal_mode=WAL");
+    const std::string mode = wal.step() ? wal.column_text(0) : std::string();
+    wal.reset();
+    // An in-memory database answers "memory"; anything else means WAL could not be turned on
+    // (e.g. inside a transaction), and readers would block writers.
+    if (mode != "wal" && mode != "memory")
+      throw error(errc::misconfigured, "sqlite", {}, "journal_mode=WAL refused, got '" + mode + "'");
+  }
   detail::exec(db, o.synchronous_full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL");
 }
 
@@ -99,7 +108,7 @@ class store {
  public:
   using session_type = ::soci::session;
 
-  /// Commits on destruction unless committed; see `concepts::inbox_store`.
+  /// A BEGIN IMMEDIATE transaction; rolls back on destruction unless committed.
   class transaction {
    public:
     explicit transaction(detail::sq::sqlite3* db) : tx_(db) {}
@@ -253,7 +262,10 @@ class store {
 
   // ---- inbox ----------------------------------------------------------------------------------
 
-  [[nodiscard]] transaction begin() { return transaction(db_); }
+  [[nodiscard]] transaction begin() {
+    prepare();
+    return transaction(db_);
+  }
 
   bool record_delivery(std::string_view consumer, const uuid& id, time_point now) {
     prepare();
@@ -281,6 +293,7 @@ class store {
   // ---- operations -----------------------------------------------------------------------------
 
   backlog_stats stats(time_point now) {
+    prepare();
     const auto t = detail::to_ms(now);
     backlog_stats s;
     detail::statement st(db_,
@@ -302,6 +315,7 @@ class store {
   }
 
   std::vector<dead_letter> dead_letters(std::size_t limit) {
+    prepare();
     detail::statement st(db_,
                          "SELECT seq, event_id, aggregate_type, aggregate_id, event_type, payload, "
                          "headers, attempts, created_at, coalesce(last_error, ''), "
@@ -328,6 +342,7 @@ class store {
   }
 
   bool requeue(const uuid& id) {
+    prepare();
     const auto text = id.to_string();
     detail::immediate_transaction tx(db_);
     detail::statement st(db_,
@@ -340,6 +355,7 @@ class store {
   }
 
   std::size_t purge_published(time_point before, std::size_t limit) {
+    prepare();
     detail::immediate_transaction tx(db_);
     detail::statement st(db_,
                          "DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox INDEXED BY "
@@ -353,6 +369,7 @@ class store {
   }
 
   std::size_t purge_inbox(time_point before, std::size_t limit) {
+    prepare();
     detail::immediate_transaction tx(db_);
     detail::statement st(db_,
                          "DELETE FROM outbox_inbox WHERE rowid IN (SELECT rowid FROM outbox_inbox "
@@ -368,7 +385,8 @@ class store {
   /// Prepares the hot statements once per connection (re-prepared if the session reconnected).
   void prepare() {
     auto* db = detail::handle(*sql_);
-    if (db == db_ && claim_) return;
+    if (db == db_ && prepared_) return;
+    prepared_ = false;
     db_ = db;
     claim_ = detail::statement(db_, claim_sql, true);
     mark_published_ = detail::statement(
@@ -402,6 +420,7 @@ class store {
         "INSERT INTO outbox_inbox (consumer, event_id, processed_at) VALUES (?, ?, ?) "
         "ON CONFLICT DO NOTHING",
         true);
+    prepared_ = true;  // last: a failure above leaves the store to prepare again next time
   }
 
  public:
@@ -423,6 +442,7 @@ class store {
  private:
   ::soci::session* sql_;
   detail::sq::sqlite3* db_;
+  bool prepared_ = false;
   store_options options_;
   std::mt19937_64 rng_;
   detail::statement claim_, mark_published_, delete_published_, release_, retry_, dead_,

@@ -26,8 +26,12 @@ namespace sq = ::sqlite_api;
 [[noreturn]] inline void throw_sqlite(sq::sqlite3* db, int rc, std::string_view what) {
   const int primary = rc & 0xFF;
   errc kind = errc::permanent;
-  if (primary == SQLITE_BUSY || primary == SQLITE_LOCKED || primary == SQLITE_PROTOCOL)
-    kind = errc::transient;
+  if (primary == SQLITE_BUSY || primary == SQLITE_LOCKED || primary == SQLITE_PROTOCOL ||
+      primary == SQLITE_FULL || primary == SQLITE_IOERR || primary == SQLITE_NOMEM)
+    kind = errc::transient;  // may pass: lock released, disk space freed, memory available
+  else if (primary == SQLITE_READONLY || primary == SQLITE_CANTOPEN || primary == SQLITE_PERM ||
+           primary == SQLITE_AUTH || primary == SQLITE_NOTADB)
+    kind = errc::misconfigured;
   else if (rc == SQLITE_CONSTRAINT_UNIQUE || rc == SQLITE_CONSTRAINT_PRIMARYKEY)
     kind = errc::duplicate;
   std::string msg(what);
