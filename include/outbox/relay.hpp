@@ -178,6 +178,7 @@ class relay {
       woken_ = true;
     }
     wake_cv_.notify_all();
+    if constexpr (concepts::waking_store<Store>) store_->interrupt();
   }
 
   [[nodiscard]] relay_stats stats() const noexcept {
@@ -297,10 +298,23 @@ class relay {
     }
   }
 
+  /// Sleeps up to `d`: on the store's own wake-up channel when it has one (LISTEN/NOTIFY), else
+  /// on a condition variable. `wake()` and a stop request cut it short.
   void sleep_for(std::stop_token& stop, std::chrono::milliseconds d) {
-    std::unique_lock lock(wake_mutex_);
-    wake_cv_.wait_for(lock, stop, d, [&] { return woken_; });
-    woken_ = false;
+    if constexpr (concepts::waking_store<Store>) {
+      {
+        std::lock_guard lock(wake_mutex_);
+        if (std::exchange(woken_, false)) return;
+      }
+      std::stop_callback on_stop(stop, [this] { store_->interrupt(); });
+      if (!stop.stop_requested()) (void)store_->wait_for_work(d);
+      std::lock_guard lock(wake_mutex_);
+      woken_ = false;
+    } else {
+      std::unique_lock lock(wake_mutex_);
+      wake_cv_.wait_for(lock, stop, d, [&] { return woken_; });
+      woken_ = false;
+    }
   }
 
   Store* store_;

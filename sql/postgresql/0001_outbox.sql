@@ -7,6 +7,15 @@ CREATE TABLE IF NOT EXISTS outbox_schema_migrations (
   applied_at timestamptz NOT NULL DEFAULT now()
 );
 
+-- Timestamps cross the wire as Unix microseconds (exact, no time zone parsing); these two
+-- inlinable functions convert.
+CREATE FUNCTION outbox_ts(us bigint) RETURNS timestamptz
+  LANGUAGE sql IMMUTABLE PARALLEL SAFE
+  AS $$ SELECT timestamptz 'epoch' + us * interval '1 microsecond' $$;
+CREATE FUNCTION outbox_us(t timestamptz) RETURNS bigint
+  LANGUAGE sql IMMUTABLE PARALLEL SAFE
+  AS $$ SELECT (extract(epoch FROM t) * 1000000)::bigint $$;
+
 CREATE TABLE outbox (
   seq            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,  -- insertion order
   event_id       uuid        NOT NULL UNIQUE,                       -- UUIDv7

@@ -5,9 +5,11 @@
 
 #include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
+#include <nlohmann/json.hpp>
 
 #include <outbox/concepts/store.hpp>
 #include <outbox/testing/manual_clock.hpp>
@@ -90,7 +92,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(commit_makes_the_event_claimable_with_every_field,
   BOOST_TEST(m.aggregate_type == "order");
   BOOST_TEST(m.aggregate_id == "o-7");
   BOOST_TEST(m.event_type == "order_paid");
-  BOOST_TEST(m.payload == e.payload);
+  // Compared as JSON: a store may normalise the text (PostgreSQL's jsonb does).
+  BOOST_TEST((nlohmann::json::parse(m.payload) == nlohmann::json::parse(e.payload)));
   BOOST_TEST((m.headers == e.headers));
   BOOST_TEST(m.attempts == 1);
   BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM outbox") == 1);
@@ -115,31 +118,55 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(claimed_rows_are_not_claimed_again_while_the_lease
   for (const auto& a : b1.messages)
     for (const auto& b : b2.messages) BOOST_TEST(a.id != b.id);
   clock.advance(29s);
-  BOOST_TEST(st2->claim(conformance::req(clock)).empty());
+  auto s3 = fx.open_session();
+  auto st3 = fx.make_store(*s3);
+  BOOST_TEST(st3->claim(conformance::req(clock)).empty());
 }
 
-BOOST_AUTO_TEST_CASE_TEMPLATE(an_expired_lease_is_claimable_again_and_the_stale_claim_is_fenced,
+BOOST_AUTO_TEST_CASE_TEMPLATE(an_abandoned_claim_is_claimable_again_and_the_stale_claim_is_fenced,
                               Fixture, store_fixtures) {
   Fixture fx;
   conformance::commit_events(fx, {conformance::make_event("a"), conformance::make_event("b")});
-  auto s1 = fx.open_session();
   auto s2 = fx.open_session();
-  auto st1 = fx.make_store(*s1);
   auto st2 = fx.make_store(*s2);
   outbox::testing::manual_clock clock;
-  auto stale = st1->claim(conformance::req(clock, 100, 1s));
-  BOOST_TEST_REQUIRE(stale.size() == 2u);
-  clock.advance(1500ms);
-  auto fresh = st2->claim(conformance::req(clock, 100, 30s));
-  BOOST_TEST_REQUIRE(fresh.size() == 2u);
-  BOOST_TEST(fresh.messages[0].attempts == 2);
-  // The stale relay got its confirms late: it must not settle rows it no longer holds.
-  auto r = st1->settle(stale, conformance::all(2, outbox::settlement::kind::published));
-  BOOST_TEST(r.published == 0u);
-  BOOST_TEST(r.fenced == 2u);
-  auto r2 = st2->settle(fresh, conformance::all(2, outbox::settlement::kind::published));
-  BOOST_TEST(r2.published == 2u);
-  BOOST_TEST(r2.fenced == 0u);
+  if constexpr (Fixture::leases_expire) {
+    auto s1 = fx.open_session();
+    auto st1 = fx.make_store(*s1);
+    auto stale = st1->claim(conformance::req(clock, 100, 1s));
+    BOOST_TEST_REQUIRE(stale.size() == 2u);
+    BOOST_TEST(st2->claim(conformance::req(clock)).empty());
+    clock.advance(1500ms);
+    auto fresh = st2->claim(conformance::req(clock, 100, 30s));
+    BOOST_TEST_REQUIRE(fresh.size() == 2u);
+    BOOST_TEST(fresh.messages[0].attempts == 2);  // the abandoned attempt counts
+    // The stale relay got its confirms late: it must not settle rows it no longer holds.
+    auto r = st1->settle(stale, conformance::all(2, outbox::settlement::kind::published));
+    BOOST_TEST(r.published == 0u);
+    BOOST_TEST(r.fenced == 2u);
+    auto r2 = st2->settle(fresh, conformance::all(2, outbox::settlement::kind::published));
+    BOOST_TEST(r2.published == 2u);
+    BOOST_TEST(r2.fenced == 0u);
+  } else {
+    // Locking: the claim lives as long as its transaction; a relay whose connection dies
+    // frees its batch without waiting for any lease, and its claim leaves no trace.
+    {
+      auto s1 = fx.open_session();
+      auto st1 = fx.make_store(*s1);
+      auto held = st1->claim(conformance::req(clock));
+      BOOST_TEST_REQUIRE(held.size() == 2u);
+      BOOST_TEST(st2->claim(conformance::req(clock)).empty());  // locked, skipped
+    }  // the relay is gone: statements, then connection
+    outbox::claimed_batch fresh;
+    for (int i = 0; i < 200 && fresh.empty(); ++i) {  // the server ends the dead session
+      fresh = st2->claim(conformance::req(clock));
+      if (fresh.empty()) std::this_thread::sleep_for(10ms);
+    }
+    BOOST_TEST_REQUIRE(fresh.size() == 2u);
+    BOOST_TEST(fresh.messages[0].attempts == 1);
+    auto r2 = st2->settle(fresh, conformance::all(2, outbox::settlement::kind::published));
+    BOOST_TEST(r2.published == 2u);
+  }
   BOOST_TEST(st2->stats(clock.now()).pending == 0);
 }
 
@@ -221,7 +248,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(dead_letters_are_kept_listed_and_requeued, Fixture
   BOOST_TEST_REQUIRE(dead.size() == 1u);
   BOOST_TEST(dead[0].msg.id == ids[0]);
   BOOST_TEST(dead[0].last_error == "no route to exchange");
-  BOOST_TEST(dead[0].msg.payload == R"({"total":42})");
+  BOOST_TEST((nlohmann::json::parse(dead[0].msg.payload) == nlohmann::json{{"total", 42}}));
   BOOST_TEST(st->claim(conformance::req(clock)).empty());
   BOOST_TEST(st->requeue(ids[0]));
   BOOST_TEST(!st->requeue(ids[0]));  // no longer dead
@@ -250,6 +277,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_later_event_waits_while_an_earlier_one_of_its_ag
   auto second = st2->claim(conformance::req(clock));
   BOOST_TEST_REQUIRE(second.size() == 1u);  // only y1: x2 and x3 wait behind x1
   BOOST_TEST(second.messages[0].aggregate_id == "y");
+  st2->settle(second, conformance::all(1, outbox::settlement::kind::published));
   std::vector<outbox::settlement> f(1);
   f[0].what = outbox::settlement::kind::retry;
   f[0].retry_at = clock.now() + 5s;

@@ -22,6 +22,8 @@ struct sqlite_fixture {
   static constexpr const char* name = "sqlite";
   /// Capability: one writer at a time (concurrent relays serialize).
   static constexpr bool single_writer = true;
+  /// Capability: an unsettled claim frees its rows when its lease expires.
+  static constexpr bool leases_expire = true;
 
   sqlite_fixture() {
     static std::atomic<int> counter{0};

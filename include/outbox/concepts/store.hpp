@@ -86,6 +86,19 @@ concept inbox_store = requires(S& s, typename S::transaction& tx, std::string_vi
   { s.dead_letter_delivery(name, m, name, now) } -> std::same_as<void>;
 };
 
+/// A store that can tell the relay when there is work (e.g. PostgreSQL LISTEN/NOTIFY), so an
+/// idle relay sleeps until a commit instead of polling. Optional: other stores are polled.
+///
+/// | operation              | returns | guarantees                                          |
+/// |------------------------|---------|-----------------------------------------------------|
+/// | `s.wait_for_work(d)`   | `bool`  | returns within `d`; true when new work may be there or `interrupt` was called; never throws (degrades to a sleep) |
+/// | `s.interrupt()`        | `void`  | callable from any thread; ends a `wait_for_work` in progress (or the next one) |
+template <class S>
+concept waking_store = requires(S& s, std::chrono::milliseconds d) {
+  { s.wait_for_work(d) } -> std::same_as<bool>;
+  { s.interrupt() } -> std::same_as<void>;
+};
+
 /// Everything: what an adapter of a database provides.
 template <class S>
 concept store = appending_store<S> && claiming_store<S> && inbox_store<S> && operable_store<S>;

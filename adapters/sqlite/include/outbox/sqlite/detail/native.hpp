@@ -44,7 +44,8 @@ namespace sq = ::sqlite_api;
 /// @throws outbox::error `misconfigured` when the session is not connected with the sqlite3
 ///         backend.
 inline sq::sqlite3* handle(::soci::session& sql) {
-  if (!sql.is_connected() || sql.get_backend_name() != "sqlite3")
+  // Not is_connected(): for PostgreSQL that is a round trip to the server.
+  if (sql.get_backend() == nullptr || sql.get_backend_name() != "sqlite3")
     throw error(errc::misconfigured, "sqlite", {},
                 "the session is not connected with SOCI's sqlite3 backend");
   auto* backend = static_cast<::soci::sqlite3_session_backend*>(sql.get_backend());

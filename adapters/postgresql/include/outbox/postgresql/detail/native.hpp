@@ -1,0 +1,183 @@
+#pragma once
+/// @file
+/// Thin RAII access to the libpq connection under a `soci::session`: prepared statements with
+/// text parameters, results, SQLSTATE translation.
+
+#include <charconv>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <libpq-fe.h>
+#include <soci/postgresql/soci-postgresql.h>
+#include <soci/soci.h>
+
+#include <outbox/error.hpp>
+#include <outbox/message.hpp>
+
+namespace outbox::postgresql::detail {
+
+/// Classifies a SQLSTATE: class 08 (connection), 57P01-03 (server shutting down or the backend
+/// terminated), 40001 (serialization), 40P01 (deadlock), 25P03 (idle-in-transaction timeout),
+/// 53xxx (insufficient resources) -> transient; 23505 -> duplicate; 28xxx (authentication),
+/// 3D000 (no database), 42P01 (no table: not migrated) -> misconfigured; others -> permanent.
+inline errc classify(std::string_view sqlstate) {
+  if (sqlstate.size() != 5) return errc::transient;  // no SQLSTATE: the connection broke
+  if (sqlstate.substr(0, 2) == "08" || sqlstate.substr(0, 2) == "53" || sqlstate == "57P01" ||
+      sqlstate == "57P02" || sqlstate == "57P03" || sqlstate == "40001" || sqlstate == "40P01" ||
+      sqlstate == "25P03")
+    return errc::transient;
+  if (sqlstate == "23505") return errc::duplicate;
+  if (sqlstate.substr(0, 2) == "28" || sqlstate == "3D000" || sqlstate == "42P01" ||
+      sqlstate == "42883")
+    return errc::misconfigured;
+  return errc::permanent;
+}
+
+/// True for failures after which the connection must be re-established.
+inline bool connection_lost(PGconn* conn, std::string_view sqlstate) {
+  return PQstatus(conn) != CONNECTION_OK || sqlstate.substr(0, 2) == "08" ||
+         sqlstate.substr(0, 3) == "57P";
+}
+
+/// An owned `PGresult`.
+class result {
+ public:
+  result() = default;
+  explicit result(PGresult* r) noexcept : r_(r) {}
+  result(result&& o) noexcept : r_(std::exchange(o.r_, nullptr)) {}
+  result& operator=(result&& o) noexcept {
+    if (this != &o) {
+      if (r_) PQclear(r_);
+      r_ = std::exchange(o.r_, nullptr);
+    }
+    return *this;
+  }
+  result(const result&) = delete;
+  result& operator=(const result&) = delete;
+  ~result() {
+    if (r_) PQclear(r_);
+  }
+
+  [[nodiscard]] PGresult* get() const noexcept { return r_; }
+  [[nodiscard]] int rows() const noexcept { return PQntuples(r_); }
+  [[nodiscard]] std::string_view text(int row, int col) const noexcept {
+    return {PQgetvalue(r_, row, col), static_cast<std::size_t>(PQgetlength(r_, row, col))};
+  }
+  [[nodiscard]] bool is_null(int row, int col) const noexcept {
+    return PQgetisnull(r_, row, col) != 0;
+  }
+  [[nodiscard]] std::int64_t int64(int row, int col) const {
+    std::int64_t v = 0;
+    const auto t = text(row, col);
+    std::from_chars(t.data(), t.data() + t.size(), v);
+    return v;
+  }
+  /// Rows affected by an INSERT/UPDATE/DELETE.
+  [[nodiscard]] std::int64_t affected() const {
+    std::int64_t v = 0;
+    const char* t = PQcmdTuples(r_);
+    std::from_chars(t, t + std::strlen(t), v);
+    return v;
+  }
+
+ private:
+  PGresult* r_ = nullptr;
+};
+
+/// Throws the `outbox::error` for a failed result (or a missing one).
+[[noreturn]] inline void throw_pg(PGconn* conn, const result& r, std::string_view what) {
+  const char* state = r.get() ? PQresultErrorField(r.get(), PG_DIAG_SQLSTATE) : nullptr;
+  const std::string sqlstate = state ? state : "";
+  std::string msg(what);
+  msg += ": ";
+  const char* text = r.get() ? PQresultErrorMessage(r.get()) : nullptr;
+  msg += (text && *text) ? text : PQerrorMessage(conn);
+  while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+  throw error(classify(sqlstate), "postgresql", sqlstate, msg);
+}
+
+/// Checks a result; throws unless it is COMMAND_OK or TUPLES_OK.
+inline result check(PGconn* conn, PGresult* raw, std::string_view what) {
+  result r(raw);
+  const auto status = raw ? PQresultStatus(raw) : PGRES_FATAL_ERROR;
+  if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) throw_pg(conn, r, what);
+  return r;
+}
+
+/// Runs a statement without parameters.
+inline result exec(PGconn* conn, const char* sql) { return check(conn, PQexec(conn, sql), sql); }
+
+/// Text parameters of one statement. Values are copied, so temporaries are fine.
+class params {
+ public:
+  params& add(std::string v) {
+    values_.push_back(std::move(v));
+    nulls_.push_back(false);
+    return *this;
+  }
+  params& add(std::string_view v) { return add(std::string(v)); }
+  params& add(const char* v) { return add(std::string(v)); }
+  params& add(std::int64_t v) { return add(std::to_string(v)); }
+  params& add_null() {
+    values_.emplace_back();
+    nulls_.push_back(true);
+    return *this;
+  }
+  [[nodiscard]] int size() const noexcept { return static_cast<int>(values_.size()); }
+  /// Pointers for libpq; valid while this object lives and is not changed.
+  [[nodiscard]] std::vector<const char*> pointers() const {
+    std::vector<const char*> p(values_.size());
+    for (std::size_t i = 0; i < values_.size(); ++i)
+      p[i] = nulls_[i] ? nullptr : values_[i].c_str();
+    return p;
+  }
+
+ private:
+  std::vector<std::string> values_;
+  std::vector<bool> nulls_;
+};
+
+/// Runs an unnamed statement with text parameters (one round trip).
+inline result exec(PGconn* conn, const std::string& sql, const params& p, std::string_view what) {
+  const auto ptrs = p.pointers();
+  return check(conn,
+               PQexecParams(conn, sql.c_str(), p.size(), nullptr, ptrs.data(), nullptr, nullptr, 0),
+               what);
+}
+
+/// Runs a statement prepared on this connection under `name`.
+inline result exec_prepared(PGconn* conn, const char* name, const params& p,
+                            std::string_view what) {
+  const auto ptrs = p.pointers();
+  return check(conn, PQexecPrepared(conn, name, p.size(), ptrs.data(), nullptr, nullptr, 0), what);
+}
+
+/// Prepares `sql` under `name` on this connection.
+inline void prepare(PGconn* conn, const char* name, std::string_view sql) {
+  check(conn, PQprepare(conn, name, std::string(sql).c_str(), 0, nullptr), name);
+}
+
+/// The libpq connection of a SOCI session.
+/// @throws outbox::error `misconfigured` when the session does not use the postgresql backend.
+inline PGconn* handle(::soci::session& sql) {
+  // Not is_connected(): for PostgreSQL that is a round trip to the server.
+  if (sql.get_backend() == nullptr || sql.get_backend_name() != "postgresql")
+    throw error(errc::misconfigured, "postgresql", {},
+                "the session is not connected with SOCI's postgresql backend");
+  return static_cast<::soci::postgresql_session_backend*>(sql.get_backend())->conn_;
+}
+
+/// Microseconds since the Unix epoch: the wire form of every timestamp we pass.
+inline std::int64_t to_us(time_point t) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+}
+inline time_point from_us(std::int64_t us) {
+  return time_point(std::chrono::duration_cast<time_point::duration>(std::chrono::microseconds(us)));
+}
+
+}  // namespace outbox::postgresql::detail

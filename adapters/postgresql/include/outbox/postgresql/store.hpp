@@ -1,0 +1,623 @@
+#pragma once
+/// @file
+/// The PostgreSQL store: outbox, inbox and dead letters over SOCI sessions, with the libpq
+/// handle underneath for prepared hot statements, arrays and LISTEN/NOTIFY.
+///
+/// Two claim policies (DESIGN.md):
+/// - *locking* (default): `claim` opens a transaction and locks the batch with
+///   `FOR UPDATE SKIP LOCKED`; `settle` updates (or deletes) and commits in the same transaction.
+///   The row locks are the lease and the session is the fence: a dead relay's transaction can
+///   never commit, and its batch is claimable again as soon as the server notices. The relay
+///   bounds the open time by its publish timeout, and the session's
+///   `idle_in_transaction_session_timeout` cuts a stalled relay off.
+/// - *leasing*: `claim` stamps owner, expiry and a fencing token in one autocommit statement;
+///   the batch is published with no transaction open; `settle` touches only rows still held
+///   under that token. For very slow brokers, or when an open transaction is unwelcome.
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <random>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include <outbox/concepts/store.hpp>
+#include <outbox/error.hpp>
+#include <outbox/message.hpp>
+#include <outbox/postgresql/detail/native.hpp>
+#include <outbox/postgresql/schema.hpp>
+#include <outbox/validate.hpp>
+
+namespace outbox::postgresql {
+
+/// How a relay holds a claimed batch; see the file comment.
+enum class claim_policy { locking, leasing };
+
+/// What becomes of a row once its publish is confirmed.
+enum class retention {
+  keep,               ///< Marked published; `purge_published` removes it later, in batches.
+  delete_on_publish,  ///< Deleted by the settle (about 2x the throughput: no index churn).
+};
+
+/// Options of a store.
+struct store_options {
+  claim_policy policy = claim_policy::locking;
+  enum retention retention = retention::keep;
+  /// Locking: the server ends a relay session idle inside its claim transaction this long
+  /// (`idle_in_transaction_session_timeout`); keep it above the relay's publish timeout.
+  std::chrono::milliseconds idle_in_transaction_timeout{60'000};
+  std::string channel = "outbox";  ///< NOTIFY channel of the schema's trigger.
+};
+
+/// Applies the migrations of `sql/postgresql/` the database does not have yet, in one
+/// transaction serialized by an advisory lock (safe from several processes at once).
+/// @returns the schema version after the call.
+inline int migrate(::soci::session& sql) {
+  PGconn* c = detail::handle(sql);
+  detail::exec(c, "BEGIN");
+  try {
+    detail::exec(c, "SELECT pg_advisory_xact_lock(7231350017261240901)");
+    int current = 0;
+    auto exists = detail::exec(c, "SELECT to_regclass('outbox_schema_migrations') IS NOT NULL");
+    if (exists.text(0, 0) == "t") {
+      auto v = detail::exec(c, "SELECT coalesce(max(version), 0) FROM outbox_schema_migrations");
+      current = static_cast<int>(v.int64(0, 0));
+    }
+    for (const auto& m : migrations) {
+      if (m.version <= current) continue;
+      detail::exec(c, std::string(m.sql).c_str());
+      detail::exec(c, "INSERT INTO outbox_schema_migrations (version, name) VALUES ($1, $2)",
+                   detail::params().add(std::int64_t{m.version}).add(m.name), "migrate");
+      current = m.version;
+    }
+    detail::exec(c, "COMMIT");
+    return current;
+  } catch (...) {
+    PQclear(PQexec(c, "ROLLBACK"));
+    throw;
+  }
+}
+
+/// The PostgreSQL store. A view over one `soci::session` (the relay's or the consumer's own
+/// connection, used by one thread); the writer's `append` runs on whatever session the
+/// application passes it. The session must outlive the store.
+///
+/// Per-aggregate order: a row is claimed only if every earlier pending row of its aggregate is
+/// claimed by the same statement, so a later event never overtakes one that is in flight under
+/// another relay, locked, or waiting for a retry. (Conservative under races: a row may wait one
+/// more poll, never go early.) Dead letters do not hold their aggregate back.
+///
+/// Connection loss (SQLSTATE class 08, 57P0x, or a broken socket) throws `transient`; the next
+/// call reconnects the session (SOCI `reconnect`) and prepares its statements again.
+class store {
+ public:
+  using session_type = ::soci::session;
+
+  /// A transaction on the store's session; rolls back on destruction unless committed.
+  class transaction {
+   public:
+    explicit transaction(store& s) : s_(&s) { s_->run("begin", [&](PGconn* c) { detail::exec(c, "BEGIN"); }); }
+    transaction(transaction&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
+    transaction& operator=(transaction&&) = delete;
+    ~transaction() {
+      if (s_ && PQstatus(s_->conn_) == CONNECTION_OK) PQclear(PQexec(s_->conn_, "ROLLBACK"));
+    }
+    /// @throws outbox::error `transient` (connection lost: the outcome is unknown to us, but
+    ///         the inbox makes a redelivery harmless), `permanent`.
+    void commit() {
+      s_->run("commit", [&](PGconn* c) { detail::exec(c, "COMMIT"); });
+      s_ = nullptr;
+    }
+
+   private:
+    store* s_;
+  };
+
+  explicit store(::soci::session& sql, store_options options = {})
+      : sql_(&sql), conn_(detail::handle(sql)), options_(std::move(options)),
+        rng_(std::random_device{}() ^ (static_cast<std::uint64_t>(std::random_device{}()) << 32)),
+        wake_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+    if (wake_fd_ < 0) throw error(errc::transient, "postgresql", "errno", "eventfd failed");
+  }
+  store(const store&) = delete;
+  store& operator=(const store&) = delete;
+  ~store() {
+    if (in_claim_ && PQstatus(conn_) == CONNECTION_OK) PQclear(PQexec(conn_, "ROLLBACK"));
+    ::close(wake_fd_);
+  }
+
+  [[nodiscard]] session_type& session() noexcept { return *sql_; }
+  [[nodiscard]] const store_options& options() const noexcept { return options_; }
+  /// The server process of the store's connection (for operators, and for fault tests).
+  [[nodiscard]] int backend_pid() { return PQbackendPID(connection()); }
+
+  // ---- appending ------------------------------------------------------------------------------
+
+  /// Inserts `rows` on `sql` inside the caller's open transaction: one multi-row INSERT per 500
+  /// rows, every value bound (never spliced into the SQL text).
+  void append(session_type& sql, std::span<const outgoing> rows) {
+    PGconn* c = detail::handle(sql);
+    constexpr std::size_t chunk = 500;
+    for (std::size_t off = 0; off < rows.size(); off += chunk) {
+      const std::size_t n = std::min(chunk, rows.size() - off);
+      std::string text =
+          "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload, "
+          "headers, created_at) VALUES ";
+      detail::params p;
+      for (std::size_t i = 0; i < n; ++i) {
+        const int b = static_cast<int>(i) * 7;
+        text += i ? ",(" : "(";
+        text += "$" + std::to_string(b + 1) + "::uuid,$" + std::to_string(b + 2) + ",$" +
+                std::to_string(b + 3) + ",$" + std::to_string(b + 4) + ",$" +
+                std::to_string(b + 5) + "::jsonb,$" + std::to_string(b + 6) +
+                "::jsonb,outbox_ts($" + std::to_string(b + 7) + "::bigint))";
+        const outgoing& r = rows[off + i];
+        p.add(r.id.to_string())
+            .add(r.source->aggregate_type)
+            .add(r.source->aggregate_id)
+            .add(r.source->event_type)
+            .add(r.source->payload)
+            .add(r.headers_json)
+            .add(detail::to_us(r.created_at));
+      }
+      detail::exec(c, text, p, "append");
+    }
+  }
+
+  // ---- claiming -------------------------------------------------------------------------------
+
+  claimed_batch claim(const claim_request& req) {
+    return run("claim", [&](PGconn* c) {
+      if (in_claim_) rollback_claim(c);  // a previous claim was neither settled nor released
+      claimed_batch batch;
+      batch.token = static_cast<std::int64_t>(rng_() >> 1);
+      batch.lease_until = req.now + req.lease;
+      const bool locking = options_.policy == claim_policy::locking;
+      if (locking) {
+        detail::exec(c, "BEGIN");
+        in_claim_ = true;
+      }
+      auto r = detail::exec_prepared(c, "outbox_claim",
+                                     detail::params()
+                                         .add(detail::to_us(batch.lease_until))
+                                         .add(req.owner)
+                                         .add(batch.token)
+                                         .add(detail::to_us(req.now))
+                                         .add(static_cast<std::int64_t>(req.limit)),
+                                     "claim");
+      batch.messages.reserve(static_cast<std::size_t>(r.rows()));
+      for (int i = 0; i < r.rows(); ++i) {
+        message m;
+        m.sequence = r.int64(i, 0);
+        m.id = uuid::parse(r.text(i, 1)).value_or(uuid{});
+        m.aggregate_type = r.text(i, 2);
+        m.aggregate_id = r.text(i, 3);
+        m.event_type = r.text(i, 4);
+        m.payload = r.text(i, 5);
+        m.headers = headers_from_json(r.text(i, 6));
+        m.attempts = static_cast<int>(r.int64(i, 7));
+        m.created_at = detail::from_us(r.int64(i, 8));
+        batch.messages.push_back(std::move(m));
+      }
+      if (locking && batch.messages.empty()) rollback_claim(c);  // nothing held: end it now
+      std::sort(batch.messages.begin(), batch.messages.end(),
+                [](const message& a, const message& b) { return a.sequence < b.sequence; });
+      return batch;
+    });
+  }
+
+  settle_result settle(const claimed_batch& batch, std::span<const settlement> fates) {
+    if (fates.size() != batch.messages.size())
+      throw error(errc::misconfigured, "postgresql", {}, "settle: one fate per message is required");
+    return run("settle", [&](PGconn* c) {
+      if (options_.policy == claim_policy::locking && !in_claim_)
+        throw error(errc::transient, "postgresql", {},
+                    "settle: the claim transaction is gone (connection lost?); the batch is "
+                    "claimable again");
+      std::string published = "{";
+      std::string others = "{";
+      std::string kinds = "{";
+      std::string ats = "{";
+      std::string errors = "{";
+      std::size_t np = 0;
+      std::size_t no = 0;
+      for (std::size_t i = 0; i < fates.size(); ++i) {
+        const auto seq = std::to_string(batch.messages[i].sequence);
+        const auto& f = fates[i];
+        if (f.what == settlement::kind::published) {
+          published += (np++ ? "," : "") + seq;
+          continue;
+        }
+        const char* sep = no++ ? "," : "";
+        others += sep + seq;
+        kinds += sep + std::to_string(kind_code(f.what));
+        ats += sep + std::to_string(detail::to_us(f.retry_at));
+        errors += sep;
+        append_array_element(errors, f.error);
+      }
+      for (auto* s : {&published, &others, &kinds, &ats, &errors}) *s += "}";
+      auto r = detail::exec_prepared(c, "outbox_settle",
+                                     detail::params()
+                                         .add(batch.token)
+                                         .add(detail::to_us(std::chrono::system_clock::now()))
+                                         .add(published)
+                                         .add(others)
+                                         .add(kinds)
+                                         .add(ats)
+                                         .add(errors),
+                                     "settle");
+      settle_result out;
+      out.published = static_cast<std::size_t>(r.int64(0, 0));
+      out.retried = static_cast<std::size_t>(r.int64(0, 1));
+      out.dead = static_cast<std::size_t>(r.int64(0, 2));
+      out.released = static_cast<std::size_t>(r.int64(0, 3));
+      if (options_.policy == claim_policy::locking) {
+        detail::exec(c, "COMMIT");
+        in_claim_ = false;
+      }
+      out.fenced = fates.size() - (out.published + out.retried + out.dead + out.released);
+      return out;
+    });
+  }
+
+  void release(const claimed_batch& batch) {
+    if (options_.policy == claim_policy::locking) {
+      // Rolling back undoes the claim (attempts included) and drops the row locks.
+      run("release", [&](PGconn* c) {
+        if (in_claim_) rollback_claim(c);
+        return 0;
+      });
+      return;
+    }
+    std::vector<settlement> fates(batch.size());
+    settle(batch, fates);
+  }
+
+  // ---- waking (LISTEN/NOTIFY) ----------------------------------------------------------------
+
+  /// Sleeps until a NOTIFY on the channel arrives (a commit that inserted events), `interrupt`
+  /// is called, or `timeout` passes. Listens on the store's own connection (lazily, so a
+  /// consumer's store never queues notifications). Never throws: a broken connection degrades
+  /// to a plain sleep and the next claim reconnects.
+  /// @returns true when woken by a notification or an interrupt.
+  bool wait_for_work(std::chrono::milliseconds timeout) {
+    int sock = -1;
+    try {
+      PGconn* c = connection();
+      if (!listening_) {
+        detail::exec(c, ("LISTEN " + quoted_channel()).c_str());
+        listening_ = true;
+      }
+      if (drain_notifications(c)) return true;
+      sock = PQsocket(c);
+    } catch (const error&) {
+      sock = -1;
+    }
+    pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {sock, POLLIN, 0}};
+    const int n = ::poll(fds, sock >= 0 ? 2 : 1, static_cast<int>(timeout.count()));
+    bool woken = false;
+    if (n > 0 && (fds[0].revents & POLLIN)) {
+      std::uint64_t v;
+      [[maybe_unused]] auto rd = ::read(wake_fd_, &v, sizeof v);
+      woken = true;
+    }
+    if (n > 0 && sock >= 0 && fds[1].revents != 0) {
+      if (PQconsumeInput(conn_) == 0) {
+        broken_ = true;  // the next claim reconnects
+      } else {
+        woken = drain_notifications(conn_) || woken;
+      }
+    }
+    return woken;
+  }
+
+  /// Wakes a `wait_for_work` in progress (from any thread).
+  void interrupt() noexcept {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] auto wr = ::write(wake_fd_, &one, sizeof one);
+  }
+
+  // ---- inbox ----------------------------------------------------------------------------------
+
+  [[nodiscard]] transaction begin() { return transaction(*this); }
+
+  bool record_delivery(std::string_view consumer, const uuid& id, time_point now) {
+    return run("record_delivery", [&](PGconn* c) {
+      auto r = detail::exec_prepared(
+          c, "outbox_inbox_insert",
+          detail::params().add(consumer).add(id.to_string()).add(detail::to_us(now)),
+          "record_delivery");
+      return r.affected() == 1;
+    });
+  }
+
+  void dead_letter_delivery(std::string_view consumer, const message& m, std::string_view why,
+                            time_point now) {
+    run("dead_letter_delivery", [&](PGconn* c) {
+      detail::exec(c, "BEGIN");
+      try {
+        detail::exec(c,
+                     "INSERT INTO outbox_inbox_dead (consumer, event_id, aggregate_type, "
+                     "aggregate_id, event_type, payload, headers, error, failed_at) VALUES "
+                     "($1, $2::uuid, $3, $4, $5, $6::jsonb, $7::jsonb, $8, outbox_ts($9::bigint)) "
+                     "ON CONFLICT (consumer, event_id) DO UPDATE SET error = EXCLUDED.error, "
+                     "failed_at = EXCLUDED.failed_at",
+                     detail::params()
+                         .add(consumer)
+                         .add(m.id.to_string())
+                         .add(m.aggregate_type)
+                         .add(m.aggregate_id)
+                         .add(m.event_type)
+                         .add(m.payload)
+                         .add(headers_to_json(m.headers))
+                         .add(why)
+                         .add(detail::to_us(now)),
+                     "dead_letter_delivery");
+        detail::exec_prepared(
+            c, "outbox_inbox_insert",
+            detail::params().add(consumer).add(m.id.to_string()).add(detail::to_us(now)),
+            "dead_letter_delivery");
+        detail::exec(c, "COMMIT");
+      } catch (...) {
+        if (PQstatus(c) == CONNECTION_OK) PQclear(PQexec(c, "ROLLBACK"));
+        throw;
+      }
+      return 0;
+    });
+  }
+
+  // ---- operations -----------------------------------------------------------------------------
+
+  /// Under *locking*, rows in flight are invisible to other sessions (their claim has not
+  /// committed): `in_flight` counts leased rows only, and locked rows count as pending.
+  backlog_stats stats(time_point now) {
+    return run("stats", [&](PGconn* c) {
+      auto r = detail::exec(
+          c,
+          "SELECT count(*) FILTER (WHERE NOT (lease_token IS NOT NULL AND available_at > "
+          "outbox_ts($1::bigint))), count(*) FILTER (WHERE lease_token IS NOT NULL AND "
+          "available_at > outbox_ts($1::bigint)), coalesce(outbox_us(min(created_at)), 0), "
+          "(SELECT count(*) FROM outbox WHERE state = 2) FROM outbox WHERE state = 0",
+          detail::params().add(detail::to_us(now)), "stats");
+      backlog_stats s;
+      s.pending = r.int64(0, 0);
+      s.in_flight = r.int64(0, 1);
+      s.dead = r.int64(0, 3);
+      if (s.pending + s.in_flight > 0) {
+        const auto age = detail::to_us(now) - r.int64(0, 2);
+        s.oldest_pending_age = std::chrono::milliseconds(std::max<std::int64_t>(0, age / 1000));
+      }
+      return s;
+    });
+  }
+
+  std::vector<dead_letter> dead_letters(std::size_t limit) {
+    return run("dead_letters", [&](PGconn* c) {
+      auto r = detail::exec(
+          c,
+          "SELECT seq, event_id, aggregate_type, aggregate_id, event_type, payload::text, "
+          "headers::text, attempts, outbox_us(created_at), coalesce(last_error, ''), "
+          "coalesce(outbox_us(dead_at), 0) FROM outbox WHERE state = 2 ORDER BY seq LIMIT $1",
+          detail::params().add(static_cast<std::int64_t>(limit)), "dead_letters");
+      std::vector<dead_letter> out;
+      for (int i = 0; i < r.rows(); ++i) {
+        dead_letter d;
+        d.msg.sequence = r.int64(i, 0);
+        d.msg.id = uuid::parse(r.text(i, 1)).value_or(uuid{});
+        d.msg.aggregate_type = r.text(i, 2);
+        d.msg.aggregate_id = r.text(i, 3);
+        d.msg.event_type = r.text(i, 4);
+        d.msg.payload = r.text(i, 5);
+        d.msg.headers = headers_from_json(r.text(i, 6));
+        d.msg.attempts = static_cast<int>(r.int64(i, 7));
+        d.msg.created_at = detail::from_us(r.int64(i, 8));
+        d.last_error = r.text(i, 9);
+        d.dead_at = detail::from_us(r.int64(i, 10));
+        out.push_back(std::move(d));
+      }
+      return out;
+    });
+  }
+
+  bool requeue(const uuid& id) {
+    return run("requeue", [&](PGconn* c) {
+      return detail::exec(c,
+                          "UPDATE outbox SET state = 0, attempts = 0, available_at = '-infinity', "
+                          "lease_owner = NULL, lease_token = NULL, dead_at = NULL "
+                          "WHERE event_id = $1::uuid AND state = 2",
+                          detail::params().add(id.to_string()), "requeue")
+                 .affected() == 1;
+    });
+  }
+
+  std::size_t purge_published(time_point before, std::size_t limit) {
+    return run("purge_published", [&](PGconn* c) {
+      return static_cast<std::size_t>(
+          detail::exec(c,
+                       "DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox WHERE state = 1 "
+                       "AND published_at < outbox_ts($1::bigint) ORDER BY seq LIMIT $2)",
+                       detail::params().add(detail::to_us(before)).add(static_cast<std::int64_t>(limit)),
+                       "purge_published")
+              .affected());
+    });
+  }
+
+  std::size_t purge_inbox(time_point before, std::size_t limit) {
+    return run("purge_inbox", [&](PGconn* c) {
+      return static_cast<std::size_t>(
+          detail::exec(c,
+                       "DELETE FROM outbox_inbox WHERE ctid = ANY(ARRAY(SELECT ctid FROM "
+                       "outbox_inbox WHERE processed_at < outbox_ts($1::bigint) "
+                       "ORDER BY processed_at LIMIT $2))",
+                       detail::params().add(detail::to_us(before)).add(static_cast<std::int64_t>(limit)),
+                       "purge_inbox")
+              .affected());
+    });
+  }
+
+  // ---- the SQL ---------------------------------------------------------------------------------
+
+  /// The claim, one statement for both policies. $1 lease expiry (us), $2 owner, $3 fencing
+  /// token, $4 now (us), $5 limit. `c` locks candidates (skipping rows locked by other
+  /// claims); `ok` keeps a candidate only if every earlier pending row of its aggregate is a
+  /// candidate too.
+  static constexpr std::string_view claim_sql =
+      "WITH c AS ("
+      " SELECT seq, aggregate_type, aggregate_id FROM outbox"
+      " WHERE state = 0 AND available_at <= outbox_ts($4::bigint)"
+      " ORDER BY seq LIMIT $5 FOR UPDATE SKIP LOCKED),"
+      " ok AS ("
+      " SELECT c.seq FROM c WHERE NOT EXISTS ("
+      "  SELECT 1 FROM outbox p WHERE p.state = 0 AND p.aggregate_type = c.aggregate_type"
+      "   AND p.aggregate_id = c.aggregate_id AND p.seq < c.seq"
+      "   AND NOT EXISTS (SELECT 1 FROM c c2 WHERE c2.seq = p.seq)))"
+      " UPDATE outbox o SET available_at = outbox_ts($1::bigint), lease_owner = $2,"
+      " lease_token = $3, attempts = o.attempts + 1 FROM ok WHERE o.seq = ok.seq"
+      " RETURNING o.seq, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type,"
+      " o.payload::text, o.headers::text, o.attempts, outbox_us(o.created_at)";
+
+  /// The settle, one statement: published rows by array, the other fates by unnest. $1 token,
+  /// $2 now (us), $3 published seqs, $4 other seqs, $5 their kinds (2 retry, 3 dead, 4 release),
+  /// $6 retry times (us), $7 errors. Returns the four counts.
+  static std::string settle_sql(retention r) {
+    const std::string published =
+        r == retention::keep
+            ? "UPDATE outbox SET state = 1, published_at = outbox_ts($2::bigint), "
+              "lease_owner = NULL, lease_token = NULL "
+              "WHERE seq = ANY($3::bigint[]) AND lease_token = $1 AND state = 0 RETURNING 1"
+            : "DELETE FROM outbox WHERE seq = ANY($3::bigint[]) AND lease_token = $1 "
+              "AND state = 0 RETURNING 1";
+    return "WITH pub AS (" + published +
+           "), f AS (SELECT * FROM unnest($4::bigint[], $5::int[], $6::bigint[], $7::text[]) "
+           "AS f(seq, kind, at, err)), "
+           "oth AS (UPDATE outbox o SET "
+           "state = CASE WHEN f.kind = 3 THEN 2 ELSE 0 END, "
+           "available_at = CASE f.kind WHEN 2 THEN outbox_ts(f.at) WHEN 4 THEN '-infinity' "
+           "ELSE o.available_at END, "
+           "attempts = CASE WHEN f.kind = 4 THEN o.attempts - 1 ELSE o.attempts END, "
+           "dead_at = CASE WHEN f.kind = 3 THEN outbox_ts($2::bigint) ELSE o.dead_at END, "
+           "last_error = CASE WHEN f.kind IN (2, 3) THEN f.err ELSE o.last_error END, "
+           "lease_owner = NULL, lease_token = NULL "
+           "FROM f WHERE o.seq = f.seq AND o.lease_token = $1 AND o.state = 0 RETURNING f.kind) "
+           "SELECT (SELECT count(*) FROM pub), "
+           "(SELECT count(*) FROM oth WHERE kind = 2), "
+           "(SELECT count(*) FROM oth WHERE kind = 3), "
+           "(SELECT count(*) FROM oth WHERE kind = 4)";
+  }
+
+ private:
+  static int kind_code(settlement::kind k) {
+    switch (k) {
+      case settlement::kind::retry: return 2;
+      case settlement::kind::dead: return 3;
+      default: return 4;
+    }
+  }
+
+  /// Appends `s` as a double-quoted element of a PostgreSQL array literal.
+  static void append_array_element(std::string& out, std::string_view s) {
+    out += '"';
+    for (char ch : s) {
+      if (ch == '"' || ch == '\\') out += '\\';
+      if (ch != '\0') out += ch;
+    }
+    out += '"';
+  }
+
+  std::string quoted_channel() const {
+    std::string q = "\"";
+    for (char ch : options_.channel) {
+      if (ch == '"') q += '"';
+      q += ch;
+    }
+    return q + "\"";
+  }
+
+  bool drain_notifications(PGconn* c) {
+    bool any = false;
+    while (PGnotify* n = PQnotifies(c)) {
+      any = true;
+      PQfreemem(n);
+    }
+    return any;
+  }
+
+  void rollback_claim(PGconn* c) {
+    in_claim_ = false;
+    PQclear(PQexec(c, "ROLLBACK"));
+  }
+
+  /// The connection, re-established after a loss and with its statements prepared.
+  PGconn* connection() {
+    PGconn* c = detail::handle(*sql_);
+    if (broken_ || PQstatus(c) != CONNECTION_OK) {
+      try {
+        sql_->reconnect();
+      } catch (const std::exception& e) {
+        broken_ = true;
+        throw error(errc::transient, "postgresql", {}, std::string("reconnect: ") + e.what());
+      }
+      c = detail::handle(*sql_);
+      broken_ = false;
+    }
+    if (c != conn_ || !prepared_) {
+      conn_ = c;
+      prepared_ = false;
+      listening_ = false;
+      in_claim_ = false;
+      detail::prepare(c, "outbox_claim", claim_sql);
+      detail::prepare(c, "outbox_settle", settle_sql(options_.retention));
+      detail::prepare(c, "outbox_inbox_insert",
+                      "INSERT INTO outbox_inbox (consumer, event_id, processed_at) VALUES "
+                      "($1, $2::uuid, outbox_ts($3::bigint)) ON CONFLICT DO NOTHING");
+      if (options_.policy == claim_policy::locking)
+        detail::exec(c, ("SET idle_in_transaction_session_timeout = " +
+                         std::to_string(options_.idle_in_transaction_timeout.count()))
+                            .c_str());
+      prepared_ = true;
+    }
+    return c;
+  }
+
+  /// Runs `f` on the live connection; on a connection loss, marks the store for reconnection
+  /// (the open claim, if any, is gone with it) and rethrows as `transient`.
+  template <class F>
+  std::invoke_result_t<F&, PGconn*> run(std::string_view what, F&& f) {
+    PGconn* c = connection();
+    try {
+      return f(c);
+    } catch (const error& e) {
+      if (detail::connection_lost(c, e.native_code())) {
+        broken_ = true;
+        in_claim_ = false;
+        if (e.kind() != errc::transient)
+          throw error(errc::transient, "postgresql", e.native_code(), std::string(what) + ": connection lost");
+      } else if (in_claim_ && options_.policy == claim_policy::locking) {
+        // A failed statement aborts the claim transaction: end it so the batch is free again.
+        rollback_claim(c);
+      }
+      throw;
+    }
+  }
+
+  ::soci::session* sql_;
+  PGconn* conn_;
+  store_options options_;
+  std::mt19937_64 rng_;
+  int wake_fd_;
+  bool prepared_ = false;
+  bool broken_ = false;
+  bool listening_ = false;
+  bool in_claim_ = false;
+};
+
+static_assert(concepts::store<store>);
+
+}  // namespace outbox::postgresql

@@ -1,0 +1,96 @@
+#pragma once
+// The PostgreSQL store fixture: a fresh schema per fixture (search_path), in the database named
+// by OUTBOX_TEST_POSTGRESQL, dropped afterwards. One instantiation per claim policy.
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unistd.h>
+
+#include <soci/soci.h>
+#include <outbox/postgresql/store.hpp>
+#include <outbox/testing/manual_clock.hpp>
+
+#include "services.hpp"
+
+namespace outbox::test {
+
+template <outbox::postgresql::claim_policy Policy>
+struct postgresql_fixture {
+  using store_type = outbox::postgresql::store;
+  using session_type = ::soci::session;
+  static constexpr const char* name =
+      Policy == outbox::postgresql::claim_policy::locking ? "postgresql-locking" : "postgresql-leasing";
+  static constexpr bool single_writer = false;
+  /// Capability: a claim that is never settled frees its rows when its lease expires (leasing)
+  /// rather than when its transaction ends (locking).
+  static constexpr bool leases_expire = Policy == outbox::postgresql::claim_policy::leasing;
+  static constexpr auto policy = Policy;
+
+  postgresql_fixture() {
+    static std::atomic<int> counter{0};
+    schema_ = "outbox_t" + std::to_string(::getpid()) + "_" + std::to_string(counter++);
+    base_ = service_address("OUTBOX_TEST_POSTGRESQL");
+    {
+      session_type admin("postgresql", base_);
+      admin << "DROP SCHEMA IF EXISTS " + schema_ + " CASCADE";
+      admin << "CREATE SCHEMA " + schema_;
+    }
+    auto sql = open_session();
+    outbox::postgresql::migrate(*sql);
+    *sql << "CREATE TABLE orders (id text PRIMARY KEY, total integer NOT NULL)";
+    *sql << "CREATE TABLE applied (seq bigserial PRIMARY KEY, consumer text NOT NULL, "
+            "event_id text NOT NULL, aggregate_id text NOT NULL)";
+  }
+  ~postgresql_fixture() {
+    try {
+      session_type admin("postgresql", base_);
+      admin << "DROP SCHEMA IF EXISTS " + schema_ + " CASCADE";
+    } catch (...) {
+    }
+  }
+  postgresql_fixture(const postgresql_fixture&) = delete;
+  postgresql_fixture& operator=(const postgresql_fixture&) = delete;
+
+  /// The connect string of a session in the fixture's schema.
+  [[nodiscard]] std::string connect_string() const {
+    return base_ + " options='-c search_path=" + schema_ + "'";
+  }
+  std::unique_ptr<session_type> open_session() {
+    return std::make_unique<session_type>("postgresql", connect_string());
+  }
+  std::unique_ptr<store_type> make_store(
+      session_type& sql, outbox::postgresql::retention r = outbox::postgresql::retention::keep) {
+    return std::make_unique<store_type>(
+        sql, outbox::postgresql::store_options{.policy = Policy, .retention = r});
+  }
+  static constexpr auto retentions() {
+    return std::array{outbox::postgresql::retention::keep,
+                      outbox::postgresql::retention::delete_on_publish};
+  }
+  static std::int64_t count(session_type& sql, const std::string& query) {
+    long long n = 0;
+    sql << query, ::soci::into(n);
+    return n;
+  }
+  static auto begin(session_type& sql) { return std::make_unique<::soci::transaction>(sql); }
+  static void insert_order(session_type& sql, const std::string& id, int total) {
+    sql << "INSERT INTO orders (id, total) VALUES (:id, :total)", ::soci::use(id), ::soci::use(total);
+  }
+  static void record_applied(session_type& sql, const std::string& consumer,
+                             const std::string& event_id, const std::string& aggregate_id) {
+    sql << "INSERT INTO applied (consumer, event_id, aggregate_id) VALUES (:c, :e, :a)",
+        ::soci::use(consumer), ::soci::use(event_id), ::soci::use(aggregate_id);
+  }
+
+ private:
+  std::string base_;
+  std::string schema_;
+};
+
+using postgresql_locking_fixture = postgresql_fixture<outbox::postgresql::claim_policy::locking>;
+using postgresql_leasing_fixture = postgresql_fixture<outbox::postgresql::claim_policy::leasing>;
+
+}  // namespace outbox::test
