@@ -59,8 +59,26 @@ struct validation_limits {
 }
 
 namespace detail {
+/// True when a JSON value holds a NUL character in a string or key (valid JSON, but no SQL
+/// text or jsonb column can store it).
+inline bool holds_nul(const nlohmann::json& j) {
+  if (j.is_string()) return j.get_ref<const std::string&>().find('\0') != std::string::npos;
+  if (j.is_object()) {
+    for (const auto& [k, v] : j.items())
+      if (k.find('\0') != std::string::npos || holds_nul(v)) return true;
+    return false;
+  }
+  if (j.is_array()) {
+    for (const auto& v : j)
+      if (holds_nul(v)) return true;
+  }
+  return false;
+}
+
 inline void check_name(std::string_view field, std::string_view value, std::size_t max) {
   if (value.empty()) throw_invalid(std::string(field), "must not be empty");
+  if (value.find('\0') != std::string_view::npos)
+    throw_invalid(std::string(field), "contains a NUL byte");
   if (value.size() > max)
     throw_invalid(std::string(field),
                   "is " + std::to_string(value.size()) + " bytes, limit " + std::to_string(max));
@@ -79,10 +97,17 @@ inline void validate(const event& e, const validation_limits& limits = {}) {
                                  std::to_string(limits.max_payload_bytes));
   // nlohmann's parser also rejects invalid UTF-8 inside JSON strings.
   if (!nlohmann::json::accept(e.payload)) throw_invalid("payload", "is not valid JSON");
+  // "\u0000" is valid JSON but cannot be stored (PostgreSQL jsonb refuses it): look closer only
+  // when the escape appears at all.
+  if (e.payload.find("\\u0000") != std::string::npos &&
+      detail::holds_nul(nlohmann::json::parse(e.payload)))
+    throw_invalid("payload", "contains a NUL character (\\u0000), which no store can keep");
   std::size_t header_bytes = 0;
   for (const auto& [name, value] : e.headers) {
     if (name.empty()) throw_invalid("headers", "a header name is empty");
     if (!is_valid_utf8(name)) throw_invalid("headers", "a header name is not valid UTF-8");
+    if (name.find('\0') != std::string::npos || value.find('\0') != std::string::npos)
+      throw_invalid("headers", "header '" + name + "' contains a NUL byte");
     if (!is_valid_utf8(value))
       throw_invalid("headers", "the value of header '" + name + "' is not valid UTF-8");
     header_bytes += name.size() + value.size();

@@ -151,6 +151,9 @@ BOOST_AUTO_TEST_CASE(refuses_empty_or_oversized_names_naming_the_field) {
   BOOST_TEST(refused_field(e).empty());
   e.event_type = "bad\xff";
   BOOST_TEST(refused_field(e) == "event_type");
+  e = good();
+  e.aggregate_type = std::string("ord\0er", 6);
+  BOOST_TEST(refused_field(e) == "aggregate_type");
 }
 
 BOOST_AUTO_TEST_CASE(refuses_invalid_json_and_payloads_over_the_limit) {
@@ -165,6 +168,12 @@ BOOST_AUTO_TEST_CASE(refuses_invalid_json_and_payloads_over_the_limit) {
   BOOST_TEST(refused_field(e, {.max_payload_bytes = 50}) == "payload");
   BOOST_TEST(refused_field(e, {.max_payload_bytes = 102}).empty());
   e.payload = "[1, 2, {\"nested\": null}, \"caf\xc3\xa9\"]";
+  BOOST_TEST(refused_field(e).empty());
+  e.payload = R"({"s":"a\u0000b"})";  // valid JSON, not storable
+  BOOST_TEST(refused_field(e) == "payload");
+  e.payload = R"({"k":[{"a\u0000":1}]})";
+  BOOST_TEST(refused_field(e) == "payload");
+  e.payload = R"({"s":"\\u0000 is only text here"})";  // an escaped backslash, then text
   BOOST_TEST(refused_field(e).empty());
 }
 

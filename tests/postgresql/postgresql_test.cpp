@@ -1,0 +1,215 @@
+// PostgreSQL-specific behaviour: migrations, error mapping, LISTEN/NOTIFY wake-up, reconnection
+// after pg_terminate_backend, four relays on 20,000 events.
+#define BOOST_TEST_MODULE postgresql
+#define BOOST_TEST_NO_MAIN
+#include <boost/test/unit_test.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <outbox/outbox.hpp>
+#include <outbox/testing/memory_transport.hpp>
+
+#include "../support/postgresql_fixture.hpp"
+
+using namespace std::chrono_literals;
+using outbox::postgresql::claim_policy;
+using outbox::test::postgresql_leasing_fixture;
+using outbox::test::postgresql_locking_fixture;
+using policies = std::tuple<postgresql_locking_fixture, postgresql_leasing_fixture>;
+
+namespace {
+
+template <class Fixture>
+void enqueue_many(Fixture& fx, int n, int aggregates) {
+  auto sql = fx.open_session();
+  auto st = fx.make_store(*sql);
+  outbox::writer w(*st);
+  std::vector<outbox::event> events;
+  for (int i = 0; i < n; ++i)
+    events.push_back({"order", std::to_string(i % aggregates), "placed",
+                      R"({"i":)" + std::to_string(i) + "}", {}});
+  soci::transaction tx(*sql);
+  w.enqueue(*sql, events);
+  tx.commit();
+}
+
+/// Waits (bounded) until `pred` holds.
+template <class Pred>
+bool eventually(Pred pred, std::chrono::seconds limit = 60s) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return pred();
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(migrate_is_idempotent_and_records_every_version) {
+  postgresql_locking_fixture fx;
+  auto sql = fx.open_session();
+  const int n = static_cast<int>(std::size(outbox::postgresql::migrations));
+  BOOST_TEST(outbox::postgresql::migrate(*sql) == n);
+  BOOST_TEST(outbox::postgresql::migrate(*sql) == n);
+  BOOST_TEST(postgresql_locking_fixture::count(*sql, "SELECT count(*) FROM outbox_schema_migrations") == n);
+}
+
+BOOST_AUTO_TEST_CASE(errors_are_mapped_by_sqlstate) {
+  postgresql_locking_fixture fx;
+  auto sql = fx.open_session();
+  outbox::postgresql::store st(*sql);
+  const outbox::event e{"order", "1", "placed", "{}", {}};
+  const outbox::outgoing row{outbox::make_uuid_v7(), &e, "{}", std::chrono::system_clock::now()};
+  st.append(*sql, std::span(&row, 1));
+  try {
+    st.append(*sql, std::span(&row, 1));
+    BOOST_ERROR("expected a duplicate");
+  } catch (const outbox::error& err) {
+    BOOST_TEST((err.kind() == outbox::errc::duplicate));
+    BOOST_TEST(err.native_code() == "23505");
+    BOOST_TEST(err.adapter() == "postgresql");
+  }
+  // A database that was never migrated: misconfigured, not retried forever.
+  soci::session bare("postgresql", outbox::test::service_address("OUTBOX_TEST_POSTGRESQL") +
+                                       " options='-c search_path=outbox_no_such_schema'");
+  outbox::postgresql::store unmigrated(bare);
+  try {
+    (void)unmigrated.claim({"r", 10, std::chrono::system_clock::now(), 30s});
+    BOOST_ERROR("expected an error");
+  } catch (const outbox::error& err) {
+    BOOST_TEST((err.kind() == outbox::errc::misconfigured), err.what());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(user_text_is_bound_and_bad_json_is_refused_before_sql) {
+  postgresql_leasing_fixture fx;
+  auto sql = fx.open_session();
+  auto st = fx.make_store(*sql);
+  outbox::writer w(*st);
+  soci::transaction tx(*sql);
+  postgresql_leasing_fixture::insert_order(*sql, "o-1", 1);
+  for (const char* bad : {"{not json", R"({"s":"a\u0000b"})"}) {
+    try {
+      w.enqueue(*sql, outbox::event{"order", "1", "placed", bad, {}});
+      BOOST_ERROR("accepted " << bad);
+    } catch (const outbox::error& e) {
+      BOOST_TEST(e.field() == "payload");
+    }
+  }
+  // Quotes and SQL in every field travel as data.
+  const std::string nasty = "'; DROP TABLE outbox; --";
+  w.enqueue(*sql, outbox::event{nasty, nasty, nasty, R"({"q":"'; DROP TABLE outbox; --"})",
+                                {{nasty, nasty}}});
+  postgresql_leasing_fixture::insert_order(*sql, "o-2", 2);
+  tx.commit();  // still usable after the refusals
+  BOOST_TEST(postgresql_leasing_fixture::count(*sql, "SELECT count(*) FROM orders") == 2);
+  auto batch = st->claim({"r", 10, std::chrono::system_clock::now(), 30s});
+  BOOST_TEST_REQUIRE(batch.size() == 1u);
+  BOOST_TEST(batch.messages[0].aggregate_type == nasty);
+  BOOST_TEST(batch.messages[0].headers.at(nasty) == nasty);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(notify_wakes_an_idle_relay_on_commit_even_for_rows_written_by_others,
+                              Fixture, policies) {
+  Fixture fx;
+  auto relay_sql = fx.open_session();
+  auto relay_store = fx.make_store(*relay_sql);
+  outbox::testing::memory_transport t;
+  // Idle polls of 30 s: only a notification can make the relay publish within the wait below.
+  outbox::relay relay(*relay_store, t,
+                      {.lease = 60s, .publish_timeout = 10s, .idle_poll_min = 30s,
+                       .idle_poll_max = 30s});
+  std::jthread runner([&](std::stop_token st) { relay.run(st); });
+  std::this_thread::sleep_for(200ms);  // let it fall asleep on the empty outbox
+
+  auto other = fx.open_session();  // another program, plain SQL, no library
+  {
+    soci::transaction tx(*other);
+    *other << "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload, "
+              "created_at) VALUES ('" + outbox::make_uuid_v7().to_string() +
+                  "', 'order', '9', 'placed', '{}', now())";
+    std::this_thread::sleep_for(300ms);
+    BOOST_TEST(t.published_count() == 0u);  // not before the commit
+    tx.commit();
+  }
+  BOOST_TEST(eventually([&] { return t.published_count() == 1; }, 10s));
+  runner.request_stop();
+  runner.join();  // the stop callback interrupts the 30 s wait
+  BOOST_TEST(relay.stats().published == 1u);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_relay_whose_backend_is_terminated_mid_batch_reconnects_and_loses_nothing,
+                              Fixture, policies) {
+  Fixture fx;
+  constexpr int n = 300;
+  enqueue_many(fx, n, 300);
+  auto relay_sql = fx.open_session();
+  auto relay_store = fx.make_store(*relay_sql);
+  const int pid = relay_store->backend_pid();
+  // Slow confirms keep each batch in flight long enough to be cut in the middle.
+  outbox::testing::memory_transport t({.confirm_latency = 300ms});
+  outbox::relay relay(*relay_store, t,
+                      {.batch_size = 50, .lease = 5s, .publish_timeout = 2s, .idle_poll_min = 5ms,
+                       .idle_poll_max = 50ms},
+                      outbox::exponential_backoff{.initial = 10ms, .max_delay = 100ms});
+  std::jthread runner([&](std::stop_token st) { relay.run(st); });
+  BOOST_TEST_REQUIRE(eventually([&] { return t.published_count() > 0; }));
+  {
+    auto admin = fx.open_session();
+    int killed = 0;
+    *admin << "SELECT pg_terminate_backend(" + std::to_string(pid) + ")::int", soci::into(killed);
+    BOOST_TEST(killed == 1);
+  }
+  auto check_sql = fx.open_session();
+  auto check = fx.make_store(*check_sql);
+  BOOST_TEST(eventually([&] { return check->stats(std::chrono::system_clock::now()).pending == 0 &&
+                                     check->stats(std::chrono::system_clock::now()).in_flight == 0; }));
+  runner.request_stop();
+  runner.join();
+  // Locking: the claim transaction died with the connection, the batch was rolled back and the
+  // relay backed off. Leasing: the lease survived, so the settle retry reconnected and settled it.
+  if constexpr (Fixture::policy == claim_policy::locking) BOOST_TEST(relay.stats().errors >= 1u);
+  BOOST_TEST(relay_store->backend_pid() != pid);  // back on a new connection
+  // Every event reached the wire; the cut batch may have gone twice (at-least-once), never lost.
+  std::set<outbox::uuid> ids;
+  for (const auto& m : t.wire()) ids.insert(m.id);
+  BOOST_TEST(ids.size() == static_cast<std::size_t>(n));
+  BOOST_TEST(fx.count(*check_sql, "SELECT count(*) FROM outbox WHERE state = 1") == n);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(four_relays_drain_20000_events_each_published_once, Fixture,
+                              policies) {
+  Fixture fx;
+  constexpr int n = 20'000;
+  enqueue_many(fx, n, 1000);
+  outbox::testing::memory_transport t({.confirm_latency = 100us, .deliver = false});
+  std::vector<std::thread> relays;
+  std::atomic<std::uint64_t> published{0};
+  for (int r = 0; r < 4; ++r) {
+    relays.emplace_back([&, r] {
+      auto sql = fx.open_session();
+      auto st = fx.make_store(*sql);
+      outbox::relay relay(*st, t, {.batch_size = 200, .owner = "relay-" + std::to_string(r)});
+      eventually([&] {
+        if (relay.run_once() > 0) return false;
+        return st->stats(std::chrono::system_clock::now()).pending == 0;
+      });
+      published += relay.stats().published;
+    });
+  }
+  for (auto& r : relays) r.join();
+  BOOST_TEST(published.load() == static_cast<std::uint64_t>(n));
+  const auto wire = t.wire();
+  std::set<outbox::uuid> ids;
+  for (const auto& m : wire) ids.insert(m.id);
+  BOOST_TEST(wire.size() == static_cast<std::size_t>(n));  // no crash here: nothing twice
+  BOOST_TEST(ids.size() == static_cast<std::size_t>(n));
+}
+
+OUTBOX_TEST_MAIN_REQUIRING("OUTBOX_TEST_POSTGRESQL")
