@@ -327,6 +327,7 @@ start_postgresql() {
 
     # Loopback only, our port, the socket in our directory (not /var/run/postgresql), logical
     # decoding available, and no fsync: a test cluster does not need to survive a power cut.
+    # Benchmarks that measure commits set OUTBOX_PG_FSYNC=on to get a durable server.
     cat >>"$data/postgresql.conf" <<EOF
 
 # --- added by $PROG for outbox's tests ---
@@ -337,8 +338,8 @@ max_connections = 200
 wal_level = logical
 max_wal_senders = 10
 max_replication_slots = 10
-fsync = off
-full_page_writes = off
+fsync = ${OUTBOX_PG_FSYNC:-off}
+full_page_writes = ${OUTBOX_PG_FSYNC:-off}
 EOF
 
     # -w waits until the server accepts connections.

@@ -35,6 +35,7 @@ struct postgresql_fixture {
     base_ = service_address("OUTBOX_TEST_POSTGRESQL");
     {
       session_type admin("postgresql", base_);
+      admin << "SET client_min_messages = warning";
       admin << "DROP SCHEMA IF EXISTS " + schema_ + " CASCADE";
       admin << "CREATE SCHEMA " + schema_;
     }
@@ -47,6 +48,7 @@ struct postgresql_fixture {
   ~postgresql_fixture() {
     try {
       session_type admin("postgresql", base_);
+      admin << "SET client_min_messages = warning";
       admin << "DROP SCHEMA IF EXISTS " + schema_ + " CASCADE";
     } catch (...) {
     }
@@ -56,7 +58,7 @@ struct postgresql_fixture {
 
   /// The connect string of a session in the fixture's schema.
   [[nodiscard]] std::string connect_string() const {
-    return base_ + " options='-c search_path=" + schema_ + "'";
+    return base_ + " options='-c search_path=" + schema_ + " -c client_min_messages=warning'";
   }
   std::unique_ptr<session_type> open_session() {
     return std::make_unique<session_type>("postgresql", connect_string());

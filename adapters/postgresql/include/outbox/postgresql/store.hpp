@@ -54,6 +54,7 @@ struct store_options {
   /// (`idle_in_transaction_session_timeout`); keep it above the relay's publish timeout.
   std::chrono::milliseconds idle_in_transaction_timeout{60'000};
   std::string channel = "outbox";  ///< NOTIFY channel of the schema's trigger.
+  bool listen = true;  ///< Wake an idle relay by LISTEN/NOTIFY; false = poll only.
 };
 
 /// Applies the migrations of `sql/postgresql/` the database does not have yet, in one
@@ -289,16 +290,18 @@ class store {
   /// @returns true when woken by a notification or an interrupt.
   bool wait_for_work(std::chrono::milliseconds timeout) {
     int sock = -1;
-    try {
-      PGconn* c = connection();
-      if (!listening_) {
-        detail::exec(c, ("LISTEN " + quoted_channel()).c_str());
-        listening_ = true;
+    if (options_.listen) {
+      try {
+        PGconn* c = connection();
+        if (!listening_) {
+          detail::exec(c, ("LISTEN " + quoted_channel()).c_str());
+          listening_ = true;
+        }
+        if (drain_notifications(c)) return true;
+        sock = PQsocket(c);
+      } catch (const error&) {
+        sock = -1;  // degrade to a plain sleep; the next claim reconnects
       }
-      if (drain_notifications(c)) return true;
-      sock = PQsocket(c);
-    } catch (const error&) {
-      sock = -1;
     }
     pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {sock, POLLIN, 0}};
     const int n = ::poll(fds, sock >= 0 ? 2 : 1, static_cast<int>(timeout.count()));
@@ -467,17 +470,19 @@ class store {
   /// The claim, one statement for both policies. $1 lease expiry (us), $2 owner, $3 fencing
   /// token, $4 now (us), $5 limit. `c` locks candidates (skipping rows locked by other
   /// claims); `ok` keeps a candidate only if every earlier pending row of its aggregate is a
-  /// candidate too.
+  /// candidate too. That test is a scalar subquery on purpose: written as NOT EXISTS, the
+  /// planner turned it into a hash anti-join over a scan of the whole outbox (55 ms per claim
+  /// of 500 on 100,000 rows); as a scalar subquery it stays one index probe per candidate.
   static constexpr std::string_view claim_sql =
       "WITH c AS ("
       " SELECT seq, aggregate_type, aggregate_id FROM outbox"
       " WHERE state = 0 AND available_at <= outbox_ts($4::bigint)"
       " ORDER BY seq LIMIT $5 FOR UPDATE SKIP LOCKED),"
       " ok AS ("
-      " SELECT c.seq FROM c WHERE NOT EXISTS ("
-      "  SELECT 1 FROM outbox p WHERE p.state = 0 AND p.aggregate_type = c.aggregate_type"
+      " SELECT c.seq FROM c WHERE ("
+      "  SELECT p.seq FROM outbox p WHERE p.state = 0 AND p.aggregate_type = c.aggregate_type"
       "   AND p.aggregate_id = c.aggregate_id AND p.seq < c.seq"
-      "   AND NOT EXISTS (SELECT 1 FROM c c2 WHERE c2.seq = p.seq)))"
+      "   AND NOT EXISTS (SELECT 1 FROM c c2 WHERE c2.seq = p.seq) LIMIT 1) IS NULL)"
       " UPDATE outbox o SET available_at = outbox_ts($1::bigint), lease_owner = $2,"
       " lease_token = $3, attempts = o.attempts + 1 FROM ok WHERE o.seq = ok.seq"
       " RETURNING o.seq, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type,"

@@ -1,0 +1,237 @@
+// Relay throughput on PostgreSQL, for each claim policy x retention mode, on the same rows in
+// one run:
+//   relay    outbox::relay with the in-memory transport at a simulated confirm round trip;
+//   bare     the same claim and settle statements through libpq, no transport, no C++ objects;
+//   naive    the relay of the seed articles: BEGIN; SELECT 100 ... FOR UPDATE SKIP LOCKED; per
+//            row publish one, wait for its confirm, UPDATE that row; COMMIT.
+// Every run starts from the same 100,000 pending rows (copied back from a pristine table);
+// relay and bare run twice each, in ABBA order, and the best of each is compared.
+//
+// Usage: postgresql_relay_bench [--rows N] [--batch N] [--latency-us N]
+// Server: OUTBOX_TEST_POSTGRESQL (libpq conninfo). Uses (and drops) the schema outbox_bench.
+
+#include <sys/prctl.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <iostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <soci/soci.h>
+
+#include <outbox/outbox.hpp>
+#include <outbox/postgresql/store.hpp>
+#include <outbox/testing/memory_transport.hpp>
+
+using namespace std::chrono_literals;
+namespace pg = outbox::postgresql;
+namespace pd = outbox::postgresql::detail;
+
+namespace {
+
+struct args {
+  long rows = 100'000;
+  long batch = 500;
+  long latency_us = 100;
+};
+
+std::string connect_string() {
+  const char* base = std::getenv("OUTBOX_TEST_POSTGRESQL");
+  if (!base || !*base) {
+    std::cerr << "postgresql_relay_bench: set OUTBOX_TEST_POSTGRESQL (libpq conninfo)\n";
+    std::exit(2);
+  }
+  return std::string(base) + " options='-c search_path=outbox_bench -c client_min_messages=warning'";
+}
+
+void build(soci::session& sql, long rows) {
+  sql << "DROP SCHEMA IF EXISTS outbox_bench CASCADE";
+  sql << "CREATE SCHEMA outbox_bench";
+  pg::migrate(sql);
+  pg::store st(sql);
+  outbox::writer w(st);
+  std::vector<outbox::event> chunk;
+  for (long i = 0; i < rows;) {
+    soci::transaction tx(sql);
+    chunk.clear();
+    for (int k = 0; k < 1000 && i < rows; ++k, ++i)
+      chunk.push_back(outbox::event{
+          "order", std::to_string(i), "order_placed",
+          R"({"order_id":)" + std::to_string(i) +
+              R"(,"customer":"customer-00042","currency":"EUR","total_cents":123456,)"
+              R"("lines":[{"sku":"SKU-0001","qty":2,"price_cents":1999},)"
+              R"({"sku":"SKU-0002","qty":1,"price_cents":8999}],"note":"leave at the door"})",
+          {}});
+    w.enqueue(sql, chunk);
+    tx.commit();
+  }
+  sql << "CREATE TABLE outbox_pristine AS SELECT * FROM outbox";
+}
+
+/// Puts the outbox back to the pristine pending rows.
+void reset(soci::session& sql) {
+  sql << "TRUNCATE outbox";
+  sql << "INSERT INTO outbox OVERRIDING SYSTEM VALUE SELECT * FROM outbox_pristine";
+  sql << "VACUUM ANALYZE outbox";
+}
+
+struct result {
+  double seconds = 0;
+  long rows = 0;
+  [[nodiscard]] double rate() const { return static_cast<double>(rows) / seconds; }
+};
+
+result timed(soci::session& sql, long rows, const std::function<void()>& body) {
+  const auto t0 = std::chrono::steady_clock::now();
+  body();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  long long left = 0;
+  sql << "SELECT count(*) FROM outbox WHERE state = 0", soci::into(left);
+  if (left != 0) {
+    std::cerr << "bench: " << left << " rows left pending: the run is invalid\n";
+    std::exit(1);
+  }
+  return {s, rows};
+}
+
+outbox::testing::memory_transport_options sink(const args& a) {
+  return {.confirm_latency = std::chrono::microseconds(a.latency_us), .deliver = false,
+          .record = false};
+}
+
+result run_relay(soci::session& check, const args& a, pg::claim_policy p, pg::retention r) {
+  soci::session sql("postgresql", connect_string());
+  pg::store st(sql, {.policy = p, .retention = r});
+  outbox::testing::memory_transport t(sink(a));
+  outbox::relay relay(st, t, {.batch_size = static_cast<std::size_t>(a.batch)});
+  return timed(check, a.rows, [&] { while (relay.run_once() > 0) {} });
+}
+
+result run_bare(soci::session& check, const args& a, pg::claim_policy p, pg::retention r) {
+  soci::session sql("postgresql", connect_string());
+  PGconn* c = pd::handle(sql);
+  pd::prepare(c, "bare_claim", pg::store::claim_sql);
+  pd::prepare(c, "bare_settle", pg::store::settle_sql(r));
+  const bool locking = p == pg::claim_policy::locking;
+  return timed(check, a.rows, [&] {
+    for (std::int64_t token = 1;; ++token) {
+      const auto now = pd::to_us(std::chrono::system_clock::now());
+      if (locking) pd::exec(c, "BEGIN");
+      auto claimed = pd::exec_prepared(
+          c, "bare_claim",
+          pd::params().add(now + 30'000'000).add("bare").add(token).add(now).add(std::int64_t{a.batch}),
+          "claim");
+      if (claimed.rows() == 0) {
+        if (locking) pd::exec(c, "ROLLBACK");
+        break;
+      }
+      std::string ids = "{";
+      std::size_t bytes = 0;
+      for (int i = 0; i < claimed.rows(); ++i) {
+        if (i) ids += ',';
+        ids += claimed.text(i, 0);
+        bytes += claimed.text(i, 5).size();  // a relay must read the payload
+      }
+      ids += '}';
+      if (bytes == 0) std::abort();
+      pd::exec_prepared(c, "bare_settle",
+                        pd::params().add(token).add(now).add(ids).add("{}").add("{}").add("{}").add("{}"),
+                        "settle");
+      if (locking) pd::exec(c, "COMMIT");
+    }
+  });
+}
+
+result run_naive(soci::session& check, const args& a) {
+  soci::session sql("postgresql", connect_string());
+  PGconn* c = pd::handle(sql);
+  outbox::testing::memory_transport t(sink(a));
+  pd::prepare(c, "naive_select",
+              "SELECT seq, event_id, aggregate_type, aggregate_id, event_type, payload::text "
+              "FROM outbox WHERE state = 0 ORDER BY seq LIMIT 100 FOR UPDATE SKIP LOCKED");
+  pd::prepare(c, "naive_mark", "UPDATE outbox SET state = 1, published_at = now() WHERE seq = $1");
+  return timed(check, a.rows, [&] {
+    for (;;) {
+      pd::exec(c, "BEGIN");
+      auto rows = pd::exec_prepared(c, "naive_select", pd::params(), "select");
+      if (rows.rows() == 0) {
+        pd::exec(c, "ROLLBACK");
+        break;
+      }
+      for (int i = 0; i < rows.rows(); ++i) {
+        outbox::message m;
+        m.sequence = rows.int64(i, 0);
+        m.id = outbox::uuid::parse(rows.text(i, 1)).value();
+        m.aggregate_type = rows.text(i, 2);
+        m.aggregate_id = rows.text(i, 3);
+        m.event_type = rows.text(i, 4);
+        m.payload = rows.text(i, 5);
+        const auto res = t.publish(std::span(&m, 1), std::chrono::steady_clock::now() + 10s);
+        if (res.size() != 1 || !res[0].confirmed) std::abort();
+        pd::exec_prepared(c, "naive_mark", pd::params().add(m.sequence), "mark");
+      }
+      pd::exec(c, "COMMIT");
+    }
+  });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  args a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string_view k = argv[i];
+    if (k == "--rows") a.rows = std::strtol(argv[i + 1], nullptr, 10);
+    else if (k == "--batch") a.batch = std::strtol(argv[i + 1], nullptr, 10);
+    else if (k == "--latency-us") a.latency_us = std::strtol(argv[i + 1], nullptr, 10);
+    else {
+      std::cerr << "usage: postgresql_relay_bench [--rows N] [--batch N] [--latency-us N]\n";
+      return 2;
+    }
+  }
+  ::prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);  // keep simulated round trips honest
+  soci::session sql("postgresql", connect_string());
+  std::string fsync;
+  sql << "SHOW fsync", soci::into(fsync);
+  std::cout << "postgresql relay benchmark: " << a.rows << " rows, batch " << a.batch
+            << ", simulated confirm " << a.latency_us << " us, server fsync=" << fsync << "\n";
+  build(sql, a.rows);
+
+  const auto line = [](const std::string& name, const result& r) {
+    std::printf("%-34s %10.0f events/s  (%.2f s)\n", name.c_str(), r.rate(), r.seconds);
+  };
+  reset(sql);
+  const result naive = run_naive(sql, a);
+  line("naive (select 100, publish+update one)", naive);
+
+  for (auto p : {pg::claim_policy::locking, pg::claim_policy::leasing}) {
+    for (auto r : {pg::retention::keep, pg::retention::delete_on_publish}) {
+      const std::string name = std::string(p == pg::claim_policy::locking ? "locking" : "leasing") +
+                               "/" + (r == pg::retention::keep ? "keep" : "delete");
+      // Two rounds in ABBA order, best of each: the first run after a reset pays for hint bits
+      // and autovacuum, and the machine is shared.
+      const auto best = [](const result& x, const result& y) { return x.rate() >= y.rate() ? x : y; };
+      reset(sql);
+      result relay = run_relay(sql, a, p, r);
+      reset(sql);
+      result bare = run_bare(sql, a, p, r);
+      reset(sql);
+      bare = best(bare, run_bare(sql, a, p, r));
+      reset(sql);
+      relay = best(relay, run_relay(sql, a, p, r));
+      line(name + " relay", relay);
+      line(name + " bare SQL", bare);
+      std::printf("ratio %s relay/bare-sql %.2f\n", name.c_str(), relay.rate() / bare.rate());
+      std::printf("ratio %s relay/naive %.2f\n", name.c_str(), relay.rate() / naive.rate());
+    }
+  }
+  sql << "DROP SCHEMA outbox_bench CASCADE";
+  return 0;
+} catch (const std::exception& e) {
+  std::cerr << "bench: " << e.what() << "\n";
+  return 1;
+}
