@@ -43,13 +43,22 @@ CREATE INDEX outbox_pending_by_aggregate ON outbox (aggregate_type, aggregate_id
 CREATE INDEX outbox_settled ON outbox (state, seq) WHERE state <> 0;
 
 -- Wake relays on commit: a statement-level trigger, so rows written by any program (not only
--- this library) wake the relay too; NOTIFY is delivered only when the transaction commits, and
--- several notifications of one transaction on one channel with one payload are folded into one.
+-- this library) wake the relay too; NOTIFY is delivered only when the transaction commits.
+-- It notifies only when no older row is pending: otherwise the relay is busy (it never sleeps
+-- between full batches) or has been woken already. This matters: a transaction that issued
+-- NOTIFY takes a database-wide lock at commit, so notifying on every insert serializes all
+-- writers' commits (measured: 8 writers kept 0.28 of their throughput). A wake-up missed in a
+-- race with the relay going idle is caught by its polling fallback, which is short right after
+-- activity (it doubles from 5 ms).
 CREATE FUNCTION outbox_notify() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-  PERFORM pg_notify('outbox', '');
+  IF NOT EXISTS (SELECT 1 FROM outbox
+                 WHERE state = 0 AND seq < (SELECT min(seq) FROM outbox_new_rows)) THEN
+    PERFORM pg_notify('outbox', '');
+  END IF;
   RETURN NULL;
 END;
 $$;
 CREATE TRIGGER outbox_notify AFTER INSERT ON outbox
+  REFERENCING NEW TABLE AS outbox_new_rows
   FOR EACH STATEMENT EXECUTE FUNCTION outbox_notify();

@@ -1,0 +1,155 @@
+// Commit-to-confirm latency on PostgreSQL at a steady 500 events/s (one transaction per event):
+// the relay woken by LISTEN/NOTIFY against the same relay polling every second, as the seed
+// articles do. Prints p50 and p99 of each, in one run.
+//
+// Usage: postgresql_wakeup_bench [--seconds N] [--rate N]
+// Server: OUTBOX_TEST_POSTGRESQL (libpq conninfo); uses (and drops) the schema outbox_lbench.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include <soci/soci.h>
+
+#include <outbox/outbox.hpp>
+#include <outbox/postgresql/store.hpp>
+#include <outbox/testing/memory_transport.hpp>
+
+using namespace std::chrono_literals;
+namespace pg = outbox::postgresql;
+using steady = std::chrono::steady_clock;
+
+namespace {
+
+std::string connect_string() {
+  const char* base = std::getenv("OUTBOX_TEST_POSTGRESQL");
+  if (!base || !*base) {
+    std::cerr << "postgresql_wakeup_bench: set OUTBOX_TEST_POSTGRESQL (libpq conninfo)\n";
+    std::exit(2);
+  }
+  return std::string(base) + " options='-c search_path=outbox_lbench -c client_min_messages=warning'";
+}
+
+/// The in-memory transport, noting when each message was confirmed.
+class timing_transport {
+ public:
+  std::vector<outbox::publish_result> publish(std::span<const outbox::message> batch,
+                                              steady::time_point until) {
+    auto results = inner_.publish(batch, until);
+    const auto now = steady::now();
+    std::lock_guard lock(mutex_);
+    for (const auto& r : results)
+      if (r.confirmed) confirmed_at_.emplace(r.id, now);
+    return results;
+  }
+  std::unordered_map<outbox::uuid, steady::time_point> confirmed() {
+    std::lock_guard lock(mutex_);
+    return confirmed_at_;
+  }
+
+ private:
+  outbox::testing::memory_transport inner_{{.confirm_latency = 100us, .deliver = false, .record = false}};
+  std::mutex mutex_;
+  std::unordered_map<outbox::uuid, steady::time_point> confirmed_at_;
+};
+
+struct percentiles {
+  double p50 = 0, p99 = 0, max = 0;
+  std::size_t n = 0;
+};
+
+percentiles run(bool listen, double seconds, int rate) {
+  {
+    soci::session admin("postgresql", connect_string());
+    admin << "TRUNCATE outbox";
+  }
+  soci::session relay_sql("postgresql", connect_string());
+  pg::store relay_store(relay_sql, {.listen = listen});
+  timing_transport transport;
+  // Polling as the seed articles do: every second. With LISTEN/NOTIFY the idle polls are only a
+  // fallback (library defaults).
+  outbox::relay_options options;
+  if (!listen) options.idle_poll_min = options.idle_poll_max = 1s;
+  outbox::relay relay(relay_store, transport, options);
+  std::jthread runner([&](std::stop_token st) { relay.run(st); });
+
+  soci::session app("postgresql", connect_string());
+  pg::store app_store(app);
+  outbox::writer w(app_store);
+  std::vector<std::pair<outbox::uuid, steady::time_point>> committed;
+  const auto interval = std::chrono::duration<double>(1.0 / rate);
+  const auto start = steady::now();
+  const auto total = static_cast<long>(seconds * rate);
+  for (long i = 0; i < total; ++i) {
+    std::this_thread::sleep_until(start + std::chrono::duration_cast<steady::duration>(interval * i));
+    soci::transaction tx(app);
+    const auto id = w.enqueue(app, outbox::event{"order", std::to_string(i), "order_placed",
+                                                 R"({"n":)" + std::to_string(i) + "}", {}});
+    tx.commit();
+    committed.emplace_back(id, steady::now());
+  }
+  const auto deadline = steady::now() + 10s;
+  while (relay.stats().published < static_cast<std::uint64_t>(total) && steady::now() < deadline)
+    std::this_thread::sleep_for(10ms);
+  runner.request_stop();
+  runner.join();
+  const auto confirmed = transport.confirmed();
+  std::vector<double> ms;
+  for (const auto& [id, at] : committed) {
+    auto it = confirmed.find(id);
+    if (it != confirmed.end())
+      ms.push_back(std::chrono::duration<double, std::milli>(it->second - at).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  percentiles p;
+  p.n = ms.size();
+  if (!ms.empty()) {
+    p.p50 = ms[ms.size() / 2];
+    p.p99 = ms[std::min(ms.size() - 1, ms.size() * 99 / 100)];
+    p.max = ms.back();
+  }
+  if (p.n != static_cast<std::size_t>(total))
+    std::cerr << "bench: only " << p.n << " of " << total << " events confirmed\n";
+  return p;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  double seconds = 6;
+  int rate = 500;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string_view k = argv[i];
+    if (k == "--seconds") seconds = std::strtod(argv[i + 1], nullptr);
+    else if (k == "--rate") rate = std::atoi(argv[i + 1]);
+  }
+  {
+    soci::session admin("postgresql", connect_string());
+    admin << "DROP SCHEMA IF EXISTS outbox_lbench CASCADE";
+    admin << "CREATE SCHEMA outbox_lbench";
+    pg::migrate(admin);
+  }
+  std::cout << "postgresql wake-up benchmark: " << rate << " events/s for " << seconds
+            << " s, one transaction per event, commit to confirm\n";
+  const auto notify = run(true, seconds, rate);
+  const auto poll = run(false, seconds, rate);
+  std::printf("listen/notify   p50 %7.2f ms  p99 %7.2f ms  max %7.2f ms  (%zu events)\n", notify.p50,
+              notify.p99, notify.max, notify.n);
+  std::printf("poll every 1 s  p50 %7.2f ms  p99 %7.2f ms  max %7.2f ms  (%zu events)\n", poll.p50,
+              poll.p99, poll.max, poll.n);
+  std::printf("ratio p99 poll/notify %.1f\n", poll.p99 / notify.p99);
+  soci::session admin("postgresql", connect_string());
+  admin << "DROP SCHEMA outbox_lbench CASCADE";
+  return 0;
+} catch (const std::exception& e) {
+  std::cerr << "bench: " << e.what() << "\n";
+  return 1;
+}

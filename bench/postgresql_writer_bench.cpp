@@ -1,0 +1,114 @@
+// Writer overhead on PostgreSQL: a business transaction (one INSERT) without and with one
+// enqueued event, as a 1:1 mix in one run (alternating, so both see the same machine), with 1
+// and 8 client threads. Prints transactions/s of each and the ratio with/without.
+//
+// Usage: postgresql_writer_bench [--seconds N]
+// Server: OUTBOX_TEST_POSTGRESQL (libpq conninfo); uses (and drops) the schema outbox_wbench.
+// Run it against a server with fsync on (scripts/services.sh: OUTBOX_PG_FSYNC=on): commits are
+// what is measured.
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <soci/soci.h>
+
+#include <outbox/outbox.hpp>
+#include <outbox/postgresql/store.hpp>
+
+namespace pg = outbox::postgresql;
+
+namespace {
+
+std::string connect_string() {
+  const char* base = std::getenv("OUTBOX_TEST_POSTGRESQL");
+  if (!base || !*base) {
+    std::cerr << "postgresql_writer_bench: set OUTBOX_TEST_POSTGRESQL (libpq conninfo)\n";
+    std::exit(2);
+  }
+  return std::string(base) + " options='-c search_path=outbox_wbench -c client_min_messages=warning'";
+}
+
+struct tally {
+  long long count = 0;
+  double seconds = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  double seconds = 5;
+  for (int i = 1; i + 1 < argc; i += 2)
+    if (std::string_view(argv[i]) == "--seconds") seconds = std::strtod(argv[i + 1], nullptr);
+  {
+    soci::session admin("postgresql", connect_string());
+    admin << "DROP SCHEMA IF EXISTS outbox_wbench CASCADE";
+    admin << "CREATE SCHEMA outbox_wbench";
+    pg::migrate(admin);
+    admin << "CREATE TABLE bench_orders (id bigserial PRIMARY KEY, customer text NOT NULL, "
+             "total_cents integer NOT NULL)";
+    std::string fsync, sync_commit;
+    admin << "SHOW fsync", soci::into(fsync);
+    admin << "SHOW synchronous_commit", soci::into(sync_commit);
+    std::cout << "postgresql writer benchmark: " << seconds << " s per thread count, fsync=" << fsync
+              << ", synchronous_commit=" << sync_commit << "\n";
+  }
+  for (int threads : {1, 8}) {
+    std::vector<tally> without(static_cast<std::size_t>(threads)), with(static_cast<std::size_t>(threads));
+    std::vector<std::thread> pool;
+    std::atomic<bool> go{false};
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        soci::session sql("postgresql", connect_string());
+        pg::store st(sql);
+        outbox::writer w(st);
+        const std::string customer = "customer-" + std::to_string(t);
+        const int total = 1999;
+        while (!go) std::this_thread::yield();
+        const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+        for (long i = 0; std::chrono::steady_clock::now() < end; ++i) {
+          const bool enqueue = i % 2 == 1;
+          const auto t0 = std::chrono::steady_clock::now();
+          {
+            soci::transaction tx(sql);
+            long long id = 0;
+            sql << "INSERT INTO bench_orders (customer, total_cents) VALUES (:c, :t) RETURNING id",
+                soci::use(customer), soci::use(total), soci::into(id);
+            if (enqueue)
+              w.enqueue(sql, outbox::event{"order", std::to_string(id), "order_placed",
+                                           R"({"customer":")" + customer +
+                                               R"(","total_cents":1999})",
+                                           {}});
+            tx.commit();
+          }
+          const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          auto& k = enqueue ? with[static_cast<std::size_t>(t)] : without[static_cast<std::size_t>(t)];
+          ++k.count;
+          k.seconds += dt;
+        }
+      });
+    }
+    go = true;
+    for (auto& th : pool) th.join();
+    tally a, b;
+    for (const auto& x : without) a.count += x.count, a.seconds += x.seconds;
+    for (const auto& x : with) b.count += x.count, b.seconds += x.seconds;
+    // Rate = transactions per second of busy client time, times the number of clients.
+    const double ra = static_cast<double>(a.count) / a.seconds * threads;
+    const double rb = static_cast<double>(b.count) / b.seconds * threads;
+    std::printf("threads=%d without-event %8.0f tx/s  with-event %8.0f tx/s\n", threads, ra, rb);
+    std::printf("ratio threads=%d with/without %.2f\n", threads, rb / ra);
+  }
+  soci::session admin("postgresql", connect_string());
+  admin << "DROP SCHEMA outbox_wbench CASCADE";
+  return 0;
+} catch (const std::exception& e) {
+  std::cerr << "bench: " << e.what() << "\n";
+  return 1;
+}
