@@ -114,17 +114,17 @@ result run_relay(soci::session& check, const args& a, pg::claim_policy p, pg::re
 result run_bare(soci::session& check, const args& a, pg::claim_policy p, pg::retention r) {
   soci::session sql("postgresql", connect_string());
   PGconn* c = pd::handle(sql);
-  pd::prepare(c, "bare_claim", pg::store::claim_sql);
-  pd::prepare(c, "bare_settle", pg::store::settle_sql(r));
+  pd::prepare(c, "bare_claim", pg::store::claim_sql(p));
+  pd::prepare(c, "bare_settle", pg::store::settle_sql(p, r));
   const bool locking = p == pg::claim_policy::locking;
   return timed(check, a.rows, [&] {
     for (std::int64_t token = 1;; ++token) {
       const auto now = pd::to_us(std::chrono::system_clock::now());
       if (locking) pd::exec(c, "BEGIN");
-      auto claimed = pd::exec_prepared(
-          c, "bare_claim",
-          pd::params().add(now + 30'000'000).add("bare").add(token).add(now).add(std::int64_t{a.batch}),
-          "claim");
+      pd::params cp;
+      if (!locking) cp.add(now + 30'000'000).add("bare").add(token);
+      cp.add(now).add(std::int64_t{a.batch});
+      auto claimed = pd::exec_prepared(c, "bare_claim", cp, "claim");
       if (claimed.rows() == 0) {
         if (locking) pd::exec(c, "ROLLBACK");
         break;
@@ -138,9 +138,10 @@ result run_bare(soci::session& check, const args& a, pg::claim_policy p, pg::ret
       }
       ids += '}';
       if (bytes == 0) std::abort();
-      pd::exec_prepared(c, "bare_settle",
-                        pd::params().add(token).add(now).add(ids).add("{}").add("{}").add("{}").add("{}"),
-                        "settle");
+      pd::params sp;
+      if (!locking) sp.add(token);
+      sp.add(now).add(ids).add("{}").add("{}").add("{}").add("{}");
+      pd::exec_prepared(c, "bare_settle", sp, "settle");
       if (locking) pd::exec(c, "COMMIT");
     }
   });

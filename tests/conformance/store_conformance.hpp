@@ -371,8 +371,13 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(backlog_stats_count_pending_in_flight_dead_and_age
   BOOST_TEST(b2.size() == 2u);
   clock.advance(10s);
   auto s = st->stats(clock.now());
-  BOOST_TEST(s.pending == 3);
-  BOOST_TEST(s.in_flight == 2);
+  if constexpr (Fixture::in_flight_visible) {
+    BOOST_TEST(s.pending == 3);
+    BOOST_TEST(s.in_flight == 2);
+  } else {  // a locking claim writes nothing: its rows still look pending
+    BOOST_TEST(s.pending == 5);
+    BOOST_TEST(s.in_flight == 0);
+  }
   BOOST_TEST(s.dead == 1);
   BOOST_TEST(s.oldest_pending_age >= std::chrono::milliseconds(9'000));
 }

@@ -90,19 +90,23 @@ BOOST_AUTO_TEST_CASE(errors_are_mapped_by_sqlstate) {
 BOOST_AUTO_TEST_CASE(the_claim_uses_the_pending_indexes_and_never_scans_the_outbox) {
   postgresql_leasing_fixture fx;
   enqueue_many(fx, 5000, 5000);
-  auto sql = fx.open_session();
-  *sql << "ANALYZE outbox";
-  outbox::postgresql::store st(*sql);
-  (void)st.claim({"r", 1, std::chrono::system_clock::now(), 30s});  // prepares the statement
   const auto now = std::to_string(outbox::postgresql::detail::to_us(std::chrono::system_clock::now()));
-  soci::rowset<std::string> rows = (sql->prepare << "EXPLAIN EXECUTE outbox_claim(" + now +
-                                        " + 30000000, 'r', 1, " + now + ", 500)");
-  std::string plan;
-  for (const auto& line : rows) plan += line + "\n";
-  BOOST_TEST_MESSAGE(plan);
-  BOOST_TEST(plan.find("Index Scan using outbox_pending on outbox") != std::string::npos);
-  BOOST_TEST(plan.find("outbox_pending_by_aggregate") != std::string::npos);
-  BOOST_TEST(plan.find("Seq Scan on outbox") == std::string::npos);
+  for (auto policy : {claim_policy::leasing, claim_policy::locking}) {
+    auto sql = fx.open_session();
+    *sql << "ANALYZE outbox";
+    outbox::postgresql::store st(*sql, {.policy = policy});
+    st.release(st.claim({"r", 1, std::chrono::system_clock::now(), 30s}));  // prepares it
+    const std::string args = policy == claim_policy::leasing
+                                 ? now + " + 30000000, 'r', 1, " + now + ", 500"
+                                 : now + ", 500";
+    soci::rowset<std::string> rows = (sql->prepare << "EXPLAIN EXECUTE outbox_claim(" + args + ")");
+    std::string plan;
+    for (const auto& line : rows) plan += line + "\n";
+    BOOST_TEST_MESSAGE(plan);
+    BOOST_TEST(plan.find("Index Scan using outbox_pending on outbox") != std::string::npos);
+    BOOST_TEST(plan.find("outbox_pending_by_aggregate") != std::string::npos);
+    BOOST_TEST(plan.find("Seq Scan on outbox") == std::string::npos);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(user_text_is_bound_and_bad_json_is_refused_before_sql) {

@@ -26,6 +26,8 @@ struct postgresql_fixture {
   static constexpr bool single_writer = false;
   /// Capability: a claim that is never settled frees its rows when its lease expires (leasing)
   /// rather than when its transaction ends (locking).
+  /// Capability: claimed rows show up as in_flight in stats() (a locking claim writes nothing).
+  static constexpr bool in_flight_visible = Policy == outbox::postgresql::claim_policy::leasing;
   static constexpr bool leases_expire = Policy == outbox::postgresql::claim_policy::leasing;
   static constexpr auto policy = Policy;
 

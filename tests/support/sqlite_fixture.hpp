@@ -23,6 +23,8 @@ struct sqlite_fixture {
   /// Capability: one writer at a time (concurrent relays serialize).
   static constexpr bool single_writer = true;
   /// Capability: an unsettled claim frees its rows when its lease expires.
+  /// Capability: claimed rows show up as in_flight in stats() (a locking claim writes nothing).
+  static constexpr bool in_flight_visible = true;
   static constexpr bool leases_expire = true;
 
   sqlite_fixture() {

@@ -185,14 +185,10 @@ class store {
         detail::exec(c, "BEGIN");
         in_claim_ = true;
       }
-      auto r = detail::exec_prepared(c, "outbox_claim",
-                                     detail::params()
-                                         .add(detail::to_us(batch.lease_until))
-                                         .add(req.owner)
-                                         .add(batch.token)
-                                         .add(detail::to_us(req.now))
-                                         .add(static_cast<std::int64_t>(req.limit)),
-                                     "claim");
+      detail::params p;
+      if (!locking) p.add(detail::to_us(batch.lease_until)).add(req.owner).add(batch.token);
+      p.add(detail::to_us(req.now)).add(static_cast<std::int64_t>(req.limit));
+      auto r = detail::exec_prepared(c, "outbox_claim", p, "claim");
       batch.messages.reserve(static_cast<std::size_t>(r.rows()));
       for (int i = 0; i < r.rows(); ++i) {
         message m;
@@ -244,24 +240,28 @@ class store {
         append_array_element(errors, f.error);
       }
       for (auto* s : {&published, &others, &kinds, &ats, &errors}) *s += "}";
-      auto r = detail::exec_prepared(c, "outbox_settle",
-                                     detail::params()
-                                         .add(batch.token)
-                                         .add(detail::to_us(std::chrono::system_clock::now()))
-                                         .add(published)
-                                         .add(others)
-                                         .add(kinds)
-                                         .add(ats)
-                                         .add(errors),
-                                     "settle");
+      const bool locking = options_.policy == claim_policy::locking;
+      detail::params p;
+      if (!locking) p.add(batch.token);
+      p.add(detail::to_us(std::chrono::system_clock::now()))
+          .add(published)
+          .add(others)
+          .add(kinds)
+          .add(ats)
+          .add(errors);
+      auto r = detail::exec_prepared(c, "outbox_settle", p, "settle");
       settle_result out;
       out.published = static_cast<std::size_t>(r.int64(0, 0));
       out.retried = static_cast<std::size_t>(r.int64(0, 1));
       out.dead = static_cast<std::size_t>(r.int64(0, 2));
       out.released = static_cast<std::size_t>(r.int64(0, 3));
-      if (options_.policy == claim_policy::locking) {
+      if (locking) {
         detail::exec(c, "COMMIT");
         in_claim_ = false;
+        // Released rows are simply left alone: their locks go with the commit.
+        out.released = static_cast<std::size_t>(std::count_if(
+            fates.begin(), fates.end(),
+            [](const settlement& f) { return f.what == settlement::kind::release; }));
       }
       out.fenced = fates.size() - (out.published + out.retried + out.dead + out.released);
       return out;
@@ -378,8 +378,8 @@ class store {
 
   // ---- operations -----------------------------------------------------------------------------
 
-  /// Under *locking*, rows in flight are invisible to other sessions (their claim has not
-  /// committed): `in_flight` counts leased rows only, and locked rows count as pending.
+  /// Under *locking* a claim writes nothing (its row locks are the claim), so rows in flight
+  /// count as pending and `in_flight` is 0; under *leasing* it counts rows under a live lease.
   backlog_stats stats(time_point now) {
     return run("stats", [&](PGconn* c) {
       auto r = detail::exec(
@@ -467,50 +467,76 @@ class store {
 
   // ---- the SQL ---------------------------------------------------------------------------------
 
-  /// The claim, one statement for both policies. $1 lease expiry (us), $2 owner, $3 fencing
-  /// token, $4 now (us), $5 limit. `c` locks candidates (skipping rows locked by other
-  /// claims); `ok` keeps a candidate only if every earlier pending row of its aggregate is a
-  /// candidate too. That test is a scalar subquery on purpose: written as NOT EXISTS, the
-  /// planner turned it into a hash anti-join over a scan of the whole outbox (55 ms per claim
-  /// of 500 on 100,000 rows); as a scalar subquery it stays one index probe per candidate.
-  static constexpr std::string_view claim_sql =
-      "WITH c AS ("
-      " SELECT seq, aggregate_type, aggregate_id FROM outbox"
-      " WHERE state = 0 AND available_at <= outbox_ts($4::bigint)"
-      " ORDER BY seq LIMIT $5 FOR UPDATE SKIP LOCKED),"
-      " ok AS ("
-      " SELECT c.seq FROM c WHERE ("
-      "  SELECT p.seq FROM outbox p WHERE p.state = 0 AND p.aggregate_type = c.aggregate_type"
-      "   AND p.aggregate_id = c.aggregate_id AND p.seq < c.seq"
-      "   AND NOT EXISTS (SELECT 1 FROM c c2 WHERE c2.seq = p.seq) LIMIT 1) IS NULL)"
-      " UPDATE outbox o SET available_at = outbox_ts($1::bigint), lease_owner = $2,"
-      " lease_token = $3, attempts = o.attempts + 1 FROM ok WHERE o.seq = ok.seq"
-      " RETURNING o.seq, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type,"
-      " o.payload::text, o.headers::text, o.attempts, outbox_us(o.created_at)";
+  /// The claim, one statement. `c` locks candidates (skipping rows locked by other claims);
+  /// a candidate is kept only if every earlier pending row of its aggregate is a candidate too.
+  /// That test is a scalar subquery on purpose: written as NOT EXISTS, the planner turned it
+  /// into a hash anti-join over a scan of the whole outbox (55 ms per claim of 500 on 100,000
+  /// rows); as a scalar subquery it stays one index probe per candidate.
+  ///
+  /// - leasing: $1 lease expiry (us), $2 owner, $3 fencing token, $4 now (us), $5 limit; the
+  ///   kept rows are stamped (expiry, owner, token, attempts + 1) and returned.
+  /// - locking: $1 now (us), $2 limit; nothing is written (the row locks are the claim, and a
+  ///   rollback would undo a stamp anyway), so a claim costs no row version.
+  static std::string claim_sql(claim_policy policy) {
+    const bool lease = policy == claim_policy::leasing;
+    const std::string now = lease ? "$4" : "$1";
+    const std::string limit = lease ? "$5" : "$2";
+    const std::string first_in_aggregate =
+        "(SELECT p.seq FROM outbox p WHERE p.state = 0 AND p.aggregate_type = c.aggregate_type"
+        " AND p.aggregate_id = c.aggregate_id AND p.seq < c.seq"
+        " AND NOT EXISTS (SELECT 1 FROM c c2 WHERE c2.seq = p.seq) LIMIT 1) IS NULL";
+    if (!lease)
+      return "WITH c AS (SELECT seq, event_id, aggregate_type, aggregate_id, event_type, payload,"
+             " headers, attempts, created_at FROM outbox"
+             " WHERE state = 0 AND available_at <= outbox_ts(" + now + "::bigint)"
+             " ORDER BY seq LIMIT " + limit + " FOR UPDATE SKIP LOCKED)"
+             " SELECT c.seq, c.event_id, c.aggregate_type, c.aggregate_id, c.event_type,"
+             " c.payload::text, c.headers::text, c.attempts + 1, outbox_us(c.created_at)"
+             " FROM c WHERE " + first_in_aggregate;
+    return "WITH c AS (SELECT seq, aggregate_type, aggregate_id FROM outbox"
+           " WHERE state = 0 AND available_at <= outbox_ts(" + now + "::bigint)"
+           " ORDER BY seq LIMIT " + limit + " FOR UPDATE SKIP LOCKED),"
+           " ok AS (SELECT c.seq FROM c WHERE " + first_in_aggregate + ")"
+           " UPDATE outbox o SET available_at = outbox_ts($1::bigint), lease_owner = $2,"
+           " lease_token = $3, attempts = o.attempts + 1 FROM ok WHERE o.seq = ok.seq"
+           " RETURNING o.seq, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type,"
+           " o.payload::text, o.headers::text, o.attempts, outbox_us(o.created_at)";
+  }
 
-  /// The settle, one statement: published rows by array, the other fates by unnest. $1 token,
-  /// $2 now (us), $3 published seqs, $4 other seqs, $5 their kinds (2 retry, 3 dead, 4 release),
-  /// $6 retry times (us), $7 errors. Returns the four counts.
-  static std::string settle_sql(retention r) {
+  /// The settle, one statement: published rows by array, the other fates by unnest. Parameters:
+  /// [leasing only: the fencing token,] now (us), published seqs, other seqs, their kinds
+  /// (2 retry, 3 dead, 4 release), retry times (us), errors. Returns the four counts.
+  /// Leasing touches only rows still under the token (the fence) and gives a released row its
+  /// attempt back; locking needs no fence (the row locks) and counts the attempt of a failed row
+  /// here, since its claim wrote nothing.
+  static std::string settle_sql(claim_policy policy, retention r) {
+    const bool lease = policy == claim_policy::leasing;
+    const int o = lease ? 1 : 0;
+    const auto arg = [o](int n) { return "$" + std::to_string(n + o); };
+    const std::string fence = lease ? " AND lease_token = $1" : "";
     const std::string published =
         r == retention::keep
-            ? "UPDATE outbox SET state = 1, published_at = outbox_ts($2::bigint), "
-              "lease_owner = NULL, lease_token = NULL "
-              "WHERE seq = ANY($3::bigint[]) AND lease_token = $1 AND state = 0 RETURNING 1"
-            : "DELETE FROM outbox WHERE seq = ANY($3::bigint[]) AND lease_token = $1 "
-              "AND state = 0 RETURNING 1";
-    return "WITH pub AS (" + published +
-           "), f AS (SELECT * FROM unnest($4::bigint[], $5::int[], $6::bigint[], $7::text[]) "
-           "AS f(seq, kind, at, err)), "
+            ? "UPDATE outbox SET state = 1, published_at = outbox_ts(" + arg(1) +
+                  "::bigint), lease_owner = NULL, lease_token = NULL WHERE seq = ANY(" + arg(2) +
+                  "::bigint[])" + fence + " AND state = 0 RETURNING 1"
+            : "DELETE FROM outbox WHERE seq = ANY(" + arg(2) + "::bigint[])" + fence +
+                  " AND state = 0 RETURNING 1";
+    const std::string attempts =
+        lease ? "CASE WHEN f.kind = 4 THEN o.attempts - 1 ELSE o.attempts END"
+              : "CASE WHEN f.kind IN (2, 3) THEN o.attempts + 1 ELSE o.attempts END";
+    return "WITH pub AS (" + published + "), f AS (SELECT * FROM unnest(" + arg(3) +
+           "::bigint[], " + arg(4) + "::int[], " + arg(5) + "::bigint[], " + arg(6) +
+           "::text[]) AS f(seq, kind, at, err)), "
            "oth AS (UPDATE outbox o SET "
            "state = CASE WHEN f.kind = 3 THEN 2 ELSE 0 END, "
            "available_at = CASE f.kind WHEN 2 THEN outbox_ts(f.at) WHEN 4 THEN '-infinity' "
            "ELSE o.available_at END, "
-           "attempts = CASE WHEN f.kind = 4 THEN o.attempts - 1 ELSE o.attempts END, "
-           "dead_at = CASE WHEN f.kind = 3 THEN outbox_ts($2::bigint) ELSE o.dead_at END, "
+           "attempts = " + attempts + ", "
+           "dead_at = CASE WHEN f.kind = 3 THEN outbox_ts(" + arg(1) + "::bigint) ELSE o.dead_at END, "
            "last_error = CASE WHEN f.kind IN (2, 3) THEN f.err ELSE o.last_error END, "
            "lease_owner = NULL, lease_token = NULL "
-           "FROM f WHERE o.seq = f.seq AND o.lease_token = $1 AND o.state = 0 RETURNING f.kind) "
+           "FROM f WHERE o.seq = f.seq" + (lease ? " AND o.lease_token = $1" : " AND f.kind <> 4") +
+           " AND o.state = 0 RETURNING f.kind) "
            "SELECT (SELECT count(*) FROM pub), "
            "(SELECT count(*) FROM oth WHERE kind = 2), "
            "(SELECT count(*) FROM oth WHERE kind = 3), "
@@ -577,8 +603,8 @@ class store {
       prepared_ = false;
       listening_ = false;
       in_claim_ = false;
-      detail::prepare(c, "outbox_claim", claim_sql);
-      detail::prepare(c, "outbox_settle", settle_sql(options_.retention));
+      detail::prepare(c, "outbox_claim", claim_sql(options_.policy));
+      detail::prepare(c, "outbox_settle", settle_sql(options_.policy, options_.retention));
       detail::prepare(c, "outbox_inbox_insert",
                       "INSERT INTO outbox_inbox (consumer, event_id, processed_at) VALUES "
                       "($1, $2::uuid, outbox_ts($3::bigint)) ON CONFLICT DO NOTHING");
