@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -201,6 +202,58 @@ BOOST_AUTO_TEST_CASE(the_consumer_counts_and_drops_malformed_events) {
   }
   BOOST_TEST(acked);
   BOOST_TEST(rcv.held() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(several_consumers_behind_one_endpoint_share_the_load_by_credit) {
+  zq::publisher pub({.endpoint = "tcp://127.0.0.1:*"});
+  zq::receiver one({.endpoint = pub.endpoint(), .name = "one", .credit = 10});
+  zq::receiver two({.endpoint = pub.endpoint(), .name = "two", .credit = 10});
+  BOOST_TEST_REQUIRE(eventually([&] { return pub.consumers() == 2; }, [&] { pub.poll(20ms); }));
+  const auto batch = transport_conformance::make_messages(100);
+  std::atomic<std::size_t> by_one{0}, by_two{0};
+  std::vector<outbox::publish_result> results;
+  {
+    // Each consumer acks on its own thread; 100 events through windows of 10 need credit back.
+    const auto consume = [&](zq::receiver& r, std::atomic<std::size_t>& n, std::stop_token st) {
+      while (!st.stop_requested())
+        if (auto d = r.receive(20ms)) {
+          r.ack(*d);
+          ++n;
+        }
+    };
+    std::jthread a([&](std::stop_token st) { consume(one, by_one, st); });
+    std::jthread b([&](std::stop_token st) { consume(two, by_two, st); });
+    results = pub.publish(batch, std::chrono::steady_clock::now() + 30s);
+  }
+  BOOST_TEST_REQUIRE(results.size() == batch.size());
+  for (const auto& r : results) BOOST_TEST(r.confirmed);
+  BOOST_TEST(by_one + by_two == batch.size());
+  BOOST_TEST(by_one > 0u);
+  BOOST_TEST(by_two > 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_consumer_that_disconnects_fails_its_events_before_the_deadline) {
+  zq::publisher pub({.endpoint = "tcp://127.0.0.1:*"});
+  auto rcv = std::make_unique<zq::receiver>(zq::receiver_options{.endpoint = pub.endpoint()});
+  BOOST_TEST_REQUIRE(eventually([&] { return pub.consumers() == 1; }, [&] { pub.poll(20ms); }));
+  const auto batch = transport_conformance::make_messages(5);
+  std::vector<outbox::publish_result> results;
+  {
+    std::jthread crash([&] {
+      (void)transport_conformance::receive_n(*rcv, batch.size());
+      rcv.reset();  // the process dies holding five unacked events
+    });
+    // The deadline is far; the ping finds the consumer gone long before it.
+    results = pub.publish(batch, std::chrono::steady_clock::now() + 120s);
+  }
+  BOOST_TEST_REQUIRE(results.size() == batch.size());
+  for (const auto& r : results) {
+    BOOST_TEST(!r.confirmed);
+    BOOST_TEST((r.error_class == outbox::errc::transient));
+    BOOST_TEST(r.error.find("disconnected") != std::string::npos, r.error);
+  }
+  BOOST_TEST(pub.consumers() == 0u);
+  BOOST_TEST(pub.stats().unroutable >= 1u);
 }
 
 BOOST_AUTO_TEST_CASE(refuses_to_send_a_message_over_the_frame_limit) {

@@ -31,6 +31,7 @@ inline constexpr std::string_view event = "EVENT";  ///< relay -> consumer, 11 f
 inline constexpr std::string_view hello = "HELLO";  ///< consumer -> relay, 4 frames
 inline constexpr std::string_view ack = "ACK";      ///< consumer -> relay, 3 frames
 inline constexpr std::string_view nack = "NACK";    ///< consumer -> relay, 4 frames
+inline constexpr std::string_view ping = "PING";    ///< relay -> consumer, 2 frames (liveness)
 }  // namespace command
 
 /// Frame counts per command (excluding the routing id a ROUTER prepends).
@@ -38,6 +39,7 @@ inline constexpr std::size_t event_frames = 11;
 inline constexpr std::size_t hello_frames = 4;
 inline constexpr std::size_t ack_frames = 3;
 inline constexpr std::size_t nack_frames = 4;
+inline constexpr std::size_t ping_frames = 2;
 
 /// Counters of one side of the protocol. Every rejected message is counted under exactly one
 /// reason and then dropped: it never crashes the peer and never confirms anything.
@@ -183,6 +185,7 @@ inline verdict check_envelope(const frames& f, std::size_t first, std::size_t ma
   else if (cmd == command::hello) want = hello_frames;
   else if (cmd == command::ack) want = ack_frames;
   else if (cmd == command::nack) want = nack_frames;
+  else if (cmd == command::ping) want = ping_frames;
   else return verdict::bad_field;
   return f.size() - first == want ? verdict::ok : verdict::bad_frame_count;
 }

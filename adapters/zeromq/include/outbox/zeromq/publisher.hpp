@@ -40,6 +40,11 @@ struct publisher_options {
   std::size_t max_frame_bytes = 2u << 20;      ///< Larger frames are refused (either way).
   std::chrono::milliseconds send_timeout{100}; ///< Per send when a consumer's pipe is full.
   int high_water_mark = 100'000;               ///< Per-peer queue limit (messages).
+  /// While awaiting acks, consumers holding unacked events are pinged this often; one that is
+  /// gone (ROUTER_MANDATORY: unroutable) fails its events at once instead of at the deadline.
+  std::chrono::milliseconds probe_interval{200};
+  /// ZMTP heartbeats, so a consumer whose host died (no FIN) is disconnected too (0 = off).
+  std::chrono::milliseconds heartbeat_interval{1000};
   std::optional<curve_server> curve{};         ///< Authenticate and encrypt (CURVE).
 };
 
@@ -61,6 +66,11 @@ class publisher {
       router_.set(zmq::sockopt::sndtimeo, static_cast<int>(options_.send_timeout.count()));
       router_.set(zmq::sockopt::sndhwm, options_.high_water_mark);
       router_.set(zmq::sockopt::rcvhwm, options_.high_water_mark);
+      if (options_.heartbeat_interval.count() > 0) {
+        router_.set(zmq::sockopt::heartbeat_ivl, static_cast<int>(options_.heartbeat_interval.count()));
+        router_.set(zmq::sockopt::heartbeat_timeout,
+                    static_cast<int>(options_.heartbeat_interval.count()) * 3);
+      }
       // A hard memory guard well above the protocol limit; frames between the two are counted.
       router_.set(zmq::sockopt::maxmsgsize,
                   static_cast<std::int64_t>(options_.max_frame_bytes) * 4 + 4096);
@@ -105,6 +115,7 @@ class publisher {
     pending_.reserve(batch.size());
     std::unordered_map<std::string, std::string> sticky;  // aggregate -> routing id
     std::unordered_map<std::string, bool> lost;           // aggregates whose consumer vanished
+    std::size_t settled = 0;  // acked or nacked (or failed by a probe) so far
     try {
       service(std::chrono::milliseconds(0));
       std::size_t i = 0;
@@ -138,8 +149,10 @@ class publisher {
         if (p == nullptr) {
           const auto now = std::chrono::steady_clock::now();
           if (now >= until) break;
-          service(std::chrono::duration_cast<std::chrono::milliseconds>(until - now) +
-                  std::chrono::milliseconds(1));
+          // Acks that arrive meanwhile settle messages already sent and give credit back.
+          settled += service(std::chrono::duration_cast<std::chrono::milliseconds>(until - now) +
+                                 std::chrono::milliseconds(1),
+                             &results);
           continue;
         }
         auto frames = detail::encode_event(m);
@@ -167,11 +180,18 @@ class publisher {
         results.push_back({batch[k].id, false, errc::transient,
                            peers_.empty() ? "zeromq: no consumer connected by the deadline"
                                           : "zeromq: no consumer had credit by the deadline"});
-      std::size_t open = pending_.size();
+      std::size_t open = pending_.size() - settled;
+      auto next_probe = std::chrono::steady_clock::now() + options_.probe_interval;
       while (open > 0) {
         const auto now = std::chrono::steady_clock::now();
         if (now >= until) break;
-        open -= service(std::chrono::duration_cast<std::chrono::milliseconds>(until - now) +
+        if (now >= next_probe) {
+          open -= probe(results);
+          next_probe = now + options_.probe_interval;
+          if (open == 0) break;
+        }
+        open -= service(std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::min(until, next_probe) - now) +
                             std::chrono::milliseconds(1),
                         &results);
       }
@@ -258,7 +278,7 @@ class publisher {
     std::string_view cmd;
     auto v = detail::check_envelope(f, 1, options_.max_frame_bytes, cmd);
     if ((v == detail::verdict::ok || v == detail::verdict::bad_frame_count) &&
-        cmd == command::event)
+        (cmd == command::event || cmd == command::ping))
       v = detail::verdict::bad_field;  // a command of the other direction
     if (v != detail::verdict::ok) {
       detail::count(stats_, v);
@@ -318,6 +338,37 @@ class publisher {
       results->push_back({*id, false, errc::permanent,
                           "zeromq: rejected by consumer: " + std::string(reason)});
     return 1;
+  }
+
+  /// Pings every consumer that holds unacked events of this batch. One that is gone (the
+  /// ROUTER has no pipe to it any more) fails its events now. Returns how many were failed.
+  std::size_t probe(std::vector<publish_result>& results) {
+    std::vector<std::string> holders;
+    for (const auto& [id, f] : pending_)
+      if (!f.done && std::find(holders.begin(), holders.end(), f.routing_id) == holders.end())
+        holders.push_back(f.routing_id);
+    std::size_t failed = 0;
+    for (const auto& rid : holders) {
+      detail::frames ping;
+      ping.push_back(detail::text_frame(protocol_version));
+      ping.push_back(detail::text_frame(command::ping));
+      try {
+        (void)detail::send_frames(router_, ping, &rid);  // a full pipe: alive, just busy
+        continue;
+      } catch (const zmq::error_t& e) {
+        if (e.num() != EHOSTUNREACH) throw;
+      }
+      ++stats_.unroutable;
+      drop_peer(rid);
+      for (auto& [id, f] : pending_) {
+        if (f.done || f.routing_id != rid) continue;
+        f.done = true;
+        ++failed;
+        results.push_back({id, false, errc::transient,
+                           "zeromq: the consumer disconnected before acking"});
+      }
+    }
+    return failed;
   }
 
   /// Answers one ZAP request (RFC 27): CURVE client keys on the allow list get 200.
