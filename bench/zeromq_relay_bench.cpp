@@ -50,11 +50,16 @@ args parse(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string_view k = argv[i];
     const std::string_view v = argv[i + 1];
-    if (k == "--rows") a.rows = std::strtol(argv[i + 1], nullptr, 10);
-    else if (k == "--batch") a.batch = std::strtol(argv[i + 1], nullptr, 10);
-    else if (k == "--consumer-sync" && (v == "full" || v == "normal")) a.consumer_sync_full = v == "full";
-    else if (k == "--dir") a.dir = argv[i + 1];
-    else if (k == "--endpoint") a.endpoint = argv[i + 1];
+    if (k == "--rows")
+      a.rows = std::strtol(argv[i + 1], nullptr, 10);
+    else if (k == "--batch")
+      a.batch = std::strtol(argv[i + 1], nullptr, 10);
+    else if (k == "--consumer-sync" && (v == "full" || v == "normal"))
+      a.consumer_sync_full = v == "full";
+    else if (k == "--dir")
+      a.dir = argv[i + 1];
+    else if (k == "--endpoint")
+      a.endpoint = argv[i + 1];
     else {
       std::cerr << "usage: zeromq_relay_bench [--rows N] [--batch N] [--consumer-sync full|normal] "
                    "[--dir PATH] [--endpoint EP]\n";
@@ -83,7 +88,9 @@ void build(const fs::path& path, long rows) {
     chunk.clear();
     for (int k = 0; k < 500 && i < rows; ++k, ++i)
       chunk.push_back(outbox::event{
-          "order", std::to_string(i % 1000), "order_placed",
+          "order",
+          std::to_string(i % 1000),
+          "order_placed",
           R"({"order_id":)" + std::to_string(i) +
               R"(,"customer":"customer-00042","currency":"EUR","total_cents":123456,)"
               R"("lines":[{"sku":"SKU-0001","qty":2,"price_cents":1999},)"
@@ -132,14 +139,16 @@ result run(const fs::path& outbox_db, const fs::path& inbox_db, const args& a, T
   soci::session relay_sql(soci::sqlite3, "db=" + outbox_db.string());
   outbox::sqlite::store relay_store(relay_sql);
   outbox::relay relay(relay_store, wire,
-                      {.batch_size = static_cast<std::size_t>(a.batch), .lease = 120s,
-                       .publish_timeout = 60s, .idle_poll_min = 1ms, .idle_poll_max = 10ms});
+                      {.batch_size = static_cast<std::size_t>(a.batch),
+                       .lease = 120s,
+                       .publish_timeout = 60s,
+                       .idle_poll_min = 1ms,
+                       .idle_poll_max = 10ms});
   soci::session consumer_sql(soci::sqlite3, "db=" + inbox_db.string());
-  outbox::sqlite::store consumer_store(
-      consumer_sql, {.connection = {.synchronous_full = a.consumer_sync_full}});
-  outbox::consumer consumer(
-      consumer_store, rcv, [](soci::session&, const outbox::message&) {},
-      {.name = "bench", .poll_timeout = 10ms});
+  outbox::sqlite::store consumer_store(consumer_sql,
+                                       {.connection = {.synchronous_full = a.consumer_sync_full}});
+  outbox::consumer consumer(consumer_store, rcv, [](soci::session&, const outbox::message&) {},
+                            {.name = "bench", .poll_timeout = 10ms});
 
   const auto t0 = std::chrono::steady_clock::now();
   {

@@ -72,14 +72,22 @@ args parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     const bool has_value = i + 1 < argc;
-    if (arg == "--orders" && has_value) a.orders = std::strtol(argv[++i], nullptr, 10);
-    else if (arg == "--db" && has_value) a.db = argv[++i];
-    else if (arg == "--endpoint" && has_value) a.endpoint = argv[++i];
-    else if (arg == "--role" && has_value) a.role = argv[++i];
-    else if (arg == "--parent" && has_value) a.parent = std::strtol(argv[++i], nullptr, 10);
-    else if (arg == "--keep-db") a.keep_db = true;
-    else if (arg == "--chaos") a.chaos = true;
-    else usage();
+    if (arg == "--orders" && has_value)
+      a.orders = std::strtol(argv[++i], nullptr, 10);
+    else if (arg == "--db" && has_value)
+      a.db = argv[++i];
+    else if (arg == "--endpoint" && has_value)
+      a.endpoint = argv[++i];
+    else if (arg == "--role" && has_value)
+      a.role = argv[++i];
+    else if (arg == "--parent" && has_value)
+      a.parent = std::strtol(argv[++i], nullptr, 10);
+    else if (arg == "--keep-db")
+      a.keep_db = true;
+    else if (arg == "--chaos")
+      a.chaos = true;
+    else
+      usage();
   }
   if (a.role != "service" && a.role != "consumer") usage();
   if (a.orders <= 0) {
@@ -120,16 +128,15 @@ int run_consumer(const args& a) {
 
   soci::session sql(soci::sqlite3, "db=" + a.db);
   outbox::sqlite::store store(sql);
-  outbox::zeromq::receiver wire({.endpoint = a.endpoint,
-                                 .name = "shipping-" + std::to_string(::getpid())});
-  outbox::consumer shipping(
-      store, wire,
-      [](soci::session& s, const outbox::message& m) {
-        const std::string event_id = m.id.to_string();
-        s << "INSERT INTO shipments (order_id, event_id) VALUES (:o, :e)", soci::use(m.aggregate_id),
-            soci::use(event_id);
-      },
-      {.name = "shipping", .poll_timeout = 50ms});
+  outbox::zeromq::receiver wire(
+      {.endpoint = a.endpoint, .name = "shipping-" + std::to_string(::getpid())});
+  outbox::consumer shipping(store, wire,
+                            [](soci::session& s, const outbox::message& m) {
+                              const std::string event_id = m.id.to_string();
+                              s << "INSERT INTO shipments (order_id, event_id) VALUES (:o, :e)",
+                                  soci::use(m.aggregate_id), soci::use(event_id);
+                            },
+                            {.name = "shipping", .poll_timeout = 50ms});
   const auto report = [&] {
     const auto s = shipping.stats();
     std::printf("duplicates_skipped=%llu applied=%llu\n",
@@ -185,8 +192,8 @@ child spawn_consumer(const args& a, const std::string& endpoint) {
   posix_spawn_file_actions_addclose(&actions, fds[0]);
   posix_spawn_file_actions_addclose(&actions, fds[1]);
   const std::string parent = std::to_string(::getpid());
-  std::vector<std::string> argv_s = {"order_demo", "--role",     "consumer", "--db",
-                                     a.db,         "--endpoint", endpoint,   "--parent", parent};
+  std::vector<std::string> argv_s = {"order_demo", "--role", "consumer", "--db", a.db,
+                                     "--endpoint", endpoint, "--parent", parent};
   std::vector<char*> argv;
   for (auto& s : argv_s) argv.push_back(s.data());
   argv.push_back(nullptr);
@@ -262,8 +269,11 @@ int run_service(const args& a) {
   soci::session relay_sql(soci::sqlite3, connect);
   outbox::sqlite::store relay_store(relay_sql);
   outbox::relay relay(relay_store, flaky,
-                      {.batch_size = 200, .lease = 60s, .publish_timeout = 30s,
-                       .idle_poll_min = 1ms, .idle_poll_max = 50ms},
+                      {.batch_size = 200,
+                       .lease = 60s,
+                       .publish_timeout = 30s,
+                       .idle_poll_min = 1ms,
+                       .idle_poll_max = 50ms},
                       outbox::exponential_backoff{.initial = 20ms, .max_delay = 1s});
   std::jthread relay_thread([&](std::stop_token st) { relay.run(st); });
 
@@ -305,8 +315,8 @@ int run_service(const args& a) {
         app, outbox::event{.aggregate_type = "order",
                            .aggregate_id = std::to_string(i),
                            .event_type = "order_placed",
-                           .payload = R"({"customer":")" + customer +
-                                      R"(","total_cents":)" + std::to_string(total) + "}",
+                           .payload = R"({"customer":")" + customer + R"(","total_cents":)" +
+                                      std::to_string(total) + "}",
                            .headers = {{"source", "order_demo"}}});
     tx.commit();
     relay.wake();
@@ -355,22 +365,23 @@ int run_service(const args& a) {
   const long long orders = scalar(app, "SELECT count(*) FROM orders");
   const long long published = scalar(app, "SELECT count(*) FROM outbox WHERE state = 1");
   const long long applied = scalar(app, "SELECT count(*) FROM shipments");
-  const long long shipped_orders = scalar(
-      app, "SELECT count(*) FROM orders o WHERE EXISTS (SELECT 1 FROM shipments s WHERE "
-           "s.order_id = CAST(o.id AS TEXT))");
-  const long long inbox = scalar(app, "SELECT count(*) FROM outbox_inbox WHERE consumer = 'shipping'");
+  const long long shipped_orders =
+      scalar(app,
+             "SELECT count(*) FROM orders o WHERE EXISTS (SELECT 1 FROM shipments s WHERE "
+             "s.order_id = CAST(o.id AS TEXT))");
+  const long long inbox =
+      scalar(app, "SELECT count(*) FROM outbox_inbox WHERE consumer = 'shipping'");
   const long long dead = scalar(app, "SELECT count(*) FROM outbox WHERE state = 2") +
                          scalar(app, "SELECT count(*) FROM outbox_inbox_dead");
   const long long lost = orders - shipped_orders;
   const auto rs = relay.stats();
   const auto ws = zmq_wire.stats();
 
-  std::cerr << "order_demo: " << a.db << " via " << zmq_wire.endpoint() << ": " << seconds
-            << " s, " << static_cast<long>(static_cast<double>(orders) / seconds)
-            << " orders/s end to end; " << flaky.failures_injected()
-            << " publish failures injected, " << rs.retried << " retried; " << consumers.size()
-            << " consumer process(es); " << ws.sent << " events sent, " << ws.unknown_acks
-            << " late acks; inbox rows " << inbox << "\n";
+  std::cerr << "order_demo: " << a.db << " via " << zmq_wire.endpoint() << ": " << seconds << " s, "
+            << static_cast<long>(static_cast<double>(orders) / seconds) << " orders/s end to end; "
+            << flaky.failures_injected() << " publish failures injected, " << rs.retried
+            << " retried; " << consumers.size() << " consumer process(es); " << ws.sent
+            << " events sent, " << ws.unknown_acks << " late acks; inbox rows " << inbox << "\n";
   std::cout << "orders=" << orders << " events_published=" << published << " applied=" << applied
             << " duplicates_skipped=" << duplicates_skipped << " dead_lettered=" << dead
             << " lost=" << lost << std::endl;

@@ -3,12 +3,12 @@
 // a publisher bound on tcp://127.0.0.1 (ephemeral port) or ipc:// (in a temp dir), and one
 // receiver connected to it. Each fixture has its own endpoint, so tests never share sockets.
 
+#include <unistd.h>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <memory>
 #include <string>
-#include <unistd.h>
 
 #include <outbox/zeromq/zeromq.hpp>
 

@@ -39,7 +39,8 @@ static_assert(!outbox::concepts::receiver<outbox::zeromq::publisher>);  // publi
 
 BOOST_AUTO_TEST_SUITE(zeromq_end_to_end)
 
-BOOST_AUTO_TEST_CASE(a_consumer_killed_between_commit_and_ack_gets_the_event_again_and_applies_it_once) {
+BOOST_AUTO_TEST_CASE(
+    a_consumer_killed_between_commit_and_ack_gets_the_event_again_and_applies_it_once) {
   using combo = e2e::combo<outbox::test::sqlite_fixture, outbox::test::zeromq_tcp_fixture>;
   e2e::world<combo> w;
   const auto id = w.place("killed");
@@ -49,12 +50,13 @@ BOOST_AUTO_TEST_CASE(a_consumer_killed_between_commit_and_ack_gets_the_event_aga
   dying_receiver dying{&w.net};
   outbox::consumer<outbox::sqlite::store, dying_receiver, outbox::exponential_backoff,
                    outbox::testing::manual_clock>
-      first(*w.consumer_store, dying,
-            [](soci::session& sql, const outbox::message& m) {
-              outbox::test::sqlite_fixture::record_applied(sql, "billing", m.id.to_string(),
-                                                           m.aggregate_id);
-            },
-            {.name = "billing", .poll_timeout = 200ms}, outbox::consumer_retry, w.clock);
+      first(
+          *w.consumer_store, dying,
+          [](soci::session& sql, const outbox::message& m) {
+            outbox::test::sqlite_fixture::record_applied(sql, "billing", m.id.to_string(),
+                                                         m.aggregate_id);
+          },
+          {.name = "billing", .poll_timeout = 200ms}, outbox::consumer_retry, w.clock);
   {
     std::jthread t([&](std::stop_token st) {
       while (!st.stop_requested() && !dying.dead) first.poll_once();
@@ -76,7 +78,8 @@ BOOST_AUTO_TEST_CASE(a_consumer_killed_between_commit_and_ack_gets_the_event_aga
   BOOST_TEST(second.stats().applied == 0u);
   BOOST_TEST(second.stats().duplicates_skipped == 1u);
   BOOST_TEST(w.applied() == 1);
-  BOOST_TEST(w.count("SELECT count(*) FROM applied WHERE event_id = '" + id.to_string() + "'") == 1);
+  BOOST_TEST(w.count("SELECT count(*) FROM applied WHERE event_id = '" + id.to_string() + "'") ==
+             1);
   BOOST_TEST(w.app_store->stats(w.clock.now()).pending == 0);
 }
 

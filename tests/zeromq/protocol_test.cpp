@@ -16,7 +16,6 @@
 
 #include <outbox/zeromq/zeromq.hpp>
 
-
 namespace zq = outbox::zeromq;
 using namespace std::chrono_literals;
 
@@ -36,8 +35,17 @@ std::string id_bytes(const outbox::uuid& id) {
 
 /// An EVENT as the protocol defines it, for tampering.
 frames event_frames(const outbox::message& m) {
-  return {"outbox.zmq/1", "EVENT", id_bytes(m.id), m.aggregate_type, m.aggregate_id,
-          m.event_type, "{}", m.payload, "1", "0", "1"};
+  return {"outbox.zmq/1",
+          "EVENT",
+          id_bytes(m.id),
+          m.aggregate_type,
+          m.aggregate_id,
+          m.event_type,
+          "{}",
+          m.payload,
+          "1",
+          "0",
+          "1"};
 }
 
 /// Polls until `pred` holds, at most ~10 s (never a timed assertion: the bound only avoids hangs).
@@ -87,18 +95,19 @@ BOOST_AUTO_TEST_CASE(the_relay_counts_and_drops_malformed_messages_and_forged_ac
   raw.set(zmq::sockopt::linger, 0);
   raw.connect(pub.endpoint());
   const auto unknown = outbox::make_uuid_v7();
-  send_raw(raw, {"garbage"});                                         // frame count
-  send_raw(raw, {"outbox.zmq/1", "ACK"});                             // frame count
-  send_raw(raw, {"outbox.zmq/1", "ACK", id_bytes(unknown), "extra"}); // frame count
-  send_raw(raw, {"outbox.zmq/9", "ACK", id_bytes(unknown)});          // version
+  send_raw(raw, {"garbage"});                                              // frame count
+  send_raw(raw, {"outbox.zmq/1", "ACK"});                                  // frame count
+  send_raw(raw, {"outbox.zmq/1", "ACK", id_bytes(unknown), "extra"});      // frame count
+  send_raw(raw, {"outbox.zmq/9", "ACK", id_bytes(unknown)});               // version
   send_raw(raw, {"outbox.zmq/1", "HELLO", "10", std::string(2000, 'x')});  // oversized
-  send_raw(raw, {"outbox.zmq/1", "HELLO", "10", "\xff\xfe"});         // UTF-8 in the name
+  send_raw(raw, {"outbox.zmq/1", "HELLO", "10", "\xff\xfe"});              // UTF-8 in the name
   send_raw(raw, {"outbox.zmq/1", "NACK", id_bytes(unknown), "\xc0\x80"});  // UTF-8 (overlong)
-  send_raw(raw, {"outbox.zmq/1", "ACK", "short-id"});                 // field
-  send_raw(raw, {"outbox.zmq/1", "BOGUS", "x"});                      // field (command)
-  send_raw(raw, {"outbox.zmq/1", "HELLO", "-5", "raw"});              // field (credit)
-  send_raw(raw, {"outbox.zmq/1", "ACK", id_bytes(unknown)});          // unknown id
-  BOOST_TEST_REQUIRE(eventually([&] { return pub.stats().rejected() >= 11; }, [&] { pub.poll(20ms); }));
+  send_raw(raw, {"outbox.zmq/1", "ACK", "short-id"});                      // field
+  send_raw(raw, {"outbox.zmq/1", "BOGUS", "x"});                           // field (command)
+  send_raw(raw, {"outbox.zmq/1", "HELLO", "-5", "raw"});                   // field (credit)
+  send_raw(raw, {"outbox.zmq/1", "ACK", id_bytes(unknown)});               // unknown id
+  BOOST_TEST_REQUIRE(
+      eventually([&] { return pub.stats().rejected() >= 11; }, [&] { pub.poll(20ms); }));
   const auto s = pub.stats();
   BOOST_TEST(s.bad_frame_count == 3u);
   BOOST_TEST(s.bad_version == 1u);
@@ -152,26 +161,26 @@ BOOST_AUTO_TEST_CASE(the_consumer_counts_and_drops_malformed_events) {
   const auto ms = transport_conformance::make_messages(8);
   auto f = event_frames(ms[0]);
   f.pop_back();
-  send_raw(relay, f, &rid);                                            // frame count
+  send_raw(relay, f, &rid);  // frame count
   f = event_frames(ms[1]);
   f[0] = "outbox.zmq/2";
-  send_raw(relay, f, &rid);                                            // version
+  send_raw(relay, f, &rid);  // version
   f = event_frames(ms[2]);
   f[7] = std::string(2000, ' ');
-  send_raw(relay, f, &rid);                                            // oversized
+  send_raw(relay, f, &rid);  // oversized
   f = event_frames(ms[3]);
   f[3] = "ord\xffr";
-  send_raw(relay, f, &rid);                                            // UTF-8 in a name
+  send_raw(relay, f, &rid);  // UTF-8 in a name
   f = event_frames(ms[4]);
   f[2] = f[2].substr(1);
-  send_raw(relay, f, &rid);                                            // field (id)
+  send_raw(relay, f, &rid);  // field (id)
   f = event_frames(ms[5]);
   f[6] = "[1,2]";
-  send_raw(relay, f, &rid);                                            // field (headers)
+  send_raw(relay, f, &rid);  // field (headers)
   f = event_frames(ms[6]);
   f[1] = "ACK";
-  send_raw(relay, f, &rid);                                            // field (direction)
-  send_raw(relay, event_frames(ms[7]), &rid);                          // the one good event
+  send_raw(relay, f, &rid);                    // field (direction)
+  send_raw(relay, event_frames(ms[7]), &rid);  // the one good event
 
   auto d = rcv.receive(10s);
   BOOST_TEST_REQUIRE(d.has_value());
@@ -276,20 +285,23 @@ BOOST_AUTO_TEST_CASE(curve_the_right_keys_deliver_and_wrong_keys_are_not_served)
   const auto client = zq::make_curve_keypair();
   const auto stranger = zq::make_curve_keypair();
   BOOST_TEST(server.public_key.size() == 40u);
-  zq::publisher pub({.endpoint = "tcp://127.0.0.1:*",
-                     .curve = zq::curve_server{server.public_key, server.secret_key,
-                                               {client.public_key}}});
-  zq::receiver right({.endpoint = pub.endpoint(), .name = "right",
-                      .curve = zq::curve_client{server.public_key, client.public_key,
-                                                client.secret_key}});
+  zq::publisher pub(
+      {.endpoint = "tcp://127.0.0.1:*",
+       .curve = zq::curve_server{server.public_key, server.secret_key, {client.public_key}}});
+  zq::receiver right(
+      {.endpoint = pub.endpoint(),
+       .name = "right",
+       .curve = zq::curve_client{server.public_key, client.public_key, client.secret_key}});
   // Knows a wrong server key: the handshake fails.
-  zq::receiver wrong_server({.endpoint = pub.endpoint(), .name = "wrong-server",
-                             .curve = zq::curve_client{stranger.public_key, client.public_key,
-                                                       client.secret_key}});
+  zq::receiver wrong_server(
+      {.endpoint = pub.endpoint(),
+       .name = "wrong-server",
+       .curve = zq::curve_client{stranger.public_key, client.public_key, client.secret_key}});
   // Knows the server, but its own key is not on the allow list: ZAP says no.
-  zq::receiver unlisted({.endpoint = pub.endpoint(), .name = "unlisted",
-                         .curve = zq::curve_client{server.public_key, stranger.public_key,
-                                                   stranger.secret_key}});
+  zq::receiver unlisted(
+      {.endpoint = pub.endpoint(),
+       .name = "unlisted",
+       .curve = zq::curve_client{server.public_key, stranger.public_key, stranger.secret_key}});
   // No CURVE at all.
   zq::receiver plain({.endpoint = pub.endpoint(), .name = "plain"});
   BOOST_TEST_REQUIRE(eventually([&] { return pub.consumers() >= 1 && pub.stats().denied >= 1; },

@@ -82,8 +82,11 @@ struct curve_keypair {
     case ENODEV:
     case ENOENT:
     case EACCES:
-    case EFAULT: kind = errc::misconfigured; break;
-    default: break;
+    case EFAULT:
+      kind = errc::misconfigured;
+      break;
+    default:
+      break;
   }
   return error(kind, "zeromq", std::to_string(n), std::string(doing) + ": " + e.what());
 }
@@ -153,8 +156,8 @@ inline frames encode_event(const message& m) {
 inline std::size_t largest_frame(const message& m) {
   std::size_t h = 2;
   for (const auto& [k, v] : m.headers) h += k.size() + v.size() + 8;
-  return std::max({m.payload.size(), m.aggregate_type.size(), m.aggregate_id.size(),
-                   m.event_type.size(), h});
+  return std::max(
+      {m.payload.size(), m.aggregate_type.size(), m.aggregate_id.size(), m.event_type.size(), h});
 }
 
 /// The outcome of checking frames 0 and 1 and the frame sizes of a received message.
@@ -162,12 +165,24 @@ enum class verdict { ok, bad_frame_count, bad_version, oversized, bad_utf8, bad_
 
 inline void count(wire_stats& s, verdict v) noexcept {
   switch (v) {
-    case verdict::ok: ++s.received; break;
-    case verdict::bad_frame_count: ++s.bad_frame_count; break;
-    case verdict::bad_version: ++s.bad_version; break;
-    case verdict::oversized: ++s.oversized; break;
-    case verdict::bad_utf8: ++s.bad_utf8; break;
-    case verdict::bad_field: ++s.bad_field; break;
+    case verdict::ok:
+      ++s.received;
+      break;
+    case verdict::bad_frame_count:
+      ++s.bad_frame_count;
+      break;
+    case verdict::bad_version:
+      ++s.bad_version;
+      break;
+    case verdict::oversized:
+      ++s.oversized;
+      break;
+    case verdict::bad_utf8:
+      ++s.bad_utf8;
+      break;
+    case verdict::bad_field:
+      ++s.bad_field;
+      break;
   }
 }
 
@@ -181,12 +196,18 @@ inline verdict check_envelope(const frames& f, std::size_t first, std::size_t ma
   if (view(f[first]) != protocol_version) return verdict::bad_version;
   cmd = view(f[first + 1]);
   std::size_t want = 0;
-  if (cmd == command::event) want = event_frames;
-  else if (cmd == command::hello) want = hello_frames;
-  else if (cmd == command::ack) want = ack_frames;
-  else if (cmd == command::nack) want = nack_frames;
-  else if (cmd == command::ping) want = ping_frames;
-  else return verdict::bad_field;
+  if (cmd == command::event)
+    want = event_frames;
+  else if (cmd == command::hello)
+    want = hello_frames;
+  else if (cmd == command::ack)
+    want = ack_frames;
+  else if (cmd == command::nack)
+    want = nack_frames;
+  else if (cmd == command::ping)
+    want = ping_frames;
+  else
+    return verdict::bad_field;
   return f.size() - first == want ? verdict::ok : verdict::bad_frame_count;
 }
 

@@ -36,16 +36,16 @@ struct curve_server {
 struct publisher_options {
   /// tcp://host:port (port `*` = an ephemeral one, see `endpoint()`), or ipc://path.
   std::string endpoint{};
-  bool bind = true;                            ///< Bind (consumers connect), or connect.
-  std::size_t max_frame_bytes = 2u << 20;      ///< Larger frames are refused (either way).
-  std::chrono::milliseconds send_timeout{100}; ///< Per send when a consumer's pipe is full.
-  int high_water_mark = 100'000;               ///< Per-peer queue limit (messages).
+  bool bind = true;                             ///< Bind (consumers connect), or connect.
+  std::size_t max_frame_bytes = 2u << 20;       ///< Larger frames are refused (either way).
+  std::chrono::milliseconds send_timeout{100};  ///< Per send when a consumer's pipe is full.
+  int high_water_mark = 100'000;                ///< Per-peer queue limit (messages).
   /// While awaiting acks, consumers holding unacked events are pinged this often; one that is
   /// gone (ROUTER_MANDATORY: unroutable) fails its events at once instead of at the deadline.
   std::chrono::milliseconds probe_interval{200};
   /// ZMTP heartbeats, so a consumer whose host died (no FIN) is disconnected too (0 = off).
   std::chrono::milliseconds heartbeat_interval{1000};
-  std::optional<curve_server> curve{};         ///< Authenticate and encrypt (CURVE).
+  std::optional<curve_server> curve{};  ///< Authenticate and encrypt (CURVE).
 };
 
 /// A `concepts::transport` over ZeroMQ with end-to-end acknowledgements.
@@ -58,7 +58,8 @@ class publisher {
   /// Binds (or connects) the ROUTER socket.
   /// @throws outbox::error `misconfigured` for a bad endpoint or CURVE without libzmq support,
   ///         `transient` for e.g. an address in use.
-  explicit publisher(publisher_options options) : options_(std::move(options)), router_(ctx_, zmq::socket_type::router) {
+  explicit publisher(publisher_options options)
+      : options_(std::move(options)), router_(ctx_, zmq::socket_type::router) {
     try {
       router_.set(zmq::sockopt::linger, 0);
       router_.set(zmq::sockopt::router_mandatory, 1);  // unroutable = an error, not a silent drop
@@ -67,7 +68,8 @@ class publisher {
       router_.set(zmq::sockopt::sndhwm, options_.high_water_mark);
       router_.set(zmq::sockopt::rcvhwm, options_.high_water_mark);
       if (options_.heartbeat_interval.count() > 0) {
-        router_.set(zmq::sockopt::heartbeat_ivl, static_cast<int>(options_.heartbeat_interval.count()));
+        router_.set(zmq::sockopt::heartbeat_ivl,
+                    static_cast<int>(options_.heartbeat_interval.count()));
         router_.set(zmq::sockopt::heartbeat_timeout,
                     static_cast<int>(options_.heartbeat_interval.count()) * 3);
       }
@@ -130,8 +132,9 @@ class publisher {
         }
         std::string key = m.aggregate_type + '\0' + m.aggregate_id;
         if (lost.contains(key)) {  // an earlier message of it went to a vanished consumer
-          results.push_back({m.id, false, errc::transient,
-                             "zeromq: the consumer of an earlier event of this aggregate vanished"});
+          results.push_back(
+              {m.id, false, errc::transient,
+               "zeromq: the consumer of an earlier event of this aggregate vanished"});
           ++i;
           continue;
         }
@@ -201,7 +204,8 @@ class publisher {
     }
     for (auto& [id, f] : pending_) {
       if (f.done) continue;
-      results.push_back({id, false, errc::transient, "zeromq: no ack from the consumer by the deadline"});
+      results.push_back(
+          {id, false, errc::transient, "zeromq: no ack from the consumer by the deadline"});
       if (peer* p = find_peer(f.routing_id)) p->credit = std::min(p->credit + 1, p->window);
     }
     pending_.clear();
@@ -258,7 +262,8 @@ class publisher {
 
   /// Waits up to `timeout` for input, then handles everything available. Returns how many
   /// pending messages were settled (acked or nacked), recording their results in `results`.
-  std::size_t service(std::chrono::milliseconds timeout, std::vector<publish_result>* results = nullptr) {
+  std::size_t service(std::chrono::milliseconds timeout,
+                      std::vector<publish_result>* results = nullptr) {
     zmq::pollitem_t items[2] = {{router_.handle(), 0, ZMQ_POLLIN, 0},
                                 {zap_ ? zap_->handle() : nullptr, 0, ZMQ_POLLIN, 0}};
     zmq::poll(items, zap_ ? 2 : 1, timeout);
@@ -298,13 +303,13 @@ class publisher {
       }
       ++stats_.received;
       if (peer* p = find_peer(rid)) {
-        p->credit = std::min(p->credit + static_cast<int>(*credit) - p->window,
-                             static_cast<int>(*credit));
+        p->credit =
+            std::min(p->credit + static_cast<int>(*credit) - p->window, static_cast<int>(*credit));
         p->window = static_cast<int>(*credit);
         p->name = name;
       } else {
-        peers_.push_back(peer{rid, std::string(name), static_cast<int>(*credit),
-                              static_cast<int>(*credit)});
+        peers_.push_back(
+            peer{rid, std::string(name), static_cast<int>(*credit), static_cast<int>(*credit)});
       }
       return 0;
     }
@@ -335,8 +340,8 @@ class publisher {
     if (cmd == command::ack)
       results->push_back({*id, true, {}, {}});
     else
-      results->push_back({*id, false, errc::permanent,
-                          "zeromq: rejected by consumer: " + std::string(reason)});
+      results->push_back(
+          {*id, false, errc::permanent, "zeromq: rejected by consumer: " + std::string(reason)});
     return 1;
   }
 
@@ -364,8 +369,8 @@ class publisher {
         if (f.done || f.routing_id != rid) continue;
         f.done = true;
         ++failed;
-        results.push_back({id, false, errc::transient,
-                           "zeromq: the consumer disconnected before acking"});
+        results.push_back(
+            {id, false, errc::transient, "zeromq: the consumer disconnected before acking"});
       }
     }
     return failed;

@@ -31,14 +31,14 @@ struct curve_client {
 
 /// Options of a receiver. Fill with designated initialisers.
 struct receiver_options {
-  std::string endpoint{};                        ///< The publisher's endpoint.
-  bool bind = false;                             ///< Connect (default), or bind.
-  std::string name = "consumer";                 ///< Announced in HELLO (for operators).
-  std::uint32_t credit = 1000;                   ///< Deliveries held unacknowledged at most.
-  std::size_t max_frame_bytes = 2u << 20;        ///< Larger frames are refused and counted.
-  std::chrono::milliseconds hello_interval{500}; ///< Re-announce while idle (relay restarts).
-  std::chrono::milliseconds send_timeout{1000};  ///< For acks when the relay is slow to read.
-  std::optional<curve_client> curve{};           ///< Authenticate and encrypt (CURVE).
+  std::string endpoint{};                         ///< The publisher's endpoint.
+  bool bind = false;                              ///< Connect (default), or bind.
+  std::string name = "consumer";                  ///< Announced in HELLO (for operators).
+  std::uint32_t credit = 1000;                    ///< Deliveries held unacknowledged at most.
+  std::size_t max_frame_bytes = 2u << 20;         ///< Larger frames are refused and counted.
+  std::chrono::milliseconds hello_interval{500};  ///< Re-announce while idle (relay restarts).
+  std::chrono::milliseconds send_timeout{1000};   ///< For acks when the relay is slow to read.
+  std::optional<curve_client> curve{};            ///< Authenticate and encrypt (CURVE).
 };
 
 /// A `concepts::receiver` over ZeroMQ. `ack` sends the confirm the relay waits for; `nack` with
@@ -58,7 +58,8 @@ class receiver {
     if (options_.credit == 0 || options_.credit > 1'000'000)
       throw error(errc::misconfigured, "zeromq", {}, "receiver_options.credit must be 1..1000000");
     if (options_.name.empty() || options_.name.size() > 255 || !is_valid_utf8(options_.name))
-      throw error(errc::misconfigured, "zeromq", {}, "receiver_options.name must be 1..255 bytes of UTF-8");
+      throw error(errc::misconfigured, "zeromq", {},
+                  "receiver_options.name must be 1..255 bytes of UTF-8");
     try {
       dealer_.set(zmq::sockopt::linger, 0);
       dealer_.set(zmq::sockopt::routing_id, "c-" + make_uuid_v7().to_string());
@@ -73,8 +74,10 @@ class receiver {
         dealer_.set(zmq::sockopt::curve_publickey, options_.curve->public_key);
         dealer_.set(zmq::sockopt::curve_secretkey, options_.curve->secret_key);
       }
-      if (options_.bind) dealer_.bind(options_.endpoint);
-      else dealer_.connect(options_.endpoint);
+      if (options_.bind)
+        dealer_.bind(options_.endpoint);
+      else
+        dealer_.connect(options_.endpoint);
       hello();  // queued until the connection is up
     } catch (const zmq::error_t& e) {
       throw make_error(e, (options_.bind ? "bind " : "connect ") + options_.endpoint);
@@ -112,9 +115,10 @@ class receiver {
           continue;
         }
         if (now >= until) return std::nullopt;
-        const auto wait = std::min(std::chrono::duration_cast<std::chrono::milliseconds>(until - now) +
-                                       std::chrono::milliseconds(1),
-                                   options_.hello_interval);
+        const auto wait =
+            std::min(std::chrono::duration_cast<std::chrono::milliseconds>(until - now) +
+                         std::chrono::milliseconds(1),
+                     options_.hello_interval);
         zmq::pollitem_t item{dealer_.handle(), 0, ZMQ_POLLIN, 0};
         zmq::poll(&item, 1, wait);
       }
