@@ -70,8 +70,13 @@ struct curve_keypair {
 /// True when libzmq was built with CURVE (Debian's is, with libsodium).
 [[nodiscard]] inline bool has_curve() noexcept { return zmq_has("curve") != 0; }
 
-/// Translates a libzmq failure into `outbox::error` (adapter "zeromq", native code = errno name
-/// and number). A bad endpoint or option is `misconfigured`; everything else `transient`.
+/// The native code of an errno: its number and libzmq's text, e.g. "98 Address already in use".
+[[nodiscard]] inline std::string native_code(int errnum) {
+  return std::to_string(errnum) + " " + zmq_strerror(errnum);
+}
+
+/// Translates a libzmq failure into `outbox::error` (adapter "zeromq", native code = the errno
+/// number and its text). A bad endpoint or option is `misconfigured`; everything else `transient`.
 [[nodiscard]] inline error make_error(const zmq::error_t& e, std::string_view doing) {
   const int n = e.num();
   errc kind = errc::transient;
@@ -88,7 +93,7 @@ struct curve_keypair {
     default:
       break;
   }
-  return error(kind, "zeromq", std::to_string(n), std::string(doing) + ": " + e.what());
+  return error(kind, "zeromq", native_code(n), std::string(doing));
 }
 
 /// Generates a CURVE key pair (zmq_curve_keypair).

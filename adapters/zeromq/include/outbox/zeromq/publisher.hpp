@@ -118,6 +118,7 @@ class publisher {
     std::unordered_map<std::string, std::string> sticky;  // aggregate -> routing id
     std::unordered_map<std::string, bool> lost;           // aggregates whose consumer vanished
     std::size_t settled = 0;  // acked or nacked (or failed by a probe) so far
+    auto next_probe = std::chrono::steady_clock::now() + options_.probe_interval;
     try {
       service(std::chrono::milliseconds(0));
       std::size_t i = 0;
@@ -152,8 +153,13 @@ class publisher {
         if (p == nullptr) {
           const auto now = std::chrono::steady_clock::now();
           if (now >= until) break;
+          if (now >= next_probe) {  // the consumer we wait for may be gone
+            settled += probe(results);
+            next_probe = now + options_.probe_interval;
+          }
           // Acks that arrive meanwhile settle messages already sent and give credit back.
-          settled += service(std::chrono::duration_cast<std::chrono::milliseconds>(until - now) +
+          settled += service(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::min(until, next_probe) - now) +
                                  std::chrono::milliseconds(1),
                              &results);
           continue;
@@ -184,7 +190,6 @@ class publisher {
                            peers_.empty() ? "zeromq: no consumer connected by the deadline"
                                           : "zeromq: no consumer had credit by the deadline"});
       std::size_t open = pending_.size() - settled;
-      auto next_probe = std::chrono::steady_clock::now() + options_.probe_interval;
       while (open > 0) {
         const auto now = std::chrono::steady_clock::now();
         if (now >= until) break;

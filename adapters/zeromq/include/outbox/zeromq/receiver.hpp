@@ -176,7 +176,7 @@ class receiver {
       throw make_error(e, "send ack");
     }
     if (!sent)
-      throw error(errc::transient, "zeromq", std::to_string(EAGAIN),
+      throw error(errc::transient, "zeromq", native_code(EAGAIN),
                   "send ack: timed out (the event will be re-sent)");
     ++stats_.sent;
   }
