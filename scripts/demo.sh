@@ -2,7 +2,7 @@
 # scripts/demo.sh: the embedded demo (SQLite + ZeroMQ, no server: the demo process runs the
 # writer and the relay and starts its consumer as a second process), from a fresh Debian 12
 # machine (as root, or with sudo). Installs what it needs, builds `order_demo` in build-demo and
-# runs it; arguments are passed on (e.g. --orders 50000, --chaos).
+# runs it; arguments are passed on (e.g. --orders 50000, --chaos, --durable).
 # Ends with: orders=N events_published=N applied=N duplicates_skipped=D dead_lettered=0 lost=0
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
