@@ -6,10 +6,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
@@ -265,6 +268,37 @@ BOOST_AUTO_TEST_CASE(a_consumer_that_disconnects_fails_its_events_before_the_dea
   }
   BOOST_TEST(pub.consumers() == 0u);
   BOOST_TEST(pub.stats().unroutable >= 1u);
+}
+
+BOOST_AUTO_TEST_CASE(a_restarted_relay_learns_its_consumer_again_and_loses_nothing) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("outbox-zmq-restart-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string endpoint = "ipc://" + (dir / "relay.sock").string();
+  zq::receiver rcv({.endpoint = endpoint, .name = "survivor", .hello_interval = 100ms});
+  const auto batch = transport_conformance::make_messages(4);
+  const auto round = [&](zq::publisher& pub, std::span<const outbox::message> part) {
+    std::jthread acker([&](std::stop_token st) {
+      std::size_t n = 0;
+      while (!st.stop_requested() && n < part.size())
+        if (auto d = rcv.receive(20ms)) {
+          rcv.ack(*d);
+          ++n;
+        }
+    });
+    return pub.publish(part, std::chrono::steady_clock::now() + 30s);
+  };
+  {
+    zq::publisher first({.endpoint = endpoint});
+    for (const auto& r : round(first, std::span(batch).first(2))) BOOST_TEST(r.confirmed);
+  }  // the relay process ends; the consumer keeps running and reconnects
+  zq::publisher second({.endpoint = endpoint});
+  const auto results = round(second, std::span(batch).last(2));
+  BOOST_TEST_REQUIRE(results.size() == 2u);
+  for (const auto& r : results) BOOST_TEST(r.confirmed);
+  BOOST_TEST(second.consumers() == 1u);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
 }
 
 BOOST_AUTO_TEST_CASE(refuses_to_send_a_message_over_the_frame_limit) {
