@@ -301,6 +301,26 @@ BOOST_AUTO_TEST_CASE(a_restarted_relay_learns_its_consumer_again_and_loses_nothi
   std::filesystem::remove_all(dir, ec);
 }
 
+BOOST_AUTO_TEST_CASE(works_the_other_way_round_with_the_consumer_binding) {
+  zq::receiver rcv({.endpoint = "tcp://127.0.0.1:*", .bind = true, .hello_interval = 50ms});
+  zq::publisher pub({.endpoint = rcv.endpoint(), .bind = false});
+  const auto batch = transport_conformance::make_messages(3);
+  std::vector<outbox::publish_result> results;
+  {
+    std::jthread acker([&](std::stop_token st) {
+      std::size_t n = 0;
+      while (!st.stop_requested() && n < batch.size())
+        if (auto d = rcv.receive(20ms)) {
+          rcv.ack(*d);
+          ++n;
+        }
+    });
+    results = pub.publish(batch, std::chrono::steady_clock::now() + 30s);
+  }
+  BOOST_TEST_REQUIRE(results.size() == batch.size());
+  for (const auto& r : results) BOOST_TEST(r.confirmed);
+}
+
 BOOST_AUTO_TEST_CASE(refuses_to_send_a_message_over_the_frame_limit) {
   zq::publisher pub({.endpoint = "tcp://127.0.0.1:*", .max_frame_bytes = 1024});
   auto batch = transport_conformance::make_messages(1);

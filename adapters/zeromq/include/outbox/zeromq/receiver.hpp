@@ -78,6 +78,7 @@ class receiver {
         dealer_.bind(options_.endpoint);
       else
         dealer_.connect(options_.endpoint);
+      endpoint_ = options_.bind ? dealer_.get(zmq::sockopt::last_endpoint) : options_.endpoint;
       hello();  // queued until the connection is up
     } catch (const zmq::error_t& e) {
       throw make_error(e, (options_.bind ? "bind " : "connect ") + options_.endpoint);
@@ -143,6 +144,8 @@ class receiver {
 
   /// Deliveries held: received and not yet acked, plus those requeued locally.
   [[nodiscard]] std::size_t held() const noexcept { return unacked_.size() + requeued_.size(); }
+  /// The endpoint, with the actual port when bound to `tcp://...:*`.
+  [[nodiscard]] const std::string& endpoint() const noexcept { return endpoint_; }
   [[nodiscard]] const wire_stats& stats() const noexcept { return stats_; }
 
  private:
@@ -200,6 +203,7 @@ class receiver {
   receiver_options options_;
   zmq::context_t ctx_;
   zmq::socket_t dealer_;
+  std::string endpoint_;
   std::chrono::steady_clock::time_point last_hello_{};
   std::unordered_map<std::uint64_t, uuid> unacked_;
   std::deque<delivery> requeued_;
