@@ -403,6 +403,10 @@ int run_service(const args& a) {
             << " lost=" << lost << std::endl;
 
   if (!a.keep_db) remove_db(a.db);
+  if (a.endpoint.starts_with("ipc://")) {  // libzmq leaves the socket file behind
+    std::error_code ec;
+    std::filesystem::remove(a.endpoint.substr(6), ec);
+  }
   const bool ok = orders == a.orders && published == orders && applied == orders && lost == 0 &&
                   dead == 0 && inbox == orders && duplicate_sent && duplicates_skipped >= 1;
   return ok ? 0 : 1;
