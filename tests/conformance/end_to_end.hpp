@@ -1,11 +1,21 @@
 #pragma once
 // End-to-end tests writer -> store -> relay -> transport -> consumer -> store, written once.
 // A test file defines `e2e_combinations`, a std::tuple of `e2e::combo<StoreFixture,
-// TransportFixture>` (tests/support/combo.hpp) (fixtures as in store_conformance.hpp and transport_conformance.hpp), and
-// includes this header inside a Boost.Test module.
+// TransportFixture>` (tests/support/combo.hpp; fixtures as in store_conformance.hpp and
+// transport_conformance.hpp), and includes this header inside a Boost.Test module.
+//
+// Transport fixtures used here also provide (see memory_transport_fixture.hpp):
+//   static constexpr bool confirms_on_consumer_ack  a confirm is the consumer's ack: the relay's
+//       publish returns only once a consumer committed, so the tests run the consumer
+//       concurrently with the relay (`with_consumer`); false: publish first, consume later.
+//   static constexpr bool thread_safe_publisher     concurrent relays may share publisher();
+//       false: they share it through a lock (`tap`).
+//   bool redeliver(const outbox::message&)  deliver an already published message once more
+//   std::size_t outstanding()               deliveries not yet acked (queued or handed out)
 
 #include <chrono>
 #include <map>
+#include <mutex>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -26,6 +36,39 @@ namespace e2e {
 
 using namespace std::chrono_literals;
 
+/// Sits between the relay (or the fault doubles) and a fixture's publisher: records every
+/// message handed to the transport (what went on the wire, for every transport alike) and,
+/// when `Serialize`, lets concurrent relays share a publisher that is not thread-safe.
+template <class Inner, bool Serialize>
+class tap {
+ public:
+  explicit tap(Inner& inner) : inner_(&inner) {}
+  std::vector<outbox::publish_result> publish(std::span<const outbox::message> batch,
+                                              std::chrono::steady_clock::time_point until) {
+    {
+      std::lock_guard lock(record_mutex_);
+      sent_.insert(sent_.end(), batch.begin(), batch.end());
+    }
+    if constexpr (Serialize) {
+      std::lock_guard lock(publish_mutex_);
+      return inner_->publish(batch, until);
+    } else {
+      return inner_->publish(batch, until);
+    }
+  }
+  /// Every message handed to the transport so far, in order.
+  [[nodiscard]] std::vector<outbox::message> sent() const {
+    std::lock_guard lock(record_mutex_);
+    return sent_;
+  }
+
+ private:
+  Inner* inner_;
+  mutable std::mutex record_mutex_;
+  std::mutex publish_mutex_;
+  std::vector<outbox::message> sent_;
+};
+
 /// One store x transport pair, with a fault-injecting wrapper around the publisher, a manual
 /// clock, and the application's, the relay's and the consumer's own connections.
 template <class Combo>
@@ -35,7 +78,8 @@ struct world {
   using store_type = typename SF::store_type;
   using publisher_type = std::remove_reference_t<decltype(std::declval<TF&>().publisher())>;
   using receiver_type = std::remove_reference_t<decltype(std::declval<TF&>().receiver())>;
-  using faulty = outbox::testing::faulty_transport<publisher_type>;
+  using tap_type = tap<publisher_type, !TF::thread_safe_publisher>;
+  using faulty = outbox::testing::faulty_transport<tap_type>;
   using relay_type = outbox::relay<store_type, faulty, outbox::exponential_backoff,
                                    outbox::testing::manual_clock>;
   using consumer_type = outbox::consumer<store_type, receiver_type, outbox::exponential_backoff,
@@ -43,7 +87,8 @@ struct world {
 
   SF db;
   TF net;
-  faulty wire{net.publisher()};
+  tap_type wiretap{net.publisher()};
+  faulty wire{wiretap};
   outbox::testing::manual_clock clock;
   std::unique_ptr<typename SF::session_type> app_sql = db.open_session();
   std::unique_ptr<store_type> app_store = db.make_store(*app_sql);
@@ -95,6 +140,26 @@ struct world {
     }
   }
 
+  /// Runs `body` (relay work). When the transport confirms only on the consumer's ack, `c`
+  /// consumes concurrently meanwhile (on its own thread, stopped and joined before returning);
+  /// otherwise `body` runs alone and the test consumes afterwards, as before.
+  template <class Body>
+  decltype(auto) with_consumer(consumer_type& c, Body&& body) {
+    if constexpr (TF::confirms_on_consumer_ack) {
+      std::jthread t([&c](std::stop_token st) { c.run(st); });
+      return body();
+    } else {
+      return body();
+    }
+  }
+
+  /// Delivers the already published event `id` once more (a duplicate delivery).
+  bool redeliver(const outbox::uuid& id) {
+    for (const auto& m : wiretap.sent())
+      if (m.id == id) return net.redeliver(m);
+    return false;
+  }
+
   std::int64_t count(const std::string& q) { return SF::count(*app_sql, q); }
   std::int64_t applied() { return count("SELECT count(*) FROM applied"); }
   std::int64_t applied_distinct() { return count("SELECT count(DISTINCT event_id) FROM applied"); }
@@ -116,8 +181,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(commit_publishes_and_rollback_publishes_nothing, C
   }
   const auto kept = w.place("kept");
   auto relay = w.make_relay();
-  w.drain(relay);
   auto consumer = w.make_consumer();
+  w.with_consumer(consumer, [&] { w.drain(relay); });
   w.consume_all(consumer);
   BOOST_TEST(relay.stats().published == 1u);
   BOOST_TEST(w.applied() == 1);
@@ -131,15 +196,15 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_transient_failure_is_retried_with_backoff_then_p
   w.place("o1");
   w.wire.fail_next(1);
   auto relay = w.make_relay();
+  auto consumer = w.make_consumer();
   BOOST_TEST(relay.run_once() == 1u);
   BOOST_TEST(relay.stats().retried == 1u);
   BOOST_TEST(relay.run_once() == 0u);  // backing off: not claimable yet
   w.clock.advance(999ms);
   BOOST_TEST(relay.run_once() == 0u);
   w.clock.advance(2ms);                // first backoff is 1 s (no jitter in this test)
-  BOOST_TEST(relay.run_once() == 1u);
+  BOOST_TEST(w.with_consumer(consumer, [&] { return relay.run_once(); }) == 1u);
   BOOST_TEST(relay.stats().published == 1u);
-  auto consumer = w.make_consumer();
   w.consume_all(consumer);
   BOOST_TEST(w.applied() == 1);
 }
@@ -153,12 +218,15 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_failing_event_is_dead_lettered_after_max_attempt
   w.wire.fail_when([](const outbox::message& m) { return m.aggregate_id == "poison"; },
                    outbox::errc::transient);
   auto relay = w.make_relay();
-  w.drain(relay);
-  for (int i = 0; i < 2; ++i) {
-    w.place("healthy-" + std::to_string(i + 2));
-    w.clock.advance(10s);
+  auto consumer = w.make_consumer();
+  w.with_consumer(consumer, [&] {
     w.drain(relay);
-  }
+    for (int i = 0; i < 2; ++i) {
+      w.place("healthy-" + std::to_string(i + 2));
+      w.clock.advance(10s);
+      w.drain(relay);
+    }
+  });
   BOOST_TEST(relay.stats().dead_lettered == 1u);
   BOOST_TEST(relay.stats().published == 3u);
   auto dead = w.app_store->dead_letters(10);
@@ -175,8 +243,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_failing_event_is_dead_lettered_after_max_attempt
   BOOST_TEST(w.app_store->stats(w.clock.now()).dead == 2);
   w.wire.heal();
   BOOST_TEST(w.app_store->requeue(poison));
-  w.drain(relay);
-  auto consumer = w.make_consumer();
+  w.with_consumer(consumer, [&] { w.drain(relay); });
   w.consume_all(consumer);
   BOOST_TEST(w.applied() == 4);  // three healthy + the requeued poison
 }
@@ -193,17 +260,19 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(order_within_an_aggregate_is_preserved_on_the_wire
   auto relay = w.make_relay({.batch_size = 7});
   w.wire.confirm_out_of_order(true);
   w.wire.fail_next(3);  // the first three messages on the wire fail and are retried
-  for (int i = 0; i < 40 && w.app_store->stats(w.clock.now()).pending > 0; ++i) {
-    w.drain(relay);
-    w.clock.advance(5s);
-  }
-  BOOST_TEST(relay.stats().published == 30u);
   std::map<std::string, std::vector<outbox::uuid>> seen;
   std::mutex m;
   auto ordered = w.make_consumer([&](const outbox::message& msg) {
     std::lock_guard lock(m);
     seen[msg.aggregate_id].push_back(msg.id);
   });
+  w.with_consumer(ordered, [&] {
+    for (int i = 0; i < 40 && w.app_store->stats(w.clock.now()).pending > 0; ++i) {
+      w.drain(relay);
+      w.clock.advance(5s);
+    }
+  });
+  BOOST_TEST(relay.stats().published == 30u);
   w.consume_all(ordered);
   for (const auto& [agg, ids] : expected) BOOST_TEST((seen[agg] == ids), "aggregate " << agg);
   BOOST_TEST(w.applied() == 30);
@@ -214,10 +283,10 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_duplicate_delivery_is_applied_once, Combo, e2e_c
   const auto id = w.place("dup");
   w.place("other");
   auto relay = w.make_relay();
-  w.drain(relay);
   auto consumer = w.make_consumer();
+  w.with_consumer(consumer, [&] { w.drain(relay); });
   w.consume_all(consumer);
-  BOOST_TEST_REQUIRE(w.net.transport.redeliver(id));
+  BOOST_TEST_REQUIRE(w.with_consumer(consumer, [&] { return w.redeliver(id); }));
   w.consume_all(consumer);
   BOOST_TEST(consumer.stats().applied == 2u);
   BOOST_TEST(consumer.stats().duplicates_skipped == 1u);
@@ -231,12 +300,12 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_throwing_handler_rolls_back_is_retried_then_dead
   w.place("flaky");
   w.place("broken");
   auto relay = w.make_relay();
-  w.drain(relay);
   int flaky_calls = 0;
   auto consumer = w.make_consumer([&](const outbox::message& m) {
     if (m.aggregate_id == "flaky" && ++flaky_calls < 2) throw std::runtime_error("flaky handler");
     if (m.aggregate_id == "broken") throw std::runtime_error("broken handler");
   });
+  w.with_consumer(consumer, [&] { w.drain(relay); });
   w.consume_all(consumer);
   const auto s = consumer.stats();
   BOOST_TEST(s.applied == 1u);          // flaky, on its second attempt
@@ -245,8 +314,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_throwing_handler_rolls_back_is_retried_then_dead
   BOOST_TEST(w.applied() == 1);         // the failed attempts left nothing behind
   BOOST_TEST(w.count("SELECT count(*) FROM outbox_inbox_dead WHERE error = 'broken handler'") == 1);
   BOOST_TEST(w.count("SELECT count(*) FROM outbox_inbox") == 2);
-  BOOST_TEST(w.net.transport.unacked() == 0u);
-  BOOST_TEST(w.net.transport.queued() == 0u);
+  BOOST_TEST(w.net.outstanding() == 0u);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(an_abandoned_claim_is_taken_over_after_its_lease_and_applied_once,
@@ -258,27 +326,29 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(an_abandoned_claim_is_taken_over_after_its_lease_a
   auto dying_store = w.db.make_store(*dying_sql);
   auto batch = dying_store->claim({"dying-relay", 100, w.clock.now(), 5s});
   BOOST_TEST_REQUIRE(batch.size() == 5u);
-  (void)w.net.publisher().publish(batch.messages, std::chrono::steady_clock::now() + 5s);
+  auto consumer = w.make_consumer();
+  w.with_consumer(consumer, [&] {
+    (void)w.net.publisher().publish(batch.messages, std::chrono::steady_clock::now() + 5s);
+  });
   auto relay = w.make_relay({.lease = 30s, .publish_timeout = 10s});
   if constexpr (Combo::store_fixture::leases_expire) {
     dying_store.reset();  // the relay is gone: its statements, then its connection
     dying_sql.reset();
     BOOST_TEST(relay.run_once() == 0u);  // the dead relay's lease still holds
     w.clock.advance(6s);
-    BOOST_TEST(relay.run_once() == 5u);
+    BOOST_TEST(w.with_consumer(consumer, [&] { return relay.run_once(); }) == 5u);
   } else {
     BOOST_TEST(relay.run_once() == 0u);  // locked by the live claim
     dying_store.reset();
     dying_sql.reset();  // its transaction dies with the connection: no lease to wait for
     std::size_t n = 0;
     for (int i = 0; i < 200 && n == 0; ++i) {
-      n = relay.run_once();
+      n = w.with_consumer(consumer, [&] { return relay.run_once(); });
       if (n == 0) std::this_thread::sleep_for(10ms);
     }
     BOOST_TEST(n == 5u);
   }
   BOOST_TEST(relay.stats().published == 5u);
-  auto consumer = w.make_consumer();
   w.consume_all(consumer);
   BOOST_TEST(consumer.stats().applied == 5u);
   BOOST_TEST(consumer.stats().duplicates_skipped == 5u);
@@ -294,10 +364,11 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_stale_relay_cannot_settle_rows_it_lost, Combo, e
   auto batch = stale_store->claim({"stale-relay", 100, w.clock.now(), 5s});
   BOOST_TEST_REQUIRE(batch.size() == 1u);
   auto relay = w.make_relay();
+  auto consumer = w.make_consumer();
   std::vector<outbox::settlement> fates(1);
   if constexpr (Combo::store_fixture::leases_expire) {
     w.clock.advance(6s);  // the stale relay stalls past its lease
-    BOOST_TEST(relay.run_once() == 1u);
+    BOOST_TEST(w.with_consumer(consumer, [&] { return relay.run_once(); }) == 1u);
     // Its confirm finally arrives; settling must not touch what the new owner settled.
     fates[0].what = outbox::settlement::kind::dead;
     fates[0].error = "stale relay thinks it failed";
@@ -364,9 +435,13 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(messages_without_a_confirm_time_out_and_are_retrie
   BOOST_TEST(relay.stats().published == 0u);
   w.wire.heal();
   w.clock.advance(2s);
-  BOOST_TEST(relay.run_once() == 1u);
-  BOOST_TEST(relay.stats().published == 1u);
+  // Where a confirm is a consumer's ack (after its commit), the relay that gets it waits longer
+  // (bounded); otherwise the same options as the one that timed out.
+  constexpr bool acks = Combo::transport_fixture::confirms_on_consumer_ack;
+  auto patient = w.make_relay({.lease = acks ? 20s : 1s, .publish_timeout = acks ? 10s : 50ms});
   auto consumer = w.make_consumer();
+  BOOST_TEST(w.with_consumer(consumer, [&] { return patient.run_once(); }) == 1u);
+  BOOST_TEST(patient.stats().published == 1u);
   w.consume_all(consumer);
   BOOST_TEST(consumer.stats().applied == 1u);
   BOOST_TEST(consumer.stats().duplicates_skipped == 1u);  // the unconfirmed send arrived too
@@ -380,8 +455,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_misconfigured_transport_stops_the_relay_and_dead
   w.wire.fail_when([](const outbox::message& m) { return m.aggregate_id == "b"; },
                    outbox::errc::misconfigured);
   auto relay = w.make_relay();
+  auto consumer = w.make_consumer();
   try {
-    relay.run_once();
+    w.with_consumer(consumer, [&] { return relay.run_once(); });
     BOOST_ERROR("expected the relay to stop");
   } catch (const outbox::error& e) {
     BOOST_TEST((e.kind() == outbox::errc::misconfigured));
@@ -411,32 +487,35 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(four_relays_drain_one_database_in_order_without_pu
     w.writer.enqueue(*w.app_sql, events);
     tx->commit();
   }
-  std::vector<std::thread> threads;
+  auto consumer = w.make_consumer();
   std::vector<std::uint64_t> published(4, 0);
-  for (int r = 0; r < 4; ++r) {
-    threads.emplace_back([&, r] {
-      auto sql = w.db.open_session();
-      auto st = w.db.make_store(*sql);
-      outbox::relay<typename SF::store_type, typename e2e::world<Combo>::publisher_type> relay(
-          *st, w.net.publisher(), {.batch_size = 50, .owner = "relay-" + std::to_string(r)});
-      // An empty claim only means the others hold every aggregate's head: go on until the
-      // outbox is drained (bounded by a deadline).
-      const auto deadline = std::chrono::steady_clock::now() + 60s;
-      while (std::chrono::steady_clock::now() < deadline) {
-        if (relay.run_once() > 0) continue;
-        if (st->stats(std::chrono::system_clock::now()).pending +
-                st->stats(std::chrono::system_clock::now()).in_flight == 0)
-          break;
-        std::this_thread::sleep_for(1ms);
-      }
-      published[static_cast<std::size_t>(r)] = relay.stats().published;
-    });
-  }
-  for (auto& t : threads) t.join();
+  w.with_consumer(consumer, [&] {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 4; ++r) {
+      threads.emplace_back([&, r] {
+        auto sql = w.db.open_session();
+        auto st = w.db.make_store(*sql);
+        outbox::relay<typename SF::store_type, typename e2e::world<Combo>::tap_type> relay(
+            *st, w.wiretap, {.batch_size = 50, .owner = "relay-" + std::to_string(r)});
+        // An empty claim only means the others hold every aggregate's head: go on until the
+        // outbox is drained (bounded by a deadline).
+        const auto deadline = std::chrono::steady_clock::now() + 60s;
+        while (std::chrono::steady_clock::now() < deadline) {
+          if (relay.run_once() > 0) continue;
+          if (st->stats(std::chrono::system_clock::now()).pending +
+                  st->stats(std::chrono::system_clock::now()).in_flight == 0)
+            break;
+          std::this_thread::sleep_for(1ms);
+        }
+        published[static_cast<std::size_t>(r)] = relay.stats().published;
+      });
+    }
+    for (auto& t : threads) t.join();
+  });
   std::uint64_t total = 0;
   for (auto p : published) total += p;
   BOOST_TEST(total == static_cast<std::uint64_t>(n));
-  const auto wire = w.net.transport.wire();
+  const auto wire = w.wiretap.sent();
   std::set<outbox::uuid> unique;
   std::map<std::string, int> last_i;  // per aggregate, the payload's "i" must increase
   bool in_order = true;

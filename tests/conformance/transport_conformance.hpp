@@ -6,10 +6,14 @@
 //   publisher()  -> a concepts::transport&      receiver() -> a concepts::receiver&
 //   static constexpr const char* name
 //   static constexpr bool redelivers_on_nack    (capability: nack(requeue) delivers again)
+//   static constexpr bool confirms_on_consumer_ack  (capability: a confirm is the receiver's
+//       ack, not the broker's; publish waits for it, so the tests ack concurrently)
 
+#include <atomic>
 #include <chrono>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
@@ -53,6 +57,14 @@ std::vector<outbox::delivery> receive_n(Receiver& r, std::size_t n,
   return out;
 }
 
+/// Publishes `batch` for a test that consumes afterwards. A transport that confirms only on the
+/// receiver's ack cannot confirm here (nobody acks yet): its messages are sent and its publish
+/// returns after a short deadline instead of the usual one.
+template <class Fixture>
+std::vector<outbox::publish_result> send(Fixture& fx, const std::vector<outbox::message>& batch) {
+  return fx.publisher().publish(batch, deadline(Fixture::confirms_on_consumer_ack ? 100ms : 5s));
+}
+
 }  // namespace transport_conformance
 
 BOOST_AUTO_TEST_SUITE(transport_conformance)
@@ -69,7 +81,21 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(confirms_every_message_of_a_batch_by_id, Fixture,
                               transport_fixtures) {
   Fixture fx;
   const auto batch = transport_conformance::make_messages(50);
-  const auto results = fx.publisher().publish(batch, transport_conformance::deadline());
+  std::vector<outbox::publish_result> results;
+  if constexpr (Fixture::confirms_on_consumer_ack) {
+    // The receiver acks on its own thread (its one thread) while publish waits for the acks.
+    std::atomic<std::size_t> acked{0};
+    std::jthread acker([&](std::stop_token st) {
+      while (!st.stop_requested() && acked < batch.size())
+        if (auto d = fx.receiver().receive(20ms)) {
+          fx.receiver().ack(*d);
+          ++acked;
+        }
+    });
+    results = fx.publisher().publish(batch, transport_conformance::deadline(30s));
+  } else {
+    results = fx.publisher().publish(batch, transport_conformance::deadline());
+  }
   BOOST_TEST_REQUIRE(results.size() == batch.size());
   std::set<outbox::uuid> confirmed;
   for (const auto& r : results) {
@@ -82,7 +108,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(confirms_every_message_of_a_batch_by_id, Fixture,
 BOOST_AUTO_TEST_CASE_TEMPLATE(delivers_every_field_in_publish_order, Fixture, transport_fixtures) {
   Fixture fx;
   const auto batch = transport_conformance::make_messages(20);
-  (void)fx.publisher().publish(batch, transport_conformance::deadline());
+  (void)transport_conformance::send(fx, batch);
   auto got = transport_conformance::receive_n(fx.receiver(), batch.size());
   BOOST_TEST_REQUIRE(got.size() == batch.size());
   for (std::size_t i = 0; i < batch.size(); ++i) {
@@ -111,7 +137,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_nacked_delivery_comes_again_marked_redelivered, 
   if constexpr (Fixture::redelivers_on_nack) {
     Fixture fx;
     const auto batch = transport_conformance::make_messages(1);
-    (void)fx.publisher().publish(batch, transport_conformance::deadline());
+    (void)transport_conformance::send(fx, batch);
     auto first = fx.receiver().receive(2s);
     BOOST_TEST_REQUIRE(first.has_value());
     fx.receiver().nack(*first, true);
@@ -130,11 +156,24 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_nack_without_requeue_drops_the_delivery, Fixture
                               transport_fixtures) {
   Fixture fx;
   const auto batch = transport_conformance::make_messages(1);
-  (void)fx.publisher().publish(batch, transport_conformance::deadline());
+  (void)transport_conformance::send(fx, batch);
   auto d = fx.receiver().receive(2s);
   BOOST_TEST_REQUIRE(d.has_value());
   fx.receiver().nack(*d, false);
   BOOST_TEST(!fx.receiver().receive(100ms).has_value());
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(confirms_only_after_the_receiver_acked, Fixture, transport_fixtures) {
+  if constexpr (Fixture::confirms_on_consumer_ack) {
+    Fixture fx;
+    const auto batch = transport_conformance::make_messages(3);
+    // Delivered, never acked: no confirm, whatever the deadline.
+    for (const auto& r : transport_conformance::send(fx, batch)) BOOST_TEST(!r.confirmed);
+    auto got = transport_conformance::receive_n(fx.receiver(), batch.size());
+    BOOST_TEST(got.size() == batch.size());
+  } else {
+    BOOST_TEST_MESSAGE(Fixture::name << " confirms when the broker took the message (capability)");
+  }
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(empty_batch_publishes_nothing, Fixture, transport_fixtures) {

@@ -6,8 +6,18 @@ namespace outbox::test {
 struct memory_transport_fixture {
   static constexpr const char* name = "memory";
   static constexpr bool redelivers_on_nack = true;
+  /// Capability: confirms when the broker (here: the queue) took the message, before any
+  /// consumer ran; tests may publish first and consume afterwards.
+  static constexpr bool confirms_on_consumer_ack = false;
+  /// Capability: one publisher may be shared by concurrent relays.
+  static constexpr bool thread_safe_publisher = true;
   outbox::testing::memory_transport transport;
   outbox::testing::memory_transport& publisher() { return transport; }
   outbox::testing::memory_transport& receiver() { return transport; }
+
+  /// Delivers an already published message once more (a duplicate delivery).
+  bool redeliver(const outbox::message& m) { return transport.redeliver(m.id); }
+  /// Deliveries queued or handed out and not yet acked.
+  [[nodiscard]] std::size_t outstanding() const { return transport.unacked() + transport.queued(); }
 };
 }  // namespace outbox::test

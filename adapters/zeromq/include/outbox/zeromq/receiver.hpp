@@ -1,0 +1,216 @@
+#pragma once
+/// @file
+/// `outbox::zeromq::receiver`: the consumer's side of the ZeroMQ transport. A DEALER socket that
+/// announces itself with a credit window (HELLO), receives EVENTs and acknowledges each one
+/// (ACK) when the consumer calls `ack`, which `outbox::consumer` does after its commit.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include <zmq.hpp>
+
+#include <outbox/concepts/transport.hpp>
+#include <outbox/message.hpp>
+#include <outbox/uuid.hpp>
+#include <outbox/zeromq/protocol.hpp>
+
+namespace outbox::zeromq {
+
+/// CURVE client settings of a receiver (Z85 keys).
+struct curve_client {
+  std::string server_public_key{};  ///< The publisher's public key.
+  std::string public_key{};         ///< This consumer's key pair.
+  std::string secret_key{};
+};
+
+/// Options of a receiver. Fill with designated initialisers.
+struct receiver_options {
+  std::string endpoint{};                         ///< The publisher's endpoint.
+  bool bind = false;                              ///< Connect (default), or bind.
+  std::string name = "consumer";                  ///< Announced in HELLO (for operators).
+  std::uint32_t credit = 1000;                    ///< Deliveries held unacknowledged at most.
+  std::size_t max_frame_bytes = 2u << 20;         ///< Larger frames are refused and counted.
+  std::chrono::milliseconds hello_interval{500};  ///< Re-announce while idle (relay restarts).
+  std::chrono::milliseconds send_timeout{1000};   ///< For acks when the relay is slow to read.
+  std::optional<curve_client> curve{};            ///< Authenticate and encrypt (CURVE).
+};
+
+/// A `concepts::receiver` over ZeroMQ. `ack` sends the confirm the relay waits for; `nack` with
+/// requeue delivers the event again locally (the relay keeps waiting for its ack); `nack`
+/// without requeue rejects it (the relay sees a permanent failure and dead-letters it).
+/// A receiver that dies with unacknowledged deliveries loses nothing: the relay gets no ack by
+/// its deadline and re-sends them (to any consumer), and the inbox absorbs the duplicates.
+///
+/// Threading: owns its own `zmq::context_t` and DEALER socket; use it from one thread (one
+/// consumer thread). The routing id is random per receiver, so a restarted consumer is a new
+/// peer; a reconnecting one keeps its id (the relay sets ROUTER_HANDOVER).
+class receiver {
+ public:
+  /// @throws outbox::error `misconfigured` for a bad endpoint or CURVE without libzmq support.
+  explicit receiver(receiver_options options)
+      : options_(std::move(options)), dealer_(ctx_, zmq::socket_type::dealer) {
+    if (options_.credit == 0 || options_.credit > 1'000'000)
+      throw error(errc::misconfigured, "zeromq", {}, "receiver_options.credit must be 1..1000000");
+    if (options_.name.empty() || options_.name.size() > 255 || !is_valid_utf8(options_.name))
+      throw error(errc::misconfigured, "zeromq", {},
+                  "receiver_options.name must be 1..255 bytes of UTF-8");
+    try {
+      dealer_.set(zmq::sockopt::linger, 0);
+      dealer_.set(zmq::sockopt::routing_id, "c-" + make_uuid_v7().to_string());
+      dealer_.set(zmq::sockopt::sndtimeo, static_cast<int>(options_.send_timeout.count()));
+      dealer_.set(zmq::sockopt::rcvhwm, static_cast<int>(options_.credit) * 2 + 16);
+      dealer_.set(zmq::sockopt::maxmsgsize,
+                  static_cast<std::int64_t>(options_.max_frame_bytes) * 4 + 4096);
+      if (options_.curve) {
+        if (!has_curve())
+          throw error(errc::misconfigured, "zeromq", {}, "CURVE keys given, libzmq has no CURVE");
+        dealer_.set(zmq::sockopt::curve_serverkey, options_.curve->server_public_key);
+        dealer_.set(zmq::sockopt::curve_publickey, options_.curve->public_key);
+        dealer_.set(zmq::sockopt::curve_secretkey, options_.curve->secret_key);
+      }
+      if (options_.bind)
+        dealer_.bind(options_.endpoint);
+      else
+        dealer_.connect(options_.endpoint);
+      endpoint_ = options_.bind ? dealer_.get(zmq::sockopt::last_endpoint) : options_.endpoint;
+      hello();  // queued until the connection is up
+    } catch (const zmq::error_t& e) {
+      throw make_error(e, (options_.bind ? "bind " : "connect ") + options_.endpoint);
+    }
+  }
+
+  receiver(const receiver&) = delete;
+  receiver& operator=(const receiver&) = delete;
+
+  /// The next delivery, or `nullopt` after `timeout`. Malformed messages are counted and skipped.
+  /// @throws outbox::error (`transient`) when the socket fails.
+  std::optional<delivery> receive(std::chrono::milliseconds timeout) {
+    if (!requeued_.empty()) {
+      delivery d = std::move(requeued_.front());
+      requeued_.pop_front();
+      d.tag = ++next_tag_;
+      unacked_.emplace(d.tag, d.msg.id);
+      return d;
+    }
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    detail::frames f;
+    try {
+      for (;;) {
+        const auto now = std::chrono::steady_clock::now();
+        if (now - last_hello_ >= options_.hello_interval) hello();
+        f.clear();
+        if (zmq::recv_multipart(dealer_, std::back_inserter(f), zmq::recv_flags::dontwait)) {
+          message m;
+          if (decode(f, m)) {
+            const bool again = m.attempts > 1;  // claimed before: may have been delivered
+            delivery d{std::move(m), ++next_tag_, again};
+            unacked_.emplace(d.tag, d.msg.id);
+            return d;
+          }
+          continue;
+        }
+        if (now >= until) return std::nullopt;
+        const auto wait =
+            std::min(std::chrono::duration_cast<std::chrono::milliseconds>(until - now) +
+                         std::chrono::milliseconds(1),
+                     options_.hello_interval);
+        zmq::pollitem_t item{dealer_.handle(), 0, ZMQ_POLLIN, 0};
+        zmq::poll(&item, 1, wait);
+      }
+    } catch (const zmq::error_t& e) {
+      throw make_error(e, "receive");
+    }
+  }
+
+  /// Confirms `d` to the relay (call it after the consumer's transaction committed).
+  /// @throws outbox::error (`transient`) when the ack cannot be sent; the relay then re-sends.
+  void ack(const delivery& d) { settle(d, command::ack, {}); }
+
+  /// `requeue`: delivers `d` again (locally, marked redelivered). Otherwise rejects it.
+  void nack(const delivery& d, bool requeue) {
+    if (requeue) {
+      if (unacked_.erase(d.tag) == 0) return;
+      requeued_.push_back(delivery{d.msg, 0, true});
+      return;
+    }
+    settle(d, command::nack, "rejected by the consumer");
+  }
+
+  /// Deliveries held: received and not yet acked, plus those requeued locally.
+  [[nodiscard]] std::size_t held() const noexcept { return unacked_.size() + requeued_.size(); }
+  /// The endpoint, with the actual port when bound to `tcp://...:*`.
+  [[nodiscard]] const std::string& endpoint() const noexcept { return endpoint_; }
+  [[nodiscard]] const wire_stats& stats() const noexcept { return stats_; }
+
+ private:
+  void hello() {
+    detail::frames f;
+    f.push_back(detail::text_frame(protocol_version));
+    f.push_back(detail::text_frame(command::hello));
+    f.push_back(detail::text_frame(std::to_string(options_.credit)));
+    f.push_back(detail::text_frame(options_.name));
+    last_hello_ = std::chrono::steady_clock::now();
+    // Not connected yet, or the relay is not reading: the next interval tries again.
+    zmq::pollitem_t item{dealer_.handle(), 0, ZMQ_POLLOUT, 0};
+    zmq::poll(&item, 1, std::chrono::milliseconds(0));
+    if ((item.revents & ZMQ_POLLOUT) == 0) return;
+    if (detail::send_frames(dealer_, f)) ++stats_.sent;
+  }
+
+  void settle(const delivery& d, std::string_view cmd, std::string_view reason) {
+    auto it = unacked_.find(d.tag);
+    if (it == unacked_.end()) return;  // settled already
+    detail::frames f;
+    f.push_back(detail::text_frame(protocol_version));
+    f.push_back(detail::text_frame(cmd));
+    f.push_back(detail::id_frame(it->second));
+    if (cmd == command::nack) f.push_back(detail::text_frame(reason));
+    unacked_.erase(it);
+    bool sent = false;
+    try {
+      sent = detail::send_frames(dealer_, f);
+    } catch (const zmq::error_t& e) {
+      throw make_error(e, "send ack");
+    }
+    if (!sent)
+      throw error(errc::transient, "zeromq", native_code(EAGAIN),
+                  "send ack: timed out (the event will be re-sent)");
+    ++stats_.sent;
+  }
+
+  bool decode(const detail::frames& f, message& m) {
+    std::string_view cmd;
+    auto v = detail::check_envelope(f, 0, options_.max_frame_bytes, cmd);
+    // A command of the other direction is a bad field, whatever its frame count.
+    if ((v == detail::verdict::ok || v == detail::verdict::bad_frame_count) && !cmd.empty() &&
+        cmd != command::event && cmd != command::ping)
+      v = detail::verdict::bad_field;
+    if (v == detail::verdict::ok && cmd == command::ping) {  // the relay checking we are here
+      ++stats_.received;
+      return false;
+    }
+    if (v == detail::verdict::ok) v = detail::decode_event(f, m);
+    detail::count(stats_, v);
+    return v == detail::verdict::ok;
+  }
+
+  receiver_options options_;
+  zmq::context_t ctx_;
+  zmq::socket_t dealer_;
+  std::string endpoint_;
+  std::chrono::steady_clock::time_point last_hello_{};
+  std::unordered_map<std::uint64_t, uuid> unacked_;
+  std::deque<delivery> requeued_;
+  std::uint64_t next_tag_ = 0;
+  wire_stats stats_;
+};
+
+static_assert(concepts::receiver<receiver>);
+
+}  // namespace outbox::zeromq

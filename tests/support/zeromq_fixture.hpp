@@ -1,0 +1,91 @@
+#pragma once
+// The ZeroMQ transport fixtures of the transport conformance suite and the end-to-end tests:
+// a publisher bound on tcp://127.0.0.1 (ephemeral port) or ipc:// (in a temp dir), and one
+// receiver connected to it. Each fixture has its own endpoint, so tests never share sockets.
+
+#include <unistd.h>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include <outbox/zeromq/zeromq.hpp>
+
+namespace outbox::test {
+
+template <bool Ipc>
+struct zeromq_fixture {
+  static constexpr const char* name = Ipc ? "zeromq-ipc" : "zeromq-tcp";
+  /// Capability: nack(requeue) delivers again (locally, in the receiver).
+  static constexpr bool redelivers_on_nack = true;
+  /// Capability: a confirm is the consumer's ack, so someone must consume while the relay
+  /// publishes (tests run the consumer concurrently).
+  static constexpr bool confirms_on_consumer_ack = true;
+  /// Sockets are not thread-safe: concurrent relays share the publisher through a lock.
+  static constexpr bool thread_safe_publisher = false;
+
+  zeromq_fixture() : pub_(std::make_unique<outbox::zeromq::publisher>(publisher_options())) {
+    rcv_ = std::make_unique<outbox::zeromq::receiver>(
+        outbox::zeromq::receiver_options{.endpoint = pub_->endpoint(), .name = "test-consumer"});
+    wait_for_consumers(1);
+  }
+  ~zeromq_fixture() {
+    rcv_.reset();
+    pub_.reset();
+    if (!dir_.empty()) {
+      std::error_code ec;
+      std::filesystem::remove_all(dir_, ec);
+    }
+  }
+  zeromq_fixture(const zeromq_fixture&) = delete;
+  zeromq_fixture& operator=(const zeromq_fixture&) = delete;
+
+  outbox::zeromq::publisher& publisher() { return *pub_; }
+  outbox::zeromq::receiver& receiver() { return *rcv_; }
+
+  /// Bounded wait until the publisher has heard `n` consumers' hellos (connection set-up).
+  void wait_for_consumers(std::size_t n) {
+    for (int i = 0; i < 1000 && pub_->consumers() < n; ++i)
+      pub_->poll(std::chrono::milliseconds(10));
+  }
+
+  /// Sends an already published message again (a duplicate delivery). Needs a consumer
+  /// running concurrently; true once that consumer acked it.
+  bool redeliver(const outbox::message& m) {
+    const auto r = pub_->publish(std::span(&m, 1),
+                                 std::chrono::steady_clock::now() + std::chrono::seconds(10));
+    return r.size() == 1 && r[0].confirmed;
+  }
+  /// Deliveries a consumer holds without having acked them.
+  [[nodiscard]] std::size_t outstanding() const { return rcv_->held(); }
+
+  /// Replaces the receiver with a fresh one (a consumer process that restarted).
+  void restart_receiver() {
+    rcv_.reset();
+    rcv_ = std::make_unique<outbox::zeromq::receiver>(
+        outbox::zeromq::receiver_options{.endpoint = pub_->endpoint(), .name = "restarted"});
+  }
+
+ private:
+  outbox::zeromq::publisher_options publisher_options() {
+    if constexpr (Ipc) {
+      static std::atomic<int> counter{0};
+      dir_ = std::filesystem::temp_directory_path() /
+             ("outbox-zmq-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+      std::filesystem::create_directories(dir_);
+      return {.endpoint = "ipc://" + (dir_ / "relay.sock").string()};
+    } else {
+      return {.endpoint = "tcp://127.0.0.1:*"};
+    }
+  }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<outbox::zeromq::publisher> pub_;
+  std::unique_ptr<outbox::zeromq::receiver> rcv_;
+};
+
+using zeromq_tcp_fixture = zeromq_fixture<false>;
+using zeromq_ipc_fixture = zeromq_fixture<true>;
+
+}  // namespace outbox::test
