@@ -15,6 +15,7 @@
 #include <span>
 #include <stop_token>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -226,11 +227,18 @@ class relay {
   static std::vector<std::pair<std::size_t, std::size_t>> arrange_waves(
       std::vector<message>& msgs) {
     std::vector<std::uint32_t> wave(msgs.size());
-    std::unordered_map<std::string, std::uint32_t> seen;
+    // Keys view the messages' own strings: no allocation per message on this hot path.
+    struct key_hash {
+      std::size_t operator()(const std::pair<std::string_view, std::string_view>& k) const noexcept {
+        const std::hash<std::string_view> h;
+        return h(k.first) * 31 + h(k.second);
+      }
+    };
+    std::unordered_map<std::pair<std::string_view, std::string_view>, std::uint32_t, key_hash> seen;
     seen.reserve(msgs.size());
     std::uint32_t max_wave = 0;
     for (std::size_t i = 0; i < msgs.size(); ++i) {
-      auto [it, fresh] = seen.try_emplace(aggregate_key(msgs[i]), 0);
+      auto [it, fresh] = seen.try_emplace({msgs[i].aggregate_type, msgs[i].aggregate_id}, 0);
       if (!fresh) max_wave = std::max(max_wave, ++it->second);
       wave[i] = it->second;
     }

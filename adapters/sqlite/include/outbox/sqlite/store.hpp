@@ -10,6 +10,7 @@
 /// makes them wait, not fail) and never share a row while its lease holds.
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <random>
@@ -182,14 +183,14 @@ class store {
       while (st.step()) {
         message m;
         m.sequence = st.column_int64(0);
-        auto id = uuid::parse(st.column_text(1));
+        auto id = uuid::parse(st.column_view(1));
         if (!id) throw error(errc::permanent, "sqlite", {}, "stored event_id is not a UUID");
         m.id = *id;
         m.aggregate_type = st.column_text(2);
         m.aggregate_id = st.column_text(3);
         m.event_type = st.column_text(4);
         m.payload = st.column_text(5);
-        m.headers = headers_from_json(st.column_text(6));
+        m.headers = headers_from_json(st.column_view(6));
         m.attempts = static_cast<int>(st.column_int64(7));
         m.created_at = detail::from_ms(st.column_int64(8));
         batch.messages.push_back(std::move(m));
@@ -215,13 +216,18 @@ class store {
     std::string released = "[";
     std::size_t n_published = 0;
     std::size_t n_released = 0;
+    published.reserve(fates.size() * 8);
+    const auto add = [](std::string& list, std::size_t& n, std::int64_t seq) {
+      if (n++) list += ',';
+      char buf[24];
+      const auto r = std::to_chars(buf, buf + sizeof buf, seq);
+      list.append(buf, r.ptr);
+    };
     for (std::size_t i = 0; i < fates.size(); ++i) {
-      const auto seq = std::to_string(batch.messages[i].sequence);
-      if (fates[i].what == settlement::kind::published) {
-        published += n_published++ ? "," + seq : seq;
-      } else if (fates[i].what == settlement::kind::release) {
-        released += n_released++ ? "," + seq : seq;
-      }
+      if (fates[i].what == settlement::kind::published)
+        add(published, n_published, batch.messages[i].sequence);
+      else if (fates[i].what == settlement::kind::release)
+        add(released, n_released, batch.messages[i].sequence);
     }
     published += "]";
     released += "]";

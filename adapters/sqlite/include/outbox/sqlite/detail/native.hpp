@@ -139,6 +139,12 @@ class statement {
     return p ? std::string(p, static_cast<std::size_t>(sq::sqlite3_column_bytes(stmt_, i)))
              : std::string();
   }
+  /// The text of a column without a copy; valid until the next step or reset.
+  [[nodiscard]] std::string_view column_view(int i) const {
+    const auto* p = reinterpret_cast<const char*>(sq::sqlite3_column_text(stmt_, i));
+    return p ? std::string_view(p, static_cast<std::size_t>(sq::sqlite3_column_bytes(stmt_, i)))
+             : std::string_view();
+  }
   [[nodiscard]] bool column_is_null(int i) const {
     return sq::sqlite3_column_type(stmt_, i) == SQLITE_NULL;
   }
