@@ -25,6 +25,8 @@
 
 #include <outbox/outbox.hpp>
 #include <outbox/postgresql/store.hpp>
+
+#include "bench_common.hpp"
 #include <outbox/testing/memory_transport.hpp>
 
 using namespace std::chrono_literals;
@@ -40,12 +42,7 @@ struct args {
 };
 
 std::string connect_string() {
-  const char* base = std::getenv("OUTBOX_TEST_POSTGRESQL");
-  if (!base || !*base) {
-    std::cerr << "postgresql_relay_bench: set OUTBOX_TEST_POSTGRESQL (libpq conninfo)\n";
-    std::exit(2);
-  }
-  return std::string(base) + " options='-c search_path=outbox_bench -c client_min_messages=warning'";
+  return outbox::bench::postgresql_connect_string("postgresql_relay_bench", "outbox_bench");
 }
 
 void build(soci::session& sql, long rows) {
@@ -58,14 +55,7 @@ void build(soci::session& sql, long rows) {
   for (long i = 0; i < rows;) {
     soci::transaction tx(sql);
     chunk.clear();
-    for (int k = 0; k < 1000 && i < rows; ++k, ++i)
-      chunk.push_back(outbox::event{
-          "order", std::to_string(i), "order_placed",
-          R"({"order_id":)" + std::to_string(i) +
-              R"(,"customer":"customer-00042","currency":"EUR","total_cents":123456,)"
-              R"("lines":[{"sku":"SKU-0001","qty":2,"price_cents":1999},)"
-              R"({"sku":"SKU-0002","qty":1,"price_cents":8999}],"note":"leave at the door"})",
-          {}});
+    for (int k = 0; k < 1000 && i < rows; ++k, ++i) chunk.push_back(outbox::bench::sample_event(i));
     w.enqueue(sql, chunk);
     tx.commit();
   }
@@ -79,11 +69,7 @@ void reset(soci::session& sql) {
   sql << "VACUUM ANALYZE outbox";
 }
 
-struct result {
-  double seconds = 0;
-  long rows = 0;
-  [[nodiscard]] double rate() const { return static_cast<double>(rows) / seconds; }
-};
+using outbox::bench::result;
 
 result timed(soci::session& sql, long rows, const std::function<void()>& body) {
   const auto t0 = std::chrono::steady_clock::now();

@@ -21,6 +21,8 @@
 
 #include <outbox/outbox.hpp>
 #include <outbox/postgresql/store.hpp>
+
+#include "bench_common.hpp"
 #include <outbox/testing/memory_transport.hpp>
 
 using namespace std::chrono_literals;
@@ -30,12 +32,7 @@ using steady = std::chrono::steady_clock;
 namespace {
 
 std::string connect_string() {
-  const char* base = std::getenv("OUTBOX_TEST_POSTGRESQL");
-  if (!base || !*base) {
-    std::cerr << "postgresql_wakeup_bench: set OUTBOX_TEST_POSTGRESQL (libpq conninfo)\n";
-    std::exit(2);
-  }
-  return std::string(base) + " options='-c search_path=outbox_lbench -c client_min_messages=warning'";
+  return outbox::bench::postgresql_connect_string("postgresql_wakeup_bench", "outbox_lbench");
 }
 
 /// The in-memory transport, noting when each message was confirmed.

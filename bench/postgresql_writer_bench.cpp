@@ -22,17 +22,14 @@
 #include <outbox/outbox.hpp>
 #include <outbox/postgresql/store.hpp>
 
+#include "bench_common.hpp"
+
 namespace pg = outbox::postgresql;
 
 namespace {
 
 std::string connect_string() {
-  const char* base = std::getenv("OUTBOX_TEST_POSTGRESQL");
-  if (!base || !*base) {
-    std::cerr << "postgresql_writer_bench: set OUTBOX_TEST_POSTGRESQL (libpq conninfo)\n";
-    std::exit(2);
-  }
-  return std::string(base) + " options='-c search_path=outbox_wbench -c client_min_messages=warning'";
+  return outbox::bench::postgresql_connect_string("postgresql_writer_bench", "outbox_wbench");
 }
 
 struct tally {

@@ -27,6 +27,8 @@
 #include <outbox/sqlite/store.hpp>
 #include <outbox/testing/memory_transport.hpp>
 
+#include "bench_common.hpp"
+
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 namespace sd = outbox::sqlite::detail;
@@ -56,10 +58,9 @@ args parse(int argc, char** argv) {
   return a;
 }
 
-void remove_db(const fs::path& p) {
-  std::error_code ec;
-  for (const char* s : {"", "-wal", "-shm"}) fs::remove(p.string() + s, ec);
-}
+using outbox::bench::fresh_copy;
+using outbox::bench::result;
+const auto remove_db = outbox::bench::remove_sqlite_db;
 
 /// Builds the pristine database: `rows` pending events of about 240 bytes of JSON each.
 void build(const fs::path& path, long rows) {
@@ -74,15 +75,7 @@ void build(const fs::path& path, long rows) {
     soci::transaction tx(sql);
     for (int c = 0; c < 20 && i < rows; ++c) {
       chunk.clear();
-      for (int k = 0; k < 500 && i < rows; ++k, ++i) {
-        chunk.push_back(outbox::event{
-            "order", std::to_string(i), "order_placed",
-            R"({"order_id":)" + std::to_string(i) +
-                R"(,"customer":"customer-00042","currency":"EUR","total_cents":123456,)"
-                R"("lines":[{"sku":"SKU-0001","qty":2,"price_cents":1999},)"
-                R"({"sku":"SKU-0002","qty":1,"price_cents":8999}],"note":"leave at the door"})",
-            {}});
-      }
+      for (int k = 0; k < 500 && i < rows; ++k, ++i) chunk.push_back(outbox::bench::sample_event(i));
       w.enqueue(sql, chunk);
     }
     tx.commit();
@@ -90,25 +83,11 @@ void build(const fs::path& path, long rows) {
   sql << "PRAGMA wal_checkpoint(TRUNCATE)";
 }
 
-/// Copies the pristine database to a run file, so every run starts from the same bytes.
-fs::path fresh_copy(const fs::path& pristine, const std::string& name) {
-  const fs::path run = pristine.parent_path() / (pristine.stem().string() + "-" + name + ".db");
-  remove_db(run);
-  fs::copy_file(pristine, run);
-  return run;
-}
-
 long long pending(soci::session& sql) {
   long long n = 0;
   sql << "SELECT count(*) FROM outbox WHERE state = 0", soci::into(n);
   return n;
 }
-
-struct result {
-  double seconds = 0;
-  long long done = 0;
-  [[nodiscard]] double rate() const { return static_cast<double>(done) / seconds; }
-};
 
 result timed(long rows, const std::function<void()>& body, soci::session& check) {
   const auto t0 = std::chrono::steady_clock::now();

@@ -32,6 +32,8 @@
 #include <outbox/testing/memory_transport.hpp>
 #include <outbox/zeromq/zeromq.hpp>
 
+#include "bench_common.hpp"
+
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
@@ -69,10 +71,8 @@ args parse(int argc, char** argv) {
   return a;
 }
 
-void remove_db(const fs::path& p) {
-  std::error_code ec;
-  for (const char* s : {"", "-wal", "-shm"}) fs::remove(p.string() + s, ec);
-}
+const auto remove_db = outbox::bench::remove_sqlite_db;
+using outbox::bench::fresh_copy;
 
 /// The pristine outbox: `rows` pending events of about 240 bytes of JSON, 1000 aggregates.
 void build(const fs::path& path, long rows) {
@@ -86,28 +86,13 @@ void build(const fs::path& path, long rows) {
   soci::transaction tx(sql);
   for (long i = 0; i < rows;) {
     chunk.clear();
-    for (int k = 0; k < 500 && i < rows; ++k, ++i)
-      chunk.push_back(outbox::event{
-          "order",
-          std::to_string(i % 1000),
-          "order_placed",
-          R"({"order_id":)" + std::to_string(i) +
-              R"(,"customer":"customer-00042","currency":"EUR","total_cents":123456,)"
-              R"("lines":[{"sku":"SKU-0001","qty":2,"price_cents":1999},)"
-              R"({"sku":"SKU-0002","qty":1,"price_cents":8999}],"note":"leave at the door"})",
-          {}});
+    for (int k = 0; k < 500 && i < rows; ++k, ++i) chunk.push_back(outbox::bench::sample_event(i, 1000));
     w.enqueue(sql, chunk);
   }
   tx.commit();
   sql << "PRAGMA wal_checkpoint(TRUNCATE)";
 }
 
-fs::path fresh_copy(const fs::path& pristine, const std::string& name) {
-  const fs::path run = pristine.parent_path() / (pristine.stem().string() + "-" + name + ".db");
-  remove_db(run);
-  fs::copy_file(pristine, run);
-  return run;
-}
 
 /// A consumer's own database: the inbox tables only.
 fs::path fresh_inbox(const fs::path& pristine, const std::string& name) {

@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <soci/soci.h>
+
+#include "soci_fixture.hpp"
 #include <outbox/postgresql/store.hpp>
 #include <outbox/testing/manual_clock.hpp>
 
@@ -18,9 +20,8 @@
 namespace outbox::test {
 
 template <outbox::postgresql::claim_policy Policy>
-struct postgresql_fixture {
+struct postgresql_fixture : soci_fixture_base {
   using store_type = outbox::postgresql::store;
-  using session_type = ::soci::session;
   static constexpr const char* name =
       Policy == outbox::postgresql::claim_policy::locking ? "postgresql-locking" : "postgresql-leasing";
   static constexpr bool single_writer = false;
@@ -73,20 +74,6 @@ struct postgresql_fixture {
   static constexpr auto retentions() {
     return std::array{outbox::postgresql::retention::keep,
                       outbox::postgresql::retention::delete_on_publish};
-  }
-  static std::int64_t count(session_type& sql, const std::string& query) {
-    long long n = 0;
-    sql << query, ::soci::into(n);
-    return n;
-  }
-  static auto begin(session_type& sql) { return std::make_unique<::soci::transaction>(sql); }
-  static void insert_order(session_type& sql, const std::string& id, int total) {
-    sql << "INSERT INTO orders (id, total) VALUES (:id, :total)", ::soci::use(id), ::soci::use(total);
-  }
-  static void record_applied(session_type& sql, const std::string& consumer,
-                             const std::string& event_id, const std::string& aggregate_id) {
-    sql << "INSERT INTO applied (consumer, event_id, aggregate_id) VALUES (:c, :e, :a)",
-        ::soci::use(consumer), ::soci::use(event_id), ::soci::use(aggregate_id);
   }
 
  private:

@@ -10,15 +10,16 @@
 #include <unistd.h>
 
 #include <soci/soci.h>
+
+#include "soci_fixture.hpp"
 #include <outbox/sqlite/store.hpp>
 #include <outbox/testing/manual_clock.hpp>
 
 namespace outbox::test {
 
 /// A fresh SQLite file per fixture, migrated; removed afterwards.
-struct sqlite_fixture {
+struct sqlite_fixture : soci_fixture_base {
   using store_type = outbox::sqlite::store;
-  using session_type = ::soci::session;
   static constexpr const char* name = "sqlite";
   /// Capability: one writer at a time (concurrent relays serialize).
   static constexpr bool single_writer = true;
@@ -59,23 +60,6 @@ struct sqlite_fixture {
   static constexpr auto retentions() {
     return std::array{outbox::sqlite::retention::keep,
                       outbox::sqlite::retention::delete_on_publish};
-  }
-  static std::int64_t count(session_type& sql, const std::string& query) {
-    long long n = 0;
-    sql << query, ::soci::into(n);
-    return n;
-  }
-  /// Starts a transaction the way an application would (SOCI's transaction type).
-  static auto begin(session_type& sql) { return std::make_unique<::soci::transaction>(sql); }
-  /// Inserts a business row: the statement a service would run beside enqueue.
-  static void insert_order(session_type& sql, const std::string& id, int total) {
-    sql << "INSERT INTO orders (id, total) VALUES (:id, :total)", ::soci::use(id), ::soci::use(total);
-  }
-  /// Records an applied effect (what a consumer's handler writes).
-  static void record_applied(session_type& sql, const std::string& consumer,
-                             const std::string& event_id, const std::string& aggregate_id) {
-    sql << "INSERT INTO applied (consumer, event_id, aggregate_id) VALUES (:c, :e, :a)",
-        ::soci::use(consumer), ::soci::use(event_id), ::soci::use(aggregate_id);
   }
 
  private:
