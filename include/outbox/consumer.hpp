@@ -19,6 +19,7 @@
 #include <outbox/error.hpp>
 #include <outbox/message.hpp>
 #include <outbox/retry.hpp>
+#include <outbox/validate.hpp>
 
 namespace outbox {
 
@@ -119,7 +120,7 @@ class consumer {
     const int attempt = ++attempts_[d.msg.id];
     if (retry_.exhausted(attempt)) {
       try {
-        store_->dead_letter_delivery(options_.name, d.msg, failure, clock_.now());
+        store_->dead_letter_delivery(options_.name, d.msg, sanitize_text(failure), clock_.now());
       } catch (...) {
         receiver_->nack(d, true);  // keep it; a later attempt dead-letters it
         throw;

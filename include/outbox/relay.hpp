@@ -27,6 +27,7 @@
 #include <outbox/message.hpp>
 #include <outbox/retry.hpp>
 #include <outbox/uuid.hpp>
+#include <outbox/validate.hpp>
 
 namespace outbox {
 
@@ -294,7 +295,7 @@ class relay {
       if (cls == errc::misconfigured)
         throw error(errc::misconfigured, "core", {},
                     "the transport reports a configuration error: " + (r ? r->error : ""));
-      fate.error = r ? r->error : "no confirm before the publish timeout";
+      fate.error = r ? sanitize_text(r->error) : "no confirm before the publish timeout";
       const int attempt = wave[i].attempts;
       if (cls == errc::permanent || retry_.exhausted(attempt)) {
         fate.what = settlement::kind::dead;

@@ -2,6 +2,7 @@
 /// @file
 /// Input validation: everything the writer refuses before any SQL runs.
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
 #include <string_view>
@@ -115,6 +116,30 @@ inline void validate(const event& e, const validation_limits& limits = {}) {
   if (header_bytes > limits.max_header_bytes)
     throw_invalid("headers", "total " + std::to_string(header_bytes) + " bytes, limit " +
                                  std::to_string(limits.max_header_bytes));
+}
+
+/// Makes text safe to store and show: invalid UTF-8 sequences become U+FFFD, NUL bytes are
+/// dropped, and the result is cut (on a character boundary) to at most `max_bytes`. Used for
+/// error texts, which come from peers and C libraries and must never make a settle fail.
+[[nodiscard]] inline std::string sanitize_text(std::string_view s, std::size_t max_bytes = 2048) {
+  std::string out;
+  out.reserve(std::min(s.size(), max_bytes));
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    std::size_t len = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    if (i + len > s.size() || (len > 1 && !is_valid_utf8(s.substr(i, len))) ||
+        (len == 1 && c >= 0x80)) {
+      if (out.size() + 3 > max_bytes) break;
+      out += "\xef\xbf\xbd";  // U+FFFD
+      ++i;
+      continue;
+    }
+    if (out.size() + len > max_bytes) break;
+    if (c != 0) out.append(s.substr(i, len));
+    i += len;
+  }
+  return out;
 }
 
 /// Renders headers as a JSON object ("{}" when empty). Inputs must be valid UTF-8.

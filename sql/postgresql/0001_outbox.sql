@@ -8,12 +8,12 @@ CREATE TABLE IF NOT EXISTS outbox_schema_migrations (
 );
 
 -- Timestamps cross the wire as Unix microseconds (exact, no time zone parsing); these two
--- inlinable functions convert.
+-- functions convert. STABLE, like the timestamptz arithmetic inside, so the planner inlines them.
 CREATE FUNCTION outbox_ts(us bigint) RETURNS timestamptz
-  LANGUAGE sql IMMUTABLE PARALLEL SAFE
+  LANGUAGE sql STABLE PARALLEL SAFE
   AS $$ SELECT timestamptz 'epoch' + us * interval '1 microsecond' $$;
 CREATE FUNCTION outbox_us(t timestamptz) RETURNS bigint
-  LANGUAGE sql IMMUTABLE PARALLEL SAFE
+  LANGUAGE sql STABLE PARALLEL SAFE
   AS $$ SELECT (extract(epoch FROM t) * 1000000)::bigint $$;
 
 CREATE TABLE outbox (
@@ -44,16 +44,21 @@ CREATE INDEX outbox_settled ON outbox (state, seq) WHERE state <> 0;
 
 -- Wake relays on commit: a statement-level trigger, so rows written by any program (not only
 -- this library) wake the relay too; NOTIFY is delivered only when the transaction commits.
--- It notifies only when no older row is pending: otherwise the relay is busy (it never sleeps
--- between full batches) or has been woken already. This matters: a transaction that issued
--- NOTIFY takes a database-wide lock at commit, so notifying on every insert serializes all
--- writers' commits (measured: 8 writers kept 0.28 of their throughput). A wake-up missed in a
--- race with the relay going idle is caught by its polling fallback, which is short right after
--- activity (it doubles from 5 ms).
-CREATE FUNCTION outbox_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+-- It notifies only when no older row is pending and either claimable or in flight: otherwise
+-- the relay is busy (it never sleeps between full batches) or has been woken already. Rows
+-- waiting for a retry do not count, so a failing event does not silence the trigger. This
+-- matters: a transaction that issued NOTIFY takes a database-wide lock at commit, so notifying
+-- on every insert serializes all writers' commits (measured: 8 writers kept 0.28 of their
+-- throughput). A wake-up missed in a race with the relay going idle is caught by its polling
+-- fallback, which is short right after activity (it doubles from 5 ms).
+-- SET search_path FROM CURRENT: the function reads the outbox of the schema it was created in,
+-- whatever the inserting session's search_path.
+CREATE FUNCTION outbox_notify() RETURNS trigger LANGUAGE plpgsql
+  SET search_path FROM CURRENT AS $$
 BEGIN
   IF NOT EXISTS (SELECT 1 FROM outbox
-                 WHERE state = 0 AND seq < (SELECT min(seq) FROM outbox_new_rows)) THEN
+                 WHERE state = 0 AND seq < (SELECT min(seq) FROM outbox_new_rows)
+                   AND NOT (lease_token IS NULL AND available_at > now())) THEN
     PERFORM pg_notify('outbox', '');
   END IF;
   RETURN NULL;

@@ -260,6 +260,27 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(dead_letters_are_kept_listed_and_requeued, Fixture
   BOOST_TEST(st->stats(clock.now()).dead == 0);
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(error_texts_survive_the_settle_verbatim, Fixture, store_fixtures) {
+  Fixture fx;
+  const auto ids = conformance::commit_events(fx, {conformance::make_event("a"), conformance::make_event("b")});
+  auto sql = fx.open_session();
+  auto st = fx.make_store(*sql);
+  outbox::testing::manual_clock clock;
+  auto b = st->claim(conformance::req(clock));
+  BOOST_TEST_REQUIRE(b.size() == 2u);
+  const std::string nasty = R"(quote " backslash \ braces {a,b} 'single' NULL)" "\n caf\xc3\xa9";
+  std::vector<outbox::settlement> f(2);
+  f[0].what = outbox::settlement::kind::dead;
+  f[0].error = nasty;
+  f[1].what = outbox::settlement::kind::dead;  // empty text
+  auto r = st->settle(b, f);
+  BOOST_TEST(r.dead == 2u);
+  const auto dead = st->dead_letters(10);
+  BOOST_TEST_REQUIRE(dead.size() == 2u);
+  BOOST_TEST(dead[0].last_error == nasty);
+  BOOST_TEST(dead[1].last_error.empty());
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_later_event_waits_while_an_earlier_one_of_its_aggregate_is_held,
                               Fixture, store_fixtures) {
   Fixture fx;

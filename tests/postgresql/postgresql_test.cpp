@@ -96,6 +96,7 @@ BOOST_AUTO_TEST_CASE(the_claim_uses_the_pending_indexes_and_never_scans_the_outb
     *sql << "ANALYZE outbox";
     outbox::postgresql::store st(*sql, {.policy = policy});
     st.release(st.claim({"r", 1, std::chrono::system_clock::now(), 30s}));  // prepares it
+    *sql << "SET plan_cache_mode = force_generic_plan";  // the plan the relay reuses
     const std::string args = policy == claim_policy::leasing
                                  ? now + " + 30000000, 'r', 1, " + now + ", 500"
                                  : now + ", 500";
@@ -147,8 +148,16 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(notify_wakes_an_idle_relay_on_commit_even_for_rows
   outbox::relay relay(*relay_store, t,
                       {.lease = 60s, .publish_timeout = 10s, .idle_poll_min = 30s,
                        .idle_poll_max = 30s});
+  const int pid = relay_store->backend_pid();
   std::jthread runner([&](std::stop_token st) { relay.run(st); });
-  std::this_thread::sleep_for(200ms);  // let it fall asleep on the empty outbox
+  {  // wait (bounded) until the relay sleeps on LISTEN, so the test does not race it
+    auto watcher = fx.open_session();
+    BOOST_TEST_REQUIRE(eventually([&] {
+      return fx.count(*watcher, "SELECT count(*) FROM pg_stat_activity WHERE pid = " +
+                                    std::to_string(pid) +
+                                    " AND state = 'idle' AND query LIKE 'LISTEN%'") == 1;
+    }, 20s));
+  }
 
   auto other = fx.open_session();  // another program, plain SQL, no library
   {

@@ -202,6 +202,17 @@ BOOST_AUTO_TEST_CASE(utf8_checker_follows_the_standard) {
   BOOST_TEST(!outbox::is_valid_utf8("\x80"));              // lone continuation
 }
 
+BOOST_AUTO_TEST_CASE(sanitize_text_makes_any_bytes_storable) {
+  BOOST_TEST(outbox::sanitize_text("plain") == "plain");
+  BOOST_TEST(outbox::sanitize_text("caf\xc3\xa9") == "caf\xc3\xa9");
+  BOOST_TEST(outbox::sanitize_text(std::string("a\0b", 3)) == "ab");
+  BOOST_TEST(outbox::sanitize_text("bad\xff!") == "bad\xef\xbf\xbd!");
+  BOOST_TEST(outbox::sanitize_text("cut\xc3") == "cut\xef\xbf\xbd");
+  BOOST_TEST(outbox::is_valid_utf8(outbox::sanitize_text("\xed\xa0\x80\xc0\xaf")));
+  BOOST_TEST(outbox::sanitize_text(std::string(5000, 'x')).size() == 2048u);
+  BOOST_TEST(outbox::sanitize_text("\xc3\xa9\xc3\xa9", 3) == "\xc3\xa9");  // on a boundary
+}
+
 BOOST_AUTO_TEST_CASE(headers_round_trip_through_json) {
   const outbox::header_map h{{"a", "1"}, {"quote", "\"'\\"}, {"u", "caf\xc3\xa9"}};
   BOOST_TEST((outbox::headers_from_json(outbox::headers_to_json(h)) == h));

@@ -50,11 +50,11 @@ enum class retention {
 struct store_options {
   claim_policy policy = claim_policy::locking;
   enum retention retention = retention::keep;
-  /// Locking: the server ends a relay session idle inside its claim transaction this long
-  /// (`idle_in_transaction_session_timeout`); keep it above the relay's publish timeout.
+  /// Locking: the server ends a claim transaction left idle this long
+  /// (`SET LOCAL idle_in_transaction_session_timeout`); keep it above the relay's publish
+  /// timeout, or every batch is cut off mid-publish.
   std::chrono::milliseconds idle_in_transaction_timeout{60'000};
-  std::string channel = "outbox";  ///< NOTIFY channel of the schema's trigger.
-  bool listen = true;  ///< Wake an idle relay by LISTEN/NOTIFY; false = poll only.
+  bool listen = true;  ///< Wake an idle relay by LISTEN/NOTIFY (channel `outbox`); false = poll.
 };
 
 /// Applies the migrations of `sql/postgresql/` the database does not have yet, in one
@@ -182,8 +182,12 @@ class store {
       batch.lease_until = req.now + req.lease;
       const bool locking = options_.policy == claim_policy::locking;
       if (locking) {
-        detail::exec(c, "BEGIN");
+        // The limit applies to this claim transaction only (not to other uses of the session).
+        detail::exec(c, ("BEGIN; SET LOCAL idle_in_transaction_session_timeout = " +
+                         std::to_string(options_.idle_in_transaction_timeout.count()))
+                            .c_str());
         in_claim_ = true;
+        claim_token_ = batch.token;
       }
       detail::params p;
       if (!locking) p.add(detail::to_us(batch.lease_until)).add(req.owner).add(batch.token);
@@ -218,6 +222,11 @@ class store {
         throw error(errc::transient, "postgresql", {},
                     "settle: the claim transaction is gone (connection lost?); the batch is "
                     "claimable again");
+      if (options_.policy == claim_policy::locking && batch.token != claim_token_) {
+        settle_result stale;  // not the open claim: its rows are not ours to touch
+        stale.fenced = fates.size();
+        return stale;
+      }
       std::string published = "{";
       std::string others = "{";
       std::string kinds = "{";
@@ -272,7 +281,7 @@ class store {
     if (options_.policy == claim_policy::locking) {
       // Rolling back undoes the claim (attempts included) and drops the row locks.
       run("release", [&](PGconn* c) {
-        if (in_claim_) rollback_claim(c);
+        if (in_claim_ && batch.token == claim_token_) rollback_claim(c);
         return 0;
       });
       return;
@@ -294,7 +303,7 @@ class store {
       try {
         PGconn* c = connection();
         if (!listening_) {
-          detail::exec(c, ("LISTEN " + quoted_channel()).c_str());
+          detail::exec(c, "LISTEN outbox");
           listening_ = true;
         }
         if (drain_notifications(c)) return true;
@@ -555,20 +564,11 @@ class store {
   /// Appends `s` as a double-quoted element of a PostgreSQL array literal.
   static void append_array_element(std::string& out, std::string_view s) {
     out += '"';
-    for (char ch : s) {
+    for (char ch : sanitize_text(s)) {  // valid UTF-8 without NUL, or the settle would fail
       if (ch == '"' || ch == '\\') out += '\\';
-      if (ch != '\0') out += ch;
+      out += ch;
     }
     out += '"';
-  }
-
-  std::string quoted_channel() const {
-    std::string q = "\"";
-    for (char ch : options_.channel) {
-      if (ch == '"') q += '"';
-      q += ch;
-    }
-    return q + "\"";
   }
 
   bool drain_notifications(PGconn* c) {
@@ -597,21 +597,26 @@ class store {
       }
       c = detail::handle(*sql_);
       broken_ = false;
+      // A new connection, even if the allocator handed back the same address: nothing of the
+      // old one (prepared statements, LISTEN, an open claim) exists on it.
+      prepared_ = false;
     }
     if (c != conn_ || !prepared_) {
       conn_ = c;
       prepared_ = false;
       listening_ = false;
       in_claim_ = false;
+      // Idempotent: a preparation cut short by an error may have left some of them behind.
+      auto left = detail::exec(c,
+                               "SELECT name FROM pg_prepared_statements WHERE name IN "
+                               "('outbox_claim', 'outbox_settle', 'outbox_inbox_insert')");
+      for (int i = 0; i < left.rows(); ++i)
+        detail::exec(c, ("DEALLOCATE " + std::string(left.text(i, 0))).c_str());
       detail::prepare(c, "outbox_claim", claim_sql(options_.policy));
       detail::prepare(c, "outbox_settle", settle_sql(options_.policy, options_.retention));
       detail::prepare(c, "outbox_inbox_insert",
                       "INSERT INTO outbox_inbox (consumer, event_id, processed_at) VALUES "
                       "($1, $2::uuid, outbox_ts($3::bigint)) ON CONFLICT DO NOTHING");
-      if (options_.policy == claim_policy::locking)
-        detail::exec(c, ("SET idle_in_transaction_session_timeout = " +
-                         std::to_string(options_.idle_in_transaction_timeout.count()))
-                            .c_str());
       prepared_ = true;
     }
     return c;
@@ -647,6 +652,7 @@ class store {
   bool broken_ = false;
   bool listening_ = false;
   bool in_claim_ = false;
+  std::int64_t claim_token_ = 0;  // the open locking claim's
 };
 
 static_assert(concepts::store<store>);

@@ -23,13 +23,14 @@ namespace outbox::postgresql::detail {
 
 /// Classifies a SQLSTATE: class 08 (connection), 57P01-03 (server shutting down or the backend
 /// terminated), 40001 (serialization), 40P01 (deadlock), 25P03 (idle-in-transaction timeout),
-/// 53xxx (insufficient resources) -> transient; 23505 -> duplicate; 28xxx (authentication),
+/// 57014 (statement cancelled), 55P03 (lock not available), 53xxx (insufficient resources)
+/// -> transient; 23505 -> duplicate; 28xxx (authentication),
 /// 3D000 (no database), 42P01 (no table: not migrated) -> misconfigured; others -> permanent.
 inline errc classify(std::string_view sqlstate) {
   if (sqlstate.size() != 5) return errc::transient;  // no SQLSTATE: the connection broke
   if (sqlstate.substr(0, 2) == "08" || sqlstate.substr(0, 2) == "53" || sqlstate == "57P01" ||
       sqlstate == "57P02" || sqlstate == "57P03" || sqlstate == "40001" || sqlstate == "40P01" ||
-      sqlstate == "25P03")
+      sqlstate == "25P03" || sqlstate == "57014" || sqlstate == "55P03")
     return errc::transient;
   if (sqlstate == "23505") return errc::duplicate;
   if (sqlstate.substr(0, 2) == "28" || sqlstate == "3D000" || sqlstate == "42P01" ||
