@@ -161,6 +161,39 @@ BOOST_AUTO_TEST_CASE(a_malformed_delivery_is_rejected_without_requeue_and_counte
   BOOST_TEST(fx.outstanding() == 0u);  // rejected, not requeued
 }
 
+BOOST_AUTO_TEST_CASE(a_rejected_delivery_goes_to_the_configured_dead_letter_exchange) {
+  amqp_fixture fx;
+  const std::string dlx = fx.exchange() + "-dlx";
+  const std::string dead_queue = fx.queue() + "-dead";
+  // The dead-letter side: an exchange and a queue that keeps what lands there.
+  outbox::amqp::receiver dead({.connection = {.url = amqp_fixture::url()},
+                               .queue = dead_queue,
+                               .exchange = dlx});
+  dead.connect();
+  const std::string queue = fx.queue() + "-with-dlx";
+  outbox::amqp::receiver rcv({.connection = {.url = amqp_fixture::url()},
+                              .queue = queue,
+                              .exchange = fx.exchange(),
+                              .dead_letter_exchange = dlx});
+  rcv.connect();
+  const auto m = sample("9");
+  BOOST_TEST_REQUIRE(fx.redeliver(m));
+  auto d = rcv.receive(5s);
+  BOOST_TEST_REQUIRE(d.has_value());
+  rcv.nack(*d, false);
+  auto moved = dead.receive(5s);
+  BOOST_TEST_REQUIRE(moved.has_value());
+  BOOST_TEST(moved->msg.id == m.id);
+  BOOST_TEST(moved->msg.payload == m.payload);
+  BOOST_TEST((moved->msg.headers == m.headers));  // x-death left out
+  BOOST_TEST(dead.malformed() == 0u);
+  dead.ack(*moved);
+  outbox::test::amqp_admin admin(amqp_fixture::url());
+  admin.delete_queue(queue);
+  admin.delete_queue(dead_queue);
+  admin.delete_exchange(dlx);
+}
+
 BOOST_AUTO_TEST_CASE(a_bad_url_or_a_refused_login_is_misconfigured_without_the_password) {
   BOOST_CHECK_THROW(outbox::amqp::publisher({.connection = {.url = "http://nope"}}), outbox::error);
   const auto ep = outbox::amqp::parse_url(amqp_fixture::url());

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_set>
 #include <utility>
 
@@ -29,11 +30,16 @@ struct receiver_options {
   std::string exchange_type = "topic";  ///< Declared (durable) when `declare_queue`.
   std::string binding_key = "#";        ///< `#`: every event of the exchange.
   std::uint16_t prefetch = 100;         ///< basic.qos: unacknowledged deliveries held at most.
+  /// When `declare_queue`: the queue's `x-dead-letter-exchange`, where RabbitMQ sends what is
+  /// nacked without requeue (malformed deliveries); empty: they are dropped. A queue that exists
+  /// with other arguments makes the declare fail (406, `misconfigured`).
+  std::string dead_letter_exchange{};
 };
 
 /// A `concepts::receiver` over AMQP 0-9-1. `receive` returns the next basic.deliver parsed back
 /// into an `outbox::message` (message_id = id, type = event_type, headers aggregate_type and
-/// aggregate_id, the other string headers as headers, body = payload); `redelivered` is the
+/// aggregate_id, the other string headers as headers (except the broker's dead-lettering
+/// headers `x-death`, `x-first-death-*`, `x-last-death-*`), body = payload); `redelivered` is the
 /// broker's flag. A malformed delivery (no valid message_id, missing aggregate headers, a
 /// non-string header) is rejected without requeue and counted (`malformed()`).
 /// `ack` = basic.ack, `nack(requeue)` = basic.nack. A lost connection is `transient`; the next
@@ -155,9 +161,10 @@ class receiver {
     bool has_id = false;
     for (int i = 0; i < p.headers.num_entries; ++i) {
       const amqp_table_entry_t& e = p.headers.entries[i];
+      std::string k = to_string(e.key);
+      if (broker_header(k)) continue;  // x-death... added when the broker dead-lettered it
       if (e.value.kind != AMQP_FIELD_KIND_UTF8 && e.value.kind != AMQP_FIELD_KIND_BYTES)
         return false;
-      std::string k = to_string(e.key);
       std::string v = to_string(e.value.value.bytes);
       if (k == aggregate_type_header) {
         m.aggregate_type = std::move(v);
@@ -177,6 +184,11 @@ class receiver {
   }
 
  private:
+  /// Headers RabbitMQ adds to a dead-lettered message (not the event's own).
+  static bool broker_header(std::string_view k) noexcept {
+    return k == "x-death" || k.starts_with("x-first-death-") || k.starts_with("x-last-death-");
+  }
+
   // A delivery's tag carries the connection generation in its top 16 bits, so an ack of a
   // delivery from an earlier connection is recognised (and ignored) instead of acking a
   // different delivery that happens to have the same tag on the new channel.
@@ -206,7 +218,12 @@ class receiver {
       amqp_exchange_declare(s, ch, bytes(options_.exchange), bytes(options_.exchange_type), 0, 1,
                             0, 0, amqp_empty_table);
       conn_.check(amqp_get_rpc_reply(s), "exchange.declare");
-      amqp_queue_declare(s, ch, bytes(options_.queue), 0, 1, 0, 0, amqp_empty_table);
+      amqp_table_entry_t dlx{};
+      dlx.key = bytes("x-dead-letter-exchange");
+      dlx.value.kind = AMQP_FIELD_KIND_UTF8;
+      dlx.value.value.bytes = bytes(options_.dead_letter_exchange);
+      const amqp_table_t args{options_.dead_letter_exchange.empty() ? 0 : 1, &dlx};
+      amqp_queue_declare(s, ch, bytes(options_.queue), 0, 1, 0, 0, args);
       conn_.check(amqp_get_rpc_reply(s), "queue.declare");
       amqp_queue_bind(s, ch, bytes(options_.queue), bytes(options_.exchange),
                       bytes(options_.binding_key), amqp_empty_table);
