@@ -1,0 +1,299 @@
+#pragma once
+/// @file
+/// `outbox::amqp::publisher`: the relay's side of the AMQP 0-9-1 transport (RabbitMQ) over
+/// rabbitmq-c. Publisher confirms, `mandatory` with basic.return handled, persistent messages.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <map>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include <outbox/amqp/connection.hpp>
+#include <outbox/concepts/transport.hpp>
+#include <outbox/message.hpp>
+
+namespace outbox::amqp {
+
+/// Header names the transport itself uses in the AMQP headers table.
+inline constexpr std::string_view aggregate_type_header = "aggregate_type";
+inline constexpr std::string_view aggregate_id_header = "aggregate_id";
+
+/// Options of a publisher. Fill with designated initialisers.
+struct publisher_options {
+  connection_options connection{};     ///< URL, timeouts, TLS.
+  std::string exchange = "outbox";     ///< Where events are published.
+  std::string exchange_type = "topic";
+  /// true: declare the exchange (durable, not auto-deleted) on connect; false: require that it
+  /// exists (a passive declare; missing = `misconfigured`).
+  bool declare_exchange = true;
+  /// The routing key of a message; empty: `<aggregate_type>.<event_type>`.
+  std::function<std::string(const message&)> routing_key{};
+  /// Publishing this many messages without reading, it reads the confirms that came in.
+  std::size_t drain_every = 256;
+};
+
+/// A `concepts::transport` over AMQP 0-9-1. `publish` puts the whole batch on the wire
+/// (confirm mode, `mandatory`, delivery_mode 2), then reads basic.ack / basic.nack (with their
+/// `multiple` flag) and basic.return frames until every message has an outcome or `until`:
+/// an ack = confirmed; a nack = `transient` failure; a message returned as unroutable (RabbitMQ
+/// sends basic.return before the basic.ack of the same delivery tag) = `transient` failure with
+/// the reply code (the relay retries it, then dead-letters it). A lost connection fails the
+/// messages still unconfirmed (`transient`); the next `publish` reconnects.
+///
+/// Threading: one connection, not thread-safe; use it from one thread (or behind a lock).
+class publisher {
+ public:
+  /// Parses the URL; connects lazily (first `publish`) unless `connect()` is called.
+  /// @throws outbox::error `misconfigured` for a bad URL.
+  explicit publisher(publisher_options options)
+      : options_(std::move(options)), conn_(options_.connection) {
+    if (options_.exchange.empty())
+      throw error(errc::misconfigured, "amqp", {},
+                  "publisher_options.exchange must not be empty (the default exchange cannot "
+                  "route by <aggregate_type>.<event_type>)");
+  }
+
+  publisher(const publisher&) = delete;
+  publisher& operator=(const publisher&) = delete;
+
+  /// Opens the connection now (declares the exchange, enters confirm mode).
+  /// @throws outbox::error `transient` or `misconfigured`.
+  void connect() { ensure(); }
+
+  /// Where it publishes, without credentials.
+  [[nodiscard]] const std::string& where() const noexcept { return conn_.where(); }
+  /// The rabbitmq-c connection (null while disconnected), for what this adapter does not cover.
+  [[nodiscard]] amqp_connection_state_t native_handle() const noexcept { return conn_.state(); }
+  /// Connections opened so far (reconnects after failures add one each).
+  [[nodiscard]] std::uint64_t connections() const noexcept { return conn_.generation(); }
+
+  /// Publishes `batch` and waits until `until` for its confirms. See the class comment.
+  /// @throws outbox::error when no connection can be opened (`transient`), or the exchange is
+  ///         missing or access refused (`misconfigured`).
+  std::vector<publish_result> publish(std::span<const message> batch,
+                                      std::chrono::steady_clock::time_point until) {
+    std::vector<publish_result> results;
+    if (batch.empty()) return results;
+    ensure();
+    results.resize(batch.size());
+    pending_.clear();
+    by_id_.clear();
+    returned_.clear();
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      results[i].id = batch[i].id;
+      results[i].confirmed = false;
+      results[i].error_class = errc::transient;
+      results[i].error = "no confirm by the deadline";
+    }
+    std::string key;
+    std::vector<amqp_table_entry_t> entries;
+    std::size_t sent = 0;
+    for (; sent < batch.size(); ++sent) {
+      const message& m = batch[sent];
+      if (m.headers.contains(aggregate_type_header) || m.headers.contains(aggregate_id_header)) {
+        results[sent].error_class = errc::permanent;
+        results[sent].error = "a user header is named aggregate_type or aggregate_id";
+        continue;
+      }
+      const std::string id = m.id.to_string();
+      key = options_.routing_key ? options_.routing_key(m) : m.aggregate_type + "." + m.event_type;
+      entries.clear();
+      entries.push_back(utf8_entry(aggregate_type_header, m.aggregate_type));
+      entries.push_back(utf8_entry(aggregate_id_header, m.aggregate_id));
+      for (const auto& [k, v] : m.headers) entries.push_back(utf8_entry(k, v));
+      amqp_basic_properties_t props{};
+      props._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG |
+                     AMQP_BASIC_MESSAGE_ID_FLAG | AMQP_BASIC_TYPE_FLAG | AMQP_BASIC_HEADERS_FLAG |
+                     AMQP_BASIC_TIMESTAMP_FLAG;
+      props.content_type = bytes("application/json");
+      props.delivery_mode = 2;  // persistent
+      props.message_id = bytes(id);
+      props.type = bytes(m.event_type);
+      props.timestamp = static_cast<std::uint64_t>(
+          std::chrono::duration_cast<std::chrono::seconds>(m.created_at.time_since_epoch())
+              .count());
+      props.headers.num_entries = static_cast<int>(entries.size());
+      props.headers.entries = entries.data();
+      const int rc = amqp_basic_publish(conn_.state(), connection::channel,
+                                        bytes(options_.exchange), bytes(key), 1, 0, &props,
+                                        bytes(m.payload));
+      if (rc != AMQP_STATUS_OK) {
+        lost(results, std::string("publish failed: ") + amqp_error_string2(rc));
+        return results;
+      }
+      const std::uint64_t tag = ++next_tag_;
+      pending_.emplace(tag, sent);
+      by_id_.emplace(id, sent);
+      if (options_.drain_every != 0 && (sent + 1) % options_.drain_every == 0)
+        if (!read_frames(results, std::chrono::steady_clock::now(), true)) return results;
+    }
+    read_frames(results, until, false);
+    return results;
+  }
+
+ private:
+  static amqp_table_entry_t utf8_entry(std::string_view k, std::string_view v) {
+    amqp_table_entry_t e{};
+    e.key = bytes(k);
+    e.value.kind = AMQP_FIELD_KIND_UTF8;
+    e.value.value.bytes = bytes(v);
+    return e;
+  }
+
+  void ensure() {
+    if (!conn_.ensure()) return;
+    next_tag_ = 0;  // delivery tags restart with the channel
+    amqp_connection_state_t s = conn_.state();
+    amqp_confirm_select(s, connection::channel);
+    conn_.check(amqp_get_rpc_reply(s), "confirm.select");
+    amqp_exchange_declare(s, connection::channel, bytes(options_.exchange),
+                          bytes(options_.exchange_type), options_.declare_exchange ? 0 : 1,
+                          1, 0, 0, amqp_empty_table);
+    conn_.check(amqp_get_rpc_reply(s),
+                options_.declare_exchange ? "exchange.declare" : "exchange.declare (passive)");
+  }
+
+  /// The connection failed: every message without an outcome fails `transient`.
+  void lost(std::vector<publish_result>& results, const std::string& why,
+            errc cls = errc::transient) {
+    conn_.drop();
+    for (std::size_t i = 0; i < results.size(); ++i) {
+      if (results[i].confirmed || returned_.contains(i) ||
+          results[i].error_class == errc::permanent)
+        continue;
+      results[i].error_class = cls;
+      results[i].error = why + " (" + conn_.where() + ")";
+    }
+    pending_.clear();
+  }
+
+  void settle(std::vector<publish_result>& results, std::uint64_t tag, bool ack,
+              bool up_to_multiple) {
+    auto settle_one = [&](std::size_t i) {
+      if (returned_.contains(i)) return;  // already failed by its basic.return
+      if (ack) {
+        results[i].confirmed = true;
+        results[i].error.clear();
+      } else {
+        results[i].error_class = errc::transient;
+        results[i].error = "nacked by the broker";
+      }
+    };
+    if (up_to_multiple) {
+      const auto end = pending_.upper_bound(tag);
+      for (auto it = pending_.begin(); it != end; ++it) settle_one(it->second);
+      pending_.erase(pending_.begin(), end);
+    } else if (auto it = pending_.find(tag); it != pending_.end()) {
+      settle_one(it->second);
+      pending_.erase(it);
+    }
+  }
+
+  /// Reads confirms and returns until nothing is pending or `until` (`poll`: only what is
+  /// already there). @return false when the connection was lost.
+  bool read_frames(std::vector<publish_result>& results,
+                   std::chrono::steady_clock::time_point until, bool poll) {
+    amqp_connection_state_t s = conn_.state();
+    while (!pending_.empty()) {
+      amqp_maybe_release_buffers(s);
+      const auto left = until - std::chrono::steady_clock::now();
+      if (!poll && left <= std::chrono::steady_clock::duration::zero()) break;
+      timeval tv = connection::to_timeval(
+          poll ? std::chrono::microseconds(0)
+               : std::chrono::duration_cast<std::chrono::microseconds>(left));
+      amqp_frame_t frame{};
+      const int rc = amqp_simple_wait_frame_noblock(s, &frame, &tv);
+      if (rc == AMQP_STATUS_TIMEOUT) {
+        if (poll) break;
+        continue;
+      }
+      if (rc != AMQP_STATUS_OK) {
+        lost(results, std::string("connection lost: ") + amqp_error_string2(rc));
+        return false;
+      }
+      if (frame.frame_type != AMQP_FRAME_METHOD) continue;
+      switch (frame.payload.method.id) {
+        case AMQP_BASIC_ACK_METHOD: {
+          const auto* a = static_cast<const amqp_basic_ack_t*>(frame.payload.method.decoded);
+          settle(results, a->delivery_tag, true, a->multiple != 0);
+          break;
+        }
+        case AMQP_BASIC_NACK_METHOD: {
+          const auto* n = static_cast<const amqp_basic_nack_t*>(frame.payload.method.decoded);
+          settle(results, n->delivery_tag, false, n->multiple != 0);
+          break;
+        }
+        case AMQP_BASIC_RETURN_METHOD: {
+          const auto* r = static_cast<const amqp_basic_return_t*>(frame.payload.method.decoded);
+          const std::string reason = "unroutable: returned by the broker with " +
+                                     std::to_string(r->reply_code) + " " +
+                                     to_string(r->reply_text) + " (exchange " +
+                                     to_string(r->exchange) + ", routing key " +
+                                     to_string(r->routing_key) + ")";
+          // The returned content (header and body frames) follows; its message_id names it.
+          amqp_message_t returned{};
+          const amqp_rpc_reply_t rr = amqp_read_message(s, frame.channel, &returned, 0);
+          if (rr.reply_type != AMQP_RESPONSE_NORMAL) {
+            lost(results, "connection lost while reading a returned message");
+            return false;
+          }
+          if (returned.properties._flags & AMQP_BASIC_MESSAGE_ID_FLAG) {
+            if (auto it = by_id_.find(to_string(returned.properties.message_id));
+                it != by_id_.end()) {
+              returned_.insert(it->second);
+              results[it->second].confirmed = false;
+              results[it->second].error_class = errc::transient;
+              results[it->second].error = reason;
+            }
+          }
+          amqp_destroy_message(&returned);
+          break;
+        }
+        case AMQP_CHANNEL_CLOSE_METHOD:
+        case AMQP_CONNECTION_CLOSE_METHOD: {
+          const bool channel = frame.payload.method.id == AMQP_CHANNEL_CLOSE_METHOD;
+          std::uint16_t code = 0;
+          std::string text;
+          if (channel) {
+            const auto* c = static_cast<const amqp_channel_close_t*>(frame.payload.method.decoded);
+            code = c->reply_code;
+            text = to_string(c->reply_text);
+          } else {
+            const auto* c =
+                static_cast<const amqp_connection_close_t*>(frame.payload.method.decoded);
+            code = c->reply_code;
+            text = to_string(c->reply_text);
+          }
+          // A vanished exchange that this publisher declares comes back with the reconnect.
+          const errc cls = code == 404 && options_.declare_exchange ? errc::transient
+                                                                      : classify_reply(code);
+          lost(results, std::string(channel ? "channel" : "connection") +
+                            " closed by the broker: " + std::to_string(code) + " " + text,
+               cls);
+          return false;
+        }
+        default:
+          break;
+      }
+    }
+    if (!poll) returned_.clear();
+    return true;
+  }
+
+  publisher_options options_;
+  connection conn_;
+  std::uint64_t next_tag_ = 0;
+  std::map<std::uint64_t, std::size_t> pending_;        // delivery tag -> batch index
+  std::unordered_map<std::string, std::size_t> by_id_;      // message_id -> batch index
+  std::unordered_set<std::size_t> returned_;                // batch indexes returned
+};
+
+static_assert(concepts::transport<publisher>);
+
+}  // namespace outbox::amqp

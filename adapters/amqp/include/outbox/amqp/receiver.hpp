@@ -1,0 +1,247 @@
+#pragma once
+/// @file
+/// `outbox::amqp::receiver`: the consumer's side of the AMQP 0-9-1 transport. basic.consume with
+/// manual acknowledgements on one queue, prefetch by basic.qos; `ack` after the consumer's commit.
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <utility>
+
+#include <outbox/amqp/connection.hpp>
+#include <outbox/amqp/publisher.hpp>
+#include <outbox/concepts/transport.hpp>
+#include <outbox/message.hpp>
+#include <outbox/uuid.hpp>
+
+namespace outbox::amqp {
+
+/// Options of a receiver. Fill with designated initialisers.
+struct receiver_options {
+  connection_options connection{};  ///< URL, timeouts, TLS.
+  std::string queue{};              ///< The queue to consume (required).
+  /// true: declare the queue (durable) and bind it to `exchange` with `binding_key` on connect;
+  /// false: consume a queue that exists (a passive declare; missing = `misconfigured`).
+  bool declare_queue = true;
+  std::string exchange = "outbox";      ///< Bound to when `declare_queue`.
+  std::string exchange_type = "topic";  ///< Declared (durable) when `declare_queue`.
+  std::string binding_key = "#";        ///< `#`: every event of the exchange.
+  std::uint16_t prefetch = 100;         ///< basic.qos: unacknowledged deliveries held at most.
+  /// When `declare_queue`: the queue's `x-dead-letter-exchange`, where RabbitMQ sends what is
+  /// nacked without requeue (malformed deliveries); empty: they are dropped. A queue that exists
+  /// with other arguments makes the declare fail (406, `misconfigured`).
+  std::string dead_letter_exchange{};
+};
+
+/// A `concepts::receiver` over AMQP 0-9-1. `receive` returns the next basic.deliver parsed back
+/// into an `outbox::message` (message_id = id, type = event_type, headers aggregate_type and
+/// aggregate_id, the other string headers as headers (except the broker's dead-lettering
+/// headers `x-death`, `x-first-death-*`, `x-last-death-*`), body = payload); `redelivered` is the
+/// broker's flag. A malformed delivery (no valid message_id, missing aggregate headers, a
+/// non-string header) is rejected without requeue and counted (`malformed()`).
+/// `ack` = basic.ack, `nack(requeue)` = basic.nack. A lost connection is `transient`; the next
+/// `receive` reconnects, and the broker redelivers what was not acknowledged (acks of deliveries
+/// from the old connection are ignored: their tags died with it).
+///
+/// Threading: one connection, one thread.
+class receiver {
+ public:
+  /// @throws outbox::error `misconfigured` for a bad URL or an empty queue name.
+  explicit receiver(receiver_options options)
+      : options_(std::move(options)), conn_(options_.connection) {
+    if (options_.queue.empty())
+      throw error(errc::misconfigured, "amqp", {}, "receiver_options.queue must not be empty");
+    if (options_.prefetch == 0)
+      throw error(errc::misconfigured, "amqp", {}, "receiver_options.prefetch must be > 0");
+  }
+  receiver(const receiver&) = delete;
+  receiver& operator=(const receiver&) = delete;
+
+  /// Connects now: declares and binds the queue, starts consuming.
+  /// @throws outbox::error `transient` or `misconfigured`.
+  void connect() { ensure(); }
+
+  /// The next delivery, or `nullopt` after `timeout`.
+  /// @throws outbox::error `transient` when the connection is lost (the next call reconnects).
+  std::optional<delivery> receive(std::chrono::milliseconds timeout) {
+    ensure();
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    amqp_connection_state_t s = conn_.state();
+    for (;;) {
+      amqp_maybe_release_buffers(s);
+      const auto left = std::chrono::duration_cast<std::chrono::microseconds>(
+          until - std::chrono::steady_clock::now());
+      timeval tv = connection::to_timeval(left);
+      amqp_envelope_t env{};
+      const amqp_rpc_reply_t r = amqp_consume_message(s, &env, &tv, 0);
+      if (r.reply_type == AMQP_RESPONSE_NORMAL) {
+        delivery d;
+        d.tag = env.delivery_tag;
+        d.redelivered = env.redelivered != 0;
+        const bool ok = parse(env.message, d.msg);
+        amqp_destroy_envelope(&env);
+        if (!ok) {
+          ++malformed_;
+          if (amqp_basic_nack(s, connection::channel, d.tag, 0, 0) != AMQP_STATUS_OK)
+            conn_.fail(errc::transient, {}, "basic.nack of a malformed delivery failed");
+          continue;
+        }
+        unacked_.insert(d.tag);
+        d.tag = encode(d.tag);
+        return d;
+      }
+      if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
+          r.library_error == AMQP_STATUS_TIMEOUT)
+        return std::nullopt;
+      if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
+          r.library_error == AMQP_STATUS_UNEXPECTED_STATE) {
+        // Another frame than basic.deliver: a close or a cancel ends this connection.
+        amqp_frame_t frame{};
+        const int rc = amqp_simple_wait_frame(s, &frame);
+        if (rc != AMQP_STATUS_OK)
+          conn_.fail(errc::transient, amqp_error_string2(rc), "connection lost");
+        if (frame.frame_type == AMQP_FRAME_METHOD) {
+          switch (frame.payload.method.id) {
+            case AMQP_CHANNEL_CLOSE_METHOD: {
+              const auto* c = static_cast<const amqp_channel_close_t*>(frame.payload.method.decoded);
+              conn_.fail(classify_reply(c->reply_code), std::to_string(c->reply_code),
+                         "channel closed by the broker: " + to_string(c->reply_text));
+            }
+            case AMQP_CONNECTION_CLOSE_METHOD: {
+              const auto* c =
+                  static_cast<const amqp_connection_close_t*>(frame.payload.method.decoded);
+              conn_.fail(classify_reply(c->reply_code), std::to_string(c->reply_code),
+                         "connection closed by the broker: " + to_string(c->reply_text));
+            }
+            case AMQP_BASIC_CANCEL_METHOD:
+              conn_.fail(errc::transient, {}, "the broker cancelled the consumer (queue deleted?)");
+            default:
+              break;
+          }
+        }
+        continue;
+      }
+      conn_.check(r, "basic.consume");
+    }
+  }
+
+  /// basic.ack of `d` (after the consumer's commit). A delivery of an earlier connection is
+  /// ignored (the broker requeued it when that connection died).
+  /// @throws outbox::error `transient` when the ack cannot be sent.
+  void ack(const delivery& d) { settle(d, true, false); }
+
+  /// basic.nack of `d`: `requeue` delivers it again (marked redelivered), otherwise it is dropped
+  /// (or dead-lettered by the queue's own `x-dead-letter-exchange`, if configured).
+  void nack(const delivery& d, bool requeue) { settle(d, false, requeue); }
+
+  /// Deliveries handed out and not yet acknowledged on the current connection.
+  [[nodiscard]] std::size_t held() const noexcept { return unacked_.size(); }
+  /// Deliveries rejected as malformed so far.
+  [[nodiscard]] std::uint64_t malformed() const noexcept { return malformed_; }
+  /// The rabbitmq-c connection (null while disconnected), for what this adapter does not cover.
+  [[nodiscard]] amqp_connection_state_t native_handle() const noexcept { return conn_.state(); }
+  /// Connections opened so far.
+  [[nodiscard]] std::uint64_t connections() const noexcept { return conn_.generation(); }
+
+  /// Parses an AMQP message into `m`; false when it is not an outbox event.
+  static bool parse(const amqp_message_t& in, message& m) {
+    const amqp_basic_properties_t& p = in.properties;
+    if (!(p._flags & AMQP_BASIC_MESSAGE_ID_FLAG) || !(p._flags & AMQP_BASIC_TYPE_FLAG) ||
+        !(p._flags & AMQP_BASIC_HEADERS_FLAG))
+      return false;
+    const auto id = uuid::parse(to_string(p.message_id));
+    if (!id) return false;
+    m.id = *id;
+    m.event_type = to_string(p.type);
+    if (m.event_type.empty()) return false;
+    bool has_type = false;
+    bool has_id = false;
+    for (int i = 0; i < p.headers.num_entries; ++i) {
+      const amqp_table_entry_t& e = p.headers.entries[i];
+      std::string k = to_string(e.key);
+      if (broker_header(k)) continue;  // x-death... added when the broker dead-lettered it
+      if (e.value.kind != AMQP_FIELD_KIND_UTF8 && e.value.kind != AMQP_FIELD_KIND_BYTES)
+        return false;
+      std::string v = to_string(e.value.value.bytes);
+      if (k == aggregate_type_header) {
+        m.aggregate_type = std::move(v);
+        has_type = true;
+      } else if (k == aggregate_id_header) {
+        m.aggregate_id = std::move(v);
+        has_id = true;
+      } else {
+        m.headers.insert_or_assign(std::move(k), std::move(v));
+      }
+    }
+    if (!has_type || !has_id || m.aggregate_type.empty() || m.aggregate_id.empty()) return false;
+    m.payload = to_string(in.body);
+    if (p._flags & AMQP_BASIC_TIMESTAMP_FLAG)
+      m.created_at = time_point(std::chrono::seconds(static_cast<std::int64_t>(p.timestamp)));
+    return true;
+  }
+
+ private:
+  /// Headers RabbitMQ adds to a dead-lettered message (not the event's own).
+  static bool broker_header(std::string_view k) noexcept {
+    return k == "x-death" || k.starts_with("x-first-death-") || k.starts_with("x-last-death-");
+  }
+
+  // A delivery's tag carries the connection generation in its top 16 bits, so an ack of a
+  // delivery from an earlier connection is recognised (and ignored) instead of acking a
+  // different delivery that happens to have the same tag on the new channel.
+  [[nodiscard]] std::uint64_t encode(std::uint64_t tag) const noexcept {
+    return ((conn_.generation() & 0xFFFF) << 48) | (tag & ((std::uint64_t{1} << 48) - 1));
+  }
+
+  void settle(const delivery& d, bool ack, bool requeue) {
+    if (!conn_.open() || (d.tag >> 48) != (conn_.generation() & 0xFFFF)) return;
+    const std::uint64_t tag = d.tag & ((std::uint64_t{1} << 48) - 1);
+    if (unacked_.erase(tag) == 0) return;
+    const int rc = ack ? amqp_basic_ack(conn_.state(), connection::channel, tag, 0)
+                       : amqp_basic_nack(conn_.state(), connection::channel, tag, 0,
+                                         requeue ? 1 : 0);
+    if (rc != AMQP_STATUS_OK)
+      conn_.fail(errc::transient, amqp_error_string2(rc), ack ? "basic.ack failed" : "basic.nack failed");
+  }
+
+  void ensure() {
+    if (!conn_.ensure()) return;
+    unacked_.clear();
+    amqp_connection_state_t s = conn_.state();
+    const amqp_channel_t ch = connection::channel;
+    amqp_basic_qos(s, ch, 0, options_.prefetch, 0);
+    conn_.check(amqp_get_rpc_reply(s), "basic.qos");
+    if (options_.declare_queue) {
+      amqp_exchange_declare(s, ch, bytes(options_.exchange), bytes(options_.exchange_type), 0, 1,
+                            0, 0, amqp_empty_table);
+      conn_.check(amqp_get_rpc_reply(s), "exchange.declare");
+      amqp_table_entry_t dlx{};
+      dlx.key = bytes("x-dead-letter-exchange");
+      dlx.value.kind = AMQP_FIELD_KIND_UTF8;
+      dlx.value.value.bytes = bytes(options_.dead_letter_exchange);
+      const amqp_table_t args{options_.dead_letter_exchange.empty() ? 0 : 1, &dlx};
+      amqp_queue_declare(s, ch, bytes(options_.queue), 0, 1, 0, 0, args);
+      conn_.check(amqp_get_rpc_reply(s), "queue.declare");
+      amqp_queue_bind(s, ch, bytes(options_.queue), bytes(options_.exchange),
+                      bytes(options_.binding_key), amqp_empty_table);
+      conn_.check(amqp_get_rpc_reply(s), "queue.bind");
+    } else {
+      amqp_queue_declare(s, ch, bytes(options_.queue), 1, 0, 0, 0, amqp_empty_table);
+      conn_.check(amqp_get_rpc_reply(s), "queue.declare (passive)");
+    }
+    amqp_basic_consume(s, ch, bytes(options_.queue), amqp_empty_bytes, 0, 0, 0, amqp_empty_table);
+    conn_.check(amqp_get_rpc_reply(s), "basic.consume");
+  }
+
+  receiver_options options_;
+  connection conn_;
+  std::unordered_set<std::uint64_t> unacked_;  // raw tags on the current connection
+  std::uint64_t malformed_ = 0;
+};
+
+static_assert(concepts::receiver<receiver>);
+
+}  // namespace outbox::amqp

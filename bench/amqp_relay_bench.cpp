@@ -1,0 +1,246 @@
+// Relay throughput SQLite -> RabbitMQ (publisher confirms, persistent, mandatory), three ways on
+// the same broker in one run:
+//   (a) the library's relay, batch `--batch` (the batch is published, then its confirms are
+//       awaited: a confirm window of one batch);
+//   (b) the same relay with batch_size 1 (one message, one confirm round trip at a time), on
+//       `--single-rows` rows;
+//   (c) a bare rabbitmq-c publisher with no database: the same messages, a window of 1000
+//       unconfirmed messages, confirms read as they come (the broker's ceiling for this shape).
+// Each relay run starts from a byte-identical copy of one outbox database. Messages go to a
+// fresh exchange bound to a fresh durable queue (both deleted at the end). Prints events/s and
+// `ratio relay/bare-publisher`.
+//
+// Usage: amqp_relay_bench [--rows N] [--batch N] [--single-rows N] [--dir PATH]
+// The broker: OUTBOX_TEST_AMQP (amqp:// URL).
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <soci/soci.h>
+
+#include <outbox/amqp/amqp.hpp>
+#include <outbox/outbox.hpp>
+#include <outbox/sqlite/store.hpp>
+
+#include "bench_common.hpp"
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct args {
+  long rows = 20'000;
+  long batch = 1000;
+  long single_rows = 1'000;
+  fs::path dir = fs::temp_directory_path();
+};
+
+args parse(int argc, char** argv) {
+  args a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string_view k = argv[i];
+    if (k == "--rows")
+      a.rows = std::strtol(argv[i + 1], nullptr, 10);
+    else if (k == "--batch")
+      a.batch = std::strtol(argv[i + 1], nullptr, 10);
+    else if (k == "--single-rows")
+      a.single_rows = std::strtol(argv[i + 1], nullptr, 10);
+    else if (k == "--dir")
+      a.dir = argv[i + 1];
+    else {
+      std::cerr << "usage: amqp_relay_bench [--rows N] [--batch N] [--single-rows N] [--dir P]\n";
+      std::exit(2);
+    }
+  }
+  if (a.rows <= 0 || a.batch <= 0 || a.single_rows <= 0) {
+    std::cerr << "amqp_relay_bench: counts must be > 0\n";
+    std::exit(2);
+  }
+  return a;
+}
+
+void build(const fs::path& path, long rows) {
+  outbox::bench::remove_sqlite_db(path);
+  soci::session sql(soci::sqlite3, "db=" + path.string());
+  outbox::sqlite::configure(sql);
+  outbox::sqlite::migrate(sql);
+  outbox::sqlite::store st(sql, {.configure_session = false});
+  outbox::writer w(st);
+  std::vector<outbox::event> chunk;
+  soci::transaction tx(sql);
+  for (long i = 0; i < rows;) {
+    chunk.clear();
+    for (int k = 0; k < 500 && i < rows; ++k, ++i)
+      chunk.push_back(outbox::bench::sample_event(i, 1000));
+    w.enqueue(sql, chunk);
+  }
+  tx.commit();
+  sql << "PRAGMA wal_checkpoint(TRUNCATE)";
+}
+
+/// The library's relay over `pub` until `rows` are published.
+outbox::bench::result relay_run(const fs::path& db, long rows, long batch,
+                                outbox::amqp::publisher& pub) {
+  soci::session sql(soci::sqlite3, "db=" + db.string());
+  outbox::sqlite::store st(sql);
+  outbox::relay relay(st, pub,
+                      {.batch_size = static_cast<std::size_t>(batch),
+                       .lease = 120s,
+                       .publish_timeout = 60s,
+                       .idle_poll_min = 1ms,
+                       .idle_poll_max = 10ms});
+  const auto t0 = std::chrono::steady_clock::now();
+  while (relay.stats().published < static_cast<std::uint64_t>(rows) &&
+         std::chrono::steady_clock::now() - t0 < 600s)
+    relay.run_once();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (relay.stats().published != static_cast<std::uint64_t>(rows)) {
+    std::cerr << "bench: " << relay.stats().published << " of " << rows
+              << " published: the run is invalid\n";
+    std::exit(1);
+  }
+  return {s, rows};
+}
+
+/// A bare rabbitmq-c publisher: `rows` messages like the relay's, at most `window` unconfirmed.
+outbox::bench::result bare_run(const std::string& url, const std::string& exchange, long rows,
+                               std::uint64_t window) {
+  outbox::amqp::connection c({.url = url});
+  c.ensure();
+  amqp_connection_state_t s = c.state();
+  amqp_confirm_select(s, outbox::amqp::connection::channel);
+  c.check(amqp_get_rpc_reply(s), "confirm.select");
+  std::vector<std::string> ids;
+  std::vector<std::string> bodies;
+  for (long i = 0; i < rows; ++i) {
+    ids.push_back(outbox::make_uuid_v7().to_string());
+    bodies.push_back(outbox::bench::sample_event(i, 1000).payload);
+  }
+  std::uint64_t sent = 0;
+  std::uint64_t confirmed = 0;
+  auto read_one = [&](bool block) {
+    amqp_maybe_release_buffers(s);
+    timeval tv{block ? 30 : 0, 0};
+    amqp_frame_t f{};
+    const int rc = amqp_simple_wait_frame_noblock(s, &f, &tv);
+    if (rc == AMQP_STATUS_TIMEOUT && !block) return false;
+    if (rc != AMQP_STATUS_OK) {
+      std::cerr << "bench: bare publisher: " << amqp_error_string2(rc) << "\n";
+      std::exit(1);
+    }
+    if (f.frame_type == AMQP_FRAME_METHOD && f.payload.method.id == AMQP_BASIC_ACK_METHOD) {
+      const auto* a = static_cast<const amqp_basic_ack_t*>(f.payload.method.decoded);
+      confirmed = a->multiple ? a->delivery_tag : confirmed + 1;
+    } else if (f.frame_type == AMQP_FRAME_METHOD) {
+      std::cerr << "bench: bare publisher: unexpected method " << f.payload.method.id << "\n";
+      std::exit(1);
+    }
+    return true;
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  for (long i = 0; i < rows; ++i) {
+    while (sent - confirmed >= window) read_one(true);
+    amqp_table_entry_t h[2]{};
+    h[0].key = outbox::amqp::bytes("aggregate_type");
+    h[0].value.kind = AMQP_FIELD_KIND_UTF8;
+    h[0].value.value.bytes = outbox::amqp::bytes("order");
+    const std::string agg = std::to_string(i % 1000);
+    h[1].key = outbox::amqp::bytes("aggregate_id");
+    h[1].value.kind = AMQP_FIELD_KIND_UTF8;
+    h[1].value.value.bytes = outbox::amqp::bytes(agg);
+    amqp_basic_properties_t p{};
+    p._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG |
+               AMQP_BASIC_MESSAGE_ID_FLAG | AMQP_BASIC_TYPE_FLAG | AMQP_BASIC_HEADERS_FLAG;
+    p.content_type = outbox::amqp::bytes("application/json");
+    p.delivery_mode = 2;
+    p.message_id = outbox::amqp::bytes(ids[static_cast<std::size_t>(i)]);
+    p.type = outbox::amqp::bytes("order_placed");
+    p.headers = {2, h};
+    if (amqp_basic_publish(s, outbox::amqp::connection::channel, outbox::amqp::bytes(exchange),
+                           outbox::amqp::bytes("order.order_placed"), 1, 0, &p,
+                           outbox::amqp::bytes(bodies[static_cast<std::size_t>(i)])) != 0) {
+      std::cerr << "bench: bare publish failed\n";
+      std::exit(1);
+    }
+    ++sent;
+    while (read_one(false)) {
+    }
+  }
+  while (confirmed < sent) read_one(true);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return {secs, rows};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const args a = parse(argc, argv);
+  const char* url = std::getenv("OUTBOX_TEST_AMQP");
+  if (!url || !*url) {
+    std::cerr << "amqp_relay_bench: set OUTBOX_TEST_AMQP (amqp:// URL)\n";
+    return 77;
+  }
+  const std::string exchange = "outbox-bench-" + outbox::make_uuid_v7().to_string();
+  const std::string queue = exchange + "-q";
+  {
+    // The queue that makes the messages routable (durable, classic).
+    outbox::amqp::receiver binder(
+        {.connection = {.url = url}, .queue = queue, .exchange = exchange});
+    binder.connect();
+  }
+  std::cout << "amqp relay benchmark: " << a.rows << " rows (batch " << a.batch << "), "
+            << a.single_rows << " rows with batch 1; persistent, confirms, mandatory; broker "
+            << outbox::amqp::parse_url(url).redacted << "\n";
+  const fs::path pristine = a.dir / ("outbox-amqp-bench-" + std::to_string(::getpid()) + ".db");
+  const fs::path pristine_small =
+      a.dir / ("outbox-amqp-bench-small-" + std::to_string(::getpid()) + ".db");
+  build(pristine, a.rows);
+  build(pristine_small, a.single_rows);
+  const auto report = [](const std::string& name, const outbox::bench::result& r) {
+    std::printf("%-52s %10.0f events/s  (%.2f s)\n", name.c_str(), r.rate(), r.seconds);
+  };
+  outbox::amqp::publisher pub({.connection = {.url = url}, .exchange = exchange});
+  pub.connect();
+
+  const fs::path db = outbox::bench::fresh_copy(pristine, "relay");
+  const auto relay = relay_run(db, a.rows, a.batch, pub);
+  report("SQLite -> relay (batch " + std::to_string(a.batch) + ") -> RabbitMQ", relay);
+  outbox::bench::remove_sqlite_db(db);
+
+  const fs::path db1 = outbox::bench::fresh_copy(pristine_small, "single");
+  const auto single = relay_run(db1, a.single_rows, 1, pub);
+  report("SQLite -> relay (batch 1, one confirm at a time)", single);
+  outbox::bench::remove_sqlite_db(db1);
+
+  const auto bare = bare_run(url, exchange, a.rows, 1000);
+  report("bare rabbitmq-c publisher, window 1000, no database", bare);
+
+  outbox::bench::remove_sqlite_db(pristine);
+  outbox::bench::remove_sqlite_db(pristine_small);
+  {
+    outbox::amqp::connection c({.url = url});
+    c.ensure();
+    amqp_queue_delete(c.state(), outbox::amqp::connection::channel, outbox::amqp::bytes(queue), 0,
+                      0);
+    c.check(amqp_get_rpc_reply(c.state()), "queue.delete");
+    amqp_exchange_delete(c.state(), outbox::amqp::connection::channel,
+                         outbox::amqp::bytes(exchange), 0);
+    c.check(amqp_get_rpc_reply(c.state()), "exchange.delete");
+  }
+  std::printf("ratio relay/batch-1 %.2f\n", relay.rate() / single.rate());
+  std::printf("ratio relay/bare-publisher %.2f\n", relay.rate() / bare.rate());
+  return 0;
+} catch (const std::exception& e) {
+  std::cerr << "bench: " << e.what() << "\n";
+  return 1;
+}

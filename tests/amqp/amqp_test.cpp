@@ -1,0 +1,225 @@
+// What is particular to the AMQP transport, on a real RabbitMQ (OUTBOX_TEST_AMQP): unroutable
+// messages, the messages as a plain rabbitmq-c client sees them, malformed deliveries, bad
+// configuration. (The relay and consumer under faults are in end_to_end_test.cpp.)
+#define BOOST_TEST_MODULE amqp specific
+#define BOOST_TEST_NO_MAIN
+#include <boost/test/unit_test.hpp>
+
+#include <string>
+#include <thread>
+#include <map>
+
+#include "../support/amqp_fixture.hpp"
+#include "../support/sqlite_fixture.hpp"
+
+
+namespace {
+
+using namespace std::chrono_literals;
+using outbox::test::amqp_fixture;
+
+outbox::message sample(const std::string& agg = "42") {
+  outbox::message m;
+  m.id = outbox::make_uuid_v7();
+  m.aggregate_type = "order";
+  m.aggregate_id = agg;
+  m.event_type = "order_placed";
+  m.payload = R"({"order":")" + agg + "\"}";
+  m.headers = {{"tenant", "acme"}, {"trace", "t-1"}};
+  m.created_at = std::chrono::system_clock::now();
+  m.attempts = 1;
+  return m;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(amqp_specific)
+
+BOOST_AUTO_TEST_CASE(an_unroutable_message_is_returned_and_never_confirmed) {
+  amqp_fixture fx;  // its queue is bound to fx.exchange(); this publisher uses another exchange
+  const std::string lonely = fx.exchange() + "-unbound";
+  outbox::amqp::publisher pub({.connection = {.url = amqp_fixture::url()}, .exchange = lonely});
+  std::vector<outbox::message> batch{sample("1"), sample("2"), sample("3")};
+  const auto results = pub.publish(batch, std::chrono::steady_clock::now() + 5s);
+  BOOST_TEST_REQUIRE(results.size() == batch.size());
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    BOOST_TEST(results[i].id == batch[i].id);
+    BOOST_TEST(!results[i].confirmed);
+    BOOST_TEST((results[i].error_class == outbox::errc::transient));
+    BOOST_TEST(results[i].error.find("312") != std::string::npos, results[i].error);
+    BOOST_TEST(results[i].error.find("NO_ROUTE") != std::string::npos, results[i].error);
+  }
+  // The same publisher still confirms routable messages afterwards (the channel is fine).
+  outbox::amqp::publisher routed(fx.publisher_options());
+  const auto ok = routed.publish(batch, std::chrono::steady_clock::now() + 5s);
+  BOOST_TEST_REQUIRE(ok.size() == batch.size());
+  for (const auto& r : ok) BOOST_TEST(r.confirmed);
+  outbox::test::amqp_admin(amqp_fixture::url()).delete_exchange(lonely);
+}
+
+BOOST_AUTO_TEST_CASE(messages_the_broker_nacks_are_failures_and_the_rest_confirmed) {
+  // A queue that holds one message and rejects further publishes: the broker nacks them.
+  const std::string name = "outbox-test-full-" + outbox::make_uuid_v7().to_string();
+  outbox::amqp::publisher pub({.connection = {.url = amqp_fixture::url()}, .exchange = name});
+  pub.connect();  // declares the exchange
+  outbox::test::amqp_admin admin(amqp_fixture::url());
+  amqp_connection_state_t s = admin.conn().state();
+  amqp_table_entry_t args[2]{};
+  args[0].key = outbox::amqp::bytes("x-max-length");
+  args[0].value.kind = AMQP_FIELD_KIND_I32;
+  args[0].value.value.i32 = 1;
+  args[1].key = outbox::amqp::bytes("x-overflow");
+  args[1].value.kind = AMQP_FIELD_KIND_UTF8;
+  args[1].value.value.bytes = outbox::amqp::bytes("reject-publish");
+  amqp_queue_declare(s, outbox::amqp::connection::channel, outbox::amqp::bytes(name), 0, 0, 0, 0,
+                     amqp_table_t{2, args});
+  admin.conn().check(amqp_get_rpc_reply(s), "queue.declare");
+  amqp_queue_bind(s, outbox::amqp::connection::channel, outbox::amqp::bytes(name),
+                  outbox::amqp::bytes(name), outbox::amqp::bytes("#"), amqp_empty_table);
+  admin.conn().check(amqp_get_rpc_reply(s), "queue.bind");
+
+  std::vector<outbox::message> batch{sample("1"), sample("2"), sample("3")};
+  const auto results = pub.publish(batch, std::chrono::steady_clock::now() + 5s);
+  BOOST_TEST_REQUIRE(results.size() == batch.size());
+  BOOST_TEST(results[0].confirmed);
+  for (std::size_t i = 1; i < batch.size(); ++i) {
+    BOOST_TEST(!results[i].confirmed);
+    BOOST_TEST((results[i].error_class == outbox::errc::transient));
+    BOOST_TEST(results[i].error == "nacked by the broker");
+  }
+  BOOST_TEST(admin.ready(name) == 1u);
+  admin.delete_queue(name);
+  admin.delete_exchange(name);
+}
+
+BOOST_AUTO_TEST_CASE(a_plain_client_sees_properties_headers_and_routing_key) {
+  amqp_fixture fx;
+  fx.close_receiver();  // the message stays in the queue for the plain client
+  const auto m = sample("7");
+  const auto r = fx.publisher().publish(std::span(&m, 1), std::chrono::steady_clock::now() + 5s);
+  BOOST_TEST_REQUIRE(r.size() == 1u);
+  BOOST_TEST_REQUIRE(r[0].confirmed);
+
+  // A separate plain rabbitmq-c connection reads it with basic.get.
+  outbox::test::amqp_admin admin(amqp_fixture::url());
+  amqp_connection_state_t s = admin.conn().state();
+  amqp_rpc_reply_t rr{};
+  for (int i = 0; i < 100; ++i) {
+    rr = amqp_basic_get(s, outbox::amqp::connection::channel, outbox::amqp::bytes(fx.queue()), 1);
+    admin.conn().check(rr, "basic.get");
+    if (rr.reply.id == AMQP_BASIC_GET_OK_METHOD) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  BOOST_TEST_REQUIRE(rr.reply.id == AMQP_BASIC_GET_OK_METHOD);
+  const auto* ok = static_cast<const amqp_basic_get_ok_t*>(rr.reply.decoded);
+  BOOST_TEST(outbox::amqp::to_string(ok->routing_key) == "order.order_placed");
+  BOOST_TEST(outbox::amqp::to_string(ok->exchange) == fx.exchange());
+  amqp_message_t msg{};
+  admin.conn().check(amqp_read_message(s, outbox::amqp::connection::channel, &msg, 0), "read");
+  const auto& p = msg.properties;
+  BOOST_TEST((p._flags & AMQP_BASIC_DELIVERY_MODE_FLAG) != 0);
+  BOOST_TEST(p.delivery_mode == 2);
+  BOOST_TEST(outbox::amqp::to_string(p.content_type) == "application/json");
+  BOOST_TEST(outbox::amqp::to_string(p.message_id) == m.id.to_string());
+  BOOST_TEST(outbox::amqp::to_string(p.type) == "order_placed");
+  BOOST_TEST(outbox::amqp::to_string(msg.body) == m.payload);
+  std::map<std::string, std::string> headers;
+  for (int i = 0; i < p.headers.num_entries; ++i) {
+    const auto& e = p.headers.entries[i];
+    BOOST_TEST(e.value.kind == AMQP_FIELD_KIND_UTF8);
+    headers[outbox::amqp::to_string(e.key)] = outbox::amqp::to_string(e.value.value.bytes);
+  }
+  const std::map<std::string, std::string> expected{{"aggregate_type", "order"},
+                                                    {"aggregate_id", "7"},
+                                                    {"tenant", "acme"},
+                                                    {"trace", "t-1"}};
+  BOOST_TEST((headers == expected));
+  amqp_destroy_message(&msg);
+  // The url in error texts never carries the credentials.
+  BOOST_TEST(fx.publisher().where().find("outbox:outbox") == std::string::npos);
+  BOOST_TEST(fx.publisher().where().find("@") == std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_malformed_delivery_is_rejected_without_requeue_and_counted) {
+  amqp_fixture fx;
+  // A message published by someone else, without message_id or aggregate headers.
+  outbox::test::amqp_admin admin(amqp_fixture::url());
+  amqp_basic_properties_t props{};
+  props._flags = AMQP_BASIC_CONTENT_TYPE_FLAG;
+  props.content_type = outbox::amqp::bytes("text/plain");
+  BOOST_TEST(amqp_basic_publish(admin.conn().state(), outbox::amqp::connection::channel,
+                                outbox::amqp::bytes(fx.exchange()), outbox::amqp::bytes("x.y"), 0,
+                                0, &props, outbox::amqp::bytes("hello")) == AMQP_STATUS_OK);
+  const auto m = sample("8");
+  BOOST_TEST_REQUIRE(fx.redeliver(m));
+  auto d = fx.receiver().receive(5s);
+  BOOST_TEST_REQUIRE(d.has_value());
+  BOOST_TEST(d->msg.id == m.id);  // the malformed one is skipped (it may come first or after)
+  fx.receiver().ack(*d);
+  BOOST_TEST(!fx.receiver().receive(300ms).has_value());
+  BOOST_TEST(fx.receiver().malformed() == 1u);
+  BOOST_TEST(fx.outstanding() == 0u);  // rejected, not requeued
+}
+
+BOOST_AUTO_TEST_CASE(a_rejected_delivery_goes_to_the_configured_dead_letter_exchange) {
+  amqp_fixture fx;
+  const std::string dlx = fx.exchange() + "-dlx";
+  const std::string dead_queue = fx.queue() + "-dead";
+  // The dead-letter side: an exchange and a queue that keeps what lands there.
+  outbox::amqp::receiver dead({.connection = {.url = amqp_fixture::url()},
+                               .queue = dead_queue,
+                               .exchange = dlx});
+  dead.connect();
+  const std::string queue = fx.queue() + "-with-dlx";
+  outbox::amqp::receiver rcv({.connection = {.url = amqp_fixture::url()},
+                              .queue = queue,
+                              .exchange = fx.exchange(),
+                              .dead_letter_exchange = dlx});
+  rcv.connect();
+  const auto m = sample("9");
+  BOOST_TEST_REQUIRE(fx.redeliver(m));
+  auto d = rcv.receive(5s);
+  BOOST_TEST_REQUIRE(d.has_value());
+  rcv.nack(*d, false);
+  auto moved = dead.receive(5s);
+  BOOST_TEST_REQUIRE(moved.has_value());
+  BOOST_TEST(moved->msg.id == m.id);
+  BOOST_TEST(moved->msg.payload == m.payload);
+  BOOST_TEST((moved->msg.headers == m.headers));  // x-death left out
+  BOOST_TEST(dead.malformed() == 0u);
+  dead.ack(*moved);
+  outbox::test::amqp_admin admin(amqp_fixture::url());
+  admin.delete_queue(queue);
+  admin.delete_queue(dead_queue);
+  admin.delete_exchange(dlx);
+}
+
+BOOST_AUTO_TEST_CASE(a_bad_url_or_a_refused_login_is_misconfigured_without_the_password) {
+  BOOST_CHECK_THROW(outbox::amqp::publisher({.connection = {.url = "http://nope"}}), outbox::error);
+  const auto ep = outbox::amqp::parse_url(amqp_fixture::url());
+  const std::string bad = "amqp://outbox:wrong-secret@" + ep.host + ":" + std::to_string(ep.port);
+  outbox::amqp::publisher pub({.connection = {.url = bad}});
+  try {
+    pub.connect();
+    BOOST_ERROR("expected a refused login");
+  } catch (const outbox::error& e) {
+    BOOST_TEST(e.adapter() == "amqp");
+    BOOST_TEST(std::string(e.what()).find("wrong-secret") == std::string::npos, e.what());
+  }
+  // A required exchange that does not exist.
+  outbox::amqp::publisher strict({.connection = {.url = amqp_fixture::url()},
+                                  .exchange = "outbox-test-missing-" +
+                                              outbox::make_uuid_v7().to_string(),
+                                  .declare_exchange = false});
+  try {
+    strict.connect();
+    BOOST_ERROR("expected a missing exchange");
+  } catch (const outbox::error& e) {
+    BOOST_TEST((e.kind() == outbox::errc::misconfigured));
+    BOOST_TEST(e.native_code() == "404");
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+OUTBOX_TEST_MAIN_REQUIRING("OUTBOX_TEST_AMQP")

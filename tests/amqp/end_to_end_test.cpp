@@ -1,0 +1,161 @@
+// End-to-end: the SQLite store with the AMQP transport on a real RabbitMQ (OUTBOX_TEST_AMQP):
+// the end-to-end suite, an unroutable event through the relay, connections closed and the
+// broker restarted mid-run.
+#define BOOST_TEST_MODULE amqp end to end
+#define BOOST_TEST_NO_MAIN
+#include <boost/test/unit_test.hpp>
+
+#include <sys/socket.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <tuple>
+
+#include "../support/amqp_fixture.hpp"
+#include "../support/combo.hpp"
+#include "../support/sqlite_fixture.hpp"
+
+using e2e_combinations =
+    std::tuple<e2e::combo<outbox::test::sqlite_fixture, outbox::test::amqp_fixture>>;
+
+#include "../conformance/end_to_end.hpp"
+
+namespace {
+
+using outbox::test::amqp_fixture;
+
+/// Cuts a connection from the client side (when rabbitmqctl is not at hand).
+void cut(amqp_connection_state_t h) {
+  if (h) ::shutdown(amqp_get_sockfd(h), SHUT_RDWR);
+}
+
+/// Runs the relay and a consumer over `n` events; once a third is published, `fault` runs (or,
+/// with `client_cut`, the relay's and the consumer's sockets are cut). Checks
+/// that nothing is lost, that each event is applied once and that both sides reconnected.
+template <class Fault>
+void run_through_a_fault(Fault fault, bool client_cut) {
+  using world = e2e::world<e2e::combo<outbox::test::sqlite_fixture, amqp_fixture>>;
+  world w;
+  constexpr int n = 600;
+  {
+    auto tx = outbox::test::sqlite_fixture::begin(*w.app_sql);
+    std::vector<outbox::event> events;
+    for (int i = 0; i < n; ++i)
+      events.push_back({"order", std::to_string(i % 13), "placed",
+                        R"({"i":)" + std::to_string(i) + "}", {}});
+    w.writer.enqueue(*w.app_sql, events);
+    tx->commit();
+  }
+  auto consumer = w.make_consumer();
+  std::atomic<bool> cut_receiver{false};
+  std::jthread consuming([&](std::stop_token st) {
+    while (!st.stop_requested()) {
+      try {
+        if (cut_receiver.exchange(false)) cut(w.net.receiver().native_handle());
+        consumer.poll_once();
+      } catch (const outbox::error&) {
+        std::this_thread::sleep_for(20ms);  // the broker is away: poll again
+      }
+    }
+  });
+  auto relay = w.make_relay({.batch_size = 25, .lease = 30s, .publish_timeout = 5s});
+  bool faulted = false;
+  bool fault_ok = true;
+  const auto deadline = std::chrono::steady_clock::now() + 120s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (!faulted && relay.stats().published >= n / 3) {
+      // The relay waits for the fault (so it lands mid-run); the consumer goes on meanwhile.
+      faulted = true;
+      if (client_cut) {
+        cut(w.net.publisher().native_handle());
+        cut_receiver = true;
+      } else {
+        fault_ok = fault();
+      }
+    }
+    try {
+      if (relay.run_once() > 0) continue;
+    } catch (const outbox::error& e) {
+      BOOST_TEST_REQUIRE((e.kind() == outbox::errc::transient), e.what());
+      std::this_thread::sleep_for(20ms);
+      continue;
+    }
+    const auto st = w.app_store->stats(w.clock.now());
+    if (st.pending + st.in_flight == 0 && w.applied_distinct() == n) break;
+    w.clock.advance(5s);  // retries come due
+    std::this_thread::sleep_for(20ms);
+  }
+  consuming.request_stop();
+  consuming.join();
+  BOOST_TEST(faulted);
+  BOOST_TEST(fault_ok);
+  BOOST_TEST(w.applied_distinct() == n);
+  BOOST_TEST(w.applied() == n);  // duplicates (re-sent, redelivered) were applied once
+  BOOST_TEST(w.app_store->stats(w.clock.now()).pending == 0);
+  BOOST_TEST(w.app_store->stats(w.clock.now()).dead == 0);
+  BOOST_TEST(w.net.publisher().connections() >= 2u);  // it did lose its connection
+  BOOST_TEST(w.net.receiver().connections() >= 2u);
+  BOOST_TEST_MESSAGE("sent " << w.wiretap.sent().size() << " for " << n << " events, consumer "
+                             << consumer.stats().applied << " applied, "
+                             << consumer.stats().duplicates_skipped << " duplicates skipped");
+}
+
+/// rabbitmqctl with the node's environment written by scripts/services.sh.
+bool rabbitmqctl(const std::string& args) {
+  const auto dir = outbox::test::service_address("OUTBOX_SERVICES_DIR");
+  if (dir.empty() || !std::filesystem::exists(dir + "/rabbitmq/ctl-env.sh")) return false;
+  const std::string cmd =
+      "(. '" + dir + "/rabbitmq/ctl-env.sh' && rabbitmqctl -q " + args + ") >/dev/null 2>&1";
+  return std::system(cmd.c_str()) == 0;
+}
+
+bool have_rabbitmqctl() {
+  const auto dir = outbox::test::service_address("OUTBOX_SERVICES_DIR");
+  return !dir.empty() && std::filesystem::exists(dir + "/rabbitmq/ctl-env.sh");
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(amqp_end_to_end)
+
+BOOST_AUTO_TEST_CASE(an_unroutable_event_is_retried_then_dead_lettered_by_the_relay) {
+  using world = e2e::world<e2e::combo<outbox::test::sqlite_fixture, amqp_fixture>>;
+  world w;
+  const std::string lonely = w.net.exchange() + "-unbound";
+  outbox::amqp::publisher pub({.connection = {.url = amqp_fixture::url()}, .exchange = lonely});
+  w.place("lost");
+  outbox::relay<outbox::sqlite::store, outbox::amqp::publisher, outbox::exponential_backoff,
+                outbox::testing::manual_clock>
+      relay(*w.relay_store, pub, {.owner = "unroutable"}, world::fast_retry, w.clock);
+  for (int attempt = 1; attempt <= 3; ++attempt) {
+    BOOST_TEST(relay.run_once() == 1u);
+    w.clock.advance(10s);
+  }
+  BOOST_TEST(relay.stats().published == 0u);
+  BOOST_TEST(relay.stats().retried == 2u);
+  BOOST_TEST(relay.stats().dead_lettered == 1u);
+  const auto dead = w.app_store->dead_letters(10);
+  BOOST_TEST_REQUIRE(dead.size() == 1u);
+  BOOST_TEST(dead[0].last_error.find("312") != std::string::npos, dead[0].last_error);
+  BOOST_TEST(dead[0].msg.attempts == 3);
+  outbox::test::amqp_admin(amqp_fixture::url()).delete_exchange(lonely);
+}
+
+BOOST_AUTO_TEST_CASE(connections_closed_mid_run_lose_nothing_and_apply_duplicates_once) {
+  // `rabbitmqctl close_all_connections` when the node is services.sh's, else cut client-side.
+  run_through_a_fault([] { return rabbitmqctl("close_all_connections 'outbox test'"); },
+                      !have_rabbitmqctl());
+}
+
+BOOST_AUTO_TEST_CASE(a_broker_restart_mid_run_loses_nothing_and_applies_duplicates_once) {
+  BOOST_TEST_REQUIRE(have_rabbitmqctl(),
+                     "needs the RabbitMQ node of scripts/services.sh (OUTBOX_SERVICES_DIR)");
+  run_through_a_fault([] { return rabbitmqctl("stop_app") && rabbitmqctl("start_app"); }, false);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+OUTBOX_TEST_MAIN_REQUIRING("OUTBOX_TEST_AMQP")

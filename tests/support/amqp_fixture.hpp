@@ -1,0 +1,121 @@
+#pragma once
+// The AMQP (RabbitMQ) transport fixture of the transport conformance suite and the end-to-end
+// tests: a unique exchange and queue per fixture on the broker at OUTBOX_TEST_AMQP, both deleted
+// afterwards. The receiver connects (declaring and binding its queue) before anything is
+// published, so nothing is unroutable.
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include <outbox/amqp/amqp.hpp>
+#include <outbox/uuid.hpp>
+
+#include "services.hpp"
+
+namespace outbox::test {
+
+/// A plain rabbitmq-c connection for the tests' own checks (queue depth, clean-up).
+class amqp_admin {
+ public:
+  explicit amqp_admin(const std::string& url) : conn_({.url = url}) { conn_.ensure(); }
+  outbox::amqp::connection& conn() { return conn_; }
+
+  /// Ready messages in `queue` (not those handed out and unacknowledged).
+  std::uint32_t ready(const std::string& queue) {
+    conn_.ensure();
+    auto* ok = amqp_queue_declare(conn_.state(), outbox::amqp::connection::channel,
+                                  outbox::amqp::bytes(queue), 1, 0, 0, 0, amqp_empty_table);
+    conn_.check(amqp_get_rpc_reply(conn_.state()), "queue.declare (passive)");
+    return ok->message_count;
+  }
+  void delete_queue(const std::string& queue) {
+    conn_.ensure();
+    amqp_queue_delete(conn_.state(), outbox::amqp::connection::channel,
+                      outbox::amqp::bytes(queue), 0, 0);
+    conn_.check(amqp_get_rpc_reply(conn_.state()), "queue.delete");
+  }
+  void delete_exchange(const std::string& exchange) {
+    conn_.ensure();
+    amqp_exchange_delete(conn_.state(), outbox::amqp::connection::channel,
+                         outbox::amqp::bytes(exchange), 0);
+    conn_.check(amqp_get_rpc_reply(conn_.state()), "exchange.delete");
+  }
+
+ private:
+  outbox::amqp::connection conn_;
+};
+
+struct amqp_fixture {
+  static constexpr const char* name = "amqp";
+  /// Capability: nack(requeue) delivers again (the broker requeues it, marked redelivered).
+  static constexpr bool redelivers_on_nack = true;
+  /// Capability: a confirm is the broker's (publisher confirms), not a consumer's ack.
+  static constexpr bool confirms_on_consumer_ack = false;
+  /// One connection per publisher, not thread-safe: concurrent relays share it through a lock.
+  static constexpr bool thread_safe_publisher = false;
+
+  static std::string url() { return service_address("OUTBOX_TEST_AMQP"); }
+
+  amqp_fixture()
+      : exchange_("outbox-test-" + make_uuid_v7().to_string()),
+        queue_("outbox-test-q-" + make_uuid_v7().to_string()),
+        pub_(std::make_unique<outbox::amqp::publisher>(publisher_options())) {
+    restart_receiver();
+    pub_->connect();
+  }
+  ~amqp_fixture() {
+    rcv_.reset();
+    pub_.reset();
+    try {
+      amqp_admin admin(url());
+      admin.delete_queue(queue_);
+      admin.delete_exchange(exchange_);
+    } catch (const std::exception&) {
+      // the broker went away: nothing left to clean up on it
+    }
+  }
+  amqp_fixture(const amqp_fixture&) = delete;
+  amqp_fixture& operator=(const amqp_fixture&) = delete;
+
+  outbox::amqp::publisher& publisher() { return *pub_; }
+  outbox::amqp::receiver& receiver() { return *rcv_; }
+  const std::string& exchange() const { return exchange_; }
+  const std::string& queue() const { return queue_; }
+
+  outbox::amqp::publisher_options publisher_options() const {
+    return {.connection = {.url = url()}, .exchange = exchange_};
+  }
+  outbox::amqp::receiver_options receiver_options() const {
+    return {.connection = {.url = url()}, .queue = queue_, .exchange = exchange_};
+  }
+
+  /// Publishes an already published message again (a duplicate delivery); true once confirmed.
+  bool redeliver(const outbox::message& m) {
+    const auto r = pub_->publish(std::span(&m, 1),
+                                 std::chrono::steady_clock::now() + std::chrono::seconds(10));
+    return r.size() == 1 && r[0].confirmed;
+  }
+  /// Deliveries not yet acknowledged: ready in the queue plus held by the receiver (a delivery
+  /// the broker sent and the receiver has not read yet is counted by neither; the tests ask
+  /// after the consumer went idle).
+  [[nodiscard]] std::size_t outstanding() {
+    return amqp_admin(url()).ready(queue_) + (rcv_ ? rcv_->held() : 0u);
+  }
+  /// Closes the receiver (its queue stays, bound): messages wait in the queue for other clients.
+  void close_receiver() { rcv_.reset(); }
+  /// Replaces the receiver with a fresh one (a consumer process that restarted).
+  void restart_receiver() {
+    rcv_.reset();
+    rcv_ = std::make_unique<outbox::amqp::receiver>(receiver_options());
+    rcv_->connect();
+  }
+
+ private:
+  std::string exchange_;
+  std::string queue_;
+  std::unique_ptr<outbox::amqp::publisher> pub_;
+  std::unique_ptr<outbox::amqp::receiver> rcv_;
+};
+
+}  // namespace outbox::test
