@@ -32,6 +32,7 @@
 #include <outbox/sqlite/store.hpp>
 
 #include "bench_common.hpp"
+#include "sqlite_pristine.hpp"
 
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
@@ -70,22 +71,7 @@ args parse(int argc, char** argv) {
 }
 
 void build(const fs::path& path, long rows) {
-  outbox::bench::remove_sqlite_db(path);
-  soci::session sql(soci::sqlite3, "db=" + path.string());
-  outbox::sqlite::configure(sql);
-  outbox::sqlite::migrate(sql);
-  outbox::sqlite::store st(sql, {.configure_session = false});
-  outbox::writer w(st);
-  std::vector<outbox::event> chunk;
-  soci::transaction tx(sql);
-  for (long i = 0; i < rows;) {
-    chunk.clear();
-    for (int k = 0; k < 500 && i < rows; ++k, ++i)
-      chunk.push_back(outbox::bench::sample_event(i, 1000));
-    w.enqueue(sql, chunk);
-  }
-  tx.commit();
-  sql << "PRAGMA wal_checkpoint(TRUNCATE)";
+  outbox::bench::build_sqlite_pristine(path, rows, 1000);
 }
 
 /// The library's relay over `pub` until `rows` are published.

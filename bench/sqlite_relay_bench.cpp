@@ -28,6 +28,7 @@
 #include <outbox/testing/memory_transport.hpp>
 
 #include "bench_common.hpp"
+#include "sqlite_pristine.hpp"
 
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
@@ -62,25 +63,8 @@ using outbox::bench::fresh_copy;
 using outbox::bench::result;
 const auto remove_db = outbox::bench::remove_sqlite_db;
 
-/// Builds the pristine database: `rows` pending events of about 240 bytes of JSON each.
 void build(const fs::path& path, long rows) {
-  remove_db(path);
-  soci::session sql(soci::sqlite3, "db=" + path.string());
-  outbox::sqlite::configure(sql);
-  outbox::sqlite::migrate(sql);
-  outbox::sqlite::store st(sql, {.configure_session = false});
-  outbox::writer w(st);
-  std::vector<outbox::event> chunk;
-  for (long i = 0; i < rows;) {
-    soci::transaction tx(sql);
-    for (int c = 0; c < 20 && i < rows; ++c) {
-      chunk.clear();
-      for (int k = 0; k < 500 && i < rows; ++k, ++i) chunk.push_back(outbox::bench::sample_event(i));
-      w.enqueue(sql, chunk);
-    }
-    tx.commit();
-  }
-  sql << "PRAGMA wal_checkpoint(TRUNCATE)";
+  outbox::bench::build_sqlite_pristine(path, rows, 0);
 }
 
 long long pending(soci::session& sql) {

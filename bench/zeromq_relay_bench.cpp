@@ -33,6 +33,7 @@
 #include <outbox/zeromq/zeromq.hpp>
 
 #include "bench_common.hpp"
+#include "sqlite_pristine.hpp"
 
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
@@ -74,23 +75,8 @@ args parse(int argc, char** argv) {
 const auto remove_db = outbox::bench::remove_sqlite_db;
 using outbox::bench::fresh_copy;
 
-/// The pristine outbox: `rows` pending events of about 240 bytes of JSON, 1000 aggregates.
 void build(const fs::path& path, long rows) {
-  remove_db(path);
-  soci::session sql(soci::sqlite3, "db=" + path.string());
-  outbox::sqlite::configure(sql);
-  outbox::sqlite::migrate(sql);
-  outbox::sqlite::store st(sql, {.configure_session = false});
-  outbox::writer w(st);
-  std::vector<outbox::event> chunk;
-  soci::transaction tx(sql);
-  for (long i = 0; i < rows;) {
-    chunk.clear();
-    for (int k = 0; k < 500 && i < rows; ++k, ++i) chunk.push_back(outbox::bench::sample_event(i, 1000));
-    w.enqueue(sql, chunk);
-  }
-  tx.commit();
-  sql << "PRAGMA wal_checkpoint(TRUNCATE)";
+  outbox::bench::build_sqlite_pristine(path, rows, 1000);
 }
 
 
