@@ -194,19 +194,7 @@ class store {
       p.add(detail::to_us(req.now)).add(static_cast<std::int64_t>(req.limit));
       auto r = detail::exec_prepared(c, "outbox_claim", p, "claim");
       batch.messages.reserve(static_cast<std::size_t>(r.rows()));
-      for (int i = 0; i < r.rows(); ++i) {
-        message m;
-        m.sequence = r.int64(i, 0);
-        m.id = uuid::parse(r.text(i, 1)).value_or(uuid{});
-        m.aggregate_type = r.text(i, 2);
-        m.aggregate_id = r.text(i, 3);
-        m.event_type = r.text(i, 4);
-        m.payload = r.text(i, 5);
-        m.headers = headers_from_json(r.text(i, 6));
-        m.attempts = static_cast<int>(r.int64(i, 7));
-        m.created_at = detail::from_us(r.int64(i, 8));
-        batch.messages.push_back(std::move(m));
-      }
+      for (int i = 0; i < r.rows(); ++i) batch.messages.push_back(read_message(r, i));
       if (locking && batch.messages.empty()) rollback_claim(c);  // nothing held: end it now
       std::sort(batch.messages.begin(), batch.messages.end(),
                 [](const message& a, const message& b) { return a.sequence < b.sequence; });
@@ -421,15 +409,7 @@ class store {
       std::vector<dead_letter> out;
       for (int i = 0; i < r.rows(); ++i) {
         dead_letter d;
-        d.msg.sequence = r.int64(i, 0);
-        d.msg.id = uuid::parse(r.text(i, 1)).value_or(uuid{});
-        d.msg.aggregate_type = r.text(i, 2);
-        d.msg.aggregate_id = r.text(i, 3);
-        d.msg.event_type = r.text(i, 4);
-        d.msg.payload = r.text(i, 5);
-        d.msg.headers = headers_from_json(r.text(i, 6));
-        d.msg.attempts = static_cast<int>(r.int64(i, 7));
-        d.msg.created_at = detail::from_us(r.int64(i, 8));
+        d.msg = read_message(r, i);
         d.last_error = r.text(i, 9);
         d.dead_at = detail::from_us(r.int64(i, 10));
         out.push_back(std::move(d));
@@ -553,6 +533,23 @@ class store {
   }
 
  private:
+  /// Row `i` of a result whose first nine columns are seq, event_id, aggregate_type,
+  /// aggregate_id, event_type, payload, headers, attempts, created_at (us): claim and
+  /// dead_letters both select them in this order.
+  static message read_message(const detail::result& r, int i) {
+    message m;
+    m.sequence = r.int64(i, 0);
+    m.id = uuid::parse(r.text(i, 1)).value_or(uuid{});
+    m.aggregate_type = r.text(i, 2);
+    m.aggregate_id = r.text(i, 3);
+    m.event_type = r.text(i, 4);
+    m.payload = r.text(i, 5);
+    m.headers = headers_from_json(r.text(i, 6));
+    m.attempts = static_cast<int>(r.int64(i, 7));
+    m.created_at = detail::from_us(r.int64(i, 8));
+    return m;
+  }
+
   static int kind_code(settlement::kind k) {
     switch (k) {
       case settlement::kind::retry: return 2;

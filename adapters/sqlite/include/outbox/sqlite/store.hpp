@@ -180,21 +180,7 @@ class store {
         .bind(5, static_cast<std::int64_t>(req.limit));
     batch.messages.reserve(req.limit);
     try {
-      while (st.step()) {
-        message m;
-        m.sequence = st.column_int64(0);
-        auto id = uuid::parse(st.column_view(1));
-        if (!id) throw error(errc::permanent, "sqlite", {}, "stored event_id is not a UUID");
-        m.id = *id;
-        m.aggregate_type = st.column_text(2);
-        m.aggregate_id = st.column_text(3);
-        m.event_type = st.column_text(4);
-        m.payload = st.column_text(5);
-        m.headers = headers_from_json(st.column_view(6));
-        m.attempts = static_cast<int>(st.column_int64(7));
-        m.created_at = detail::from_ms(st.column_int64(8));
-        batch.messages.push_back(std::move(m));
-      }
+      while (st.step()) batch.messages.push_back(read_message(st, /*strict_id=*/true));
     } catch (...) {
       st.reset();
       throw;
@@ -330,15 +316,7 @@ class store {
     std::vector<dead_letter> out;
     while (st.step()) {
       dead_letter d;
-      d.msg.sequence = st.column_int64(0);
-      d.msg.id = uuid::parse(st.column_text(1)).value_or(uuid{});
-      d.msg.aggregate_type = st.column_text(2);
-      d.msg.aggregate_id = st.column_text(3);
-      d.msg.event_type = st.column_text(4);
-      d.msg.payload = st.column_text(5);
-      d.msg.headers = headers_from_json(st.column_text(6));
-      d.msg.attempts = static_cast<int>(st.column_int64(7));
-      d.msg.created_at = detail::from_ms(st.column_int64(8));
+      d.msg = read_message(st, /*strict_id=*/false);
       d.last_error = st.column_text(9);
       d.dead_at = detail::from_ms(st.column_int64(10));
       out.push_back(std::move(d));
@@ -388,6 +366,27 @@ class store {
   }
 
  private:
+  /// The current row of a statement whose first nine columns are seq, event_id, aggregate_type,
+  /// aggregate_id, event_type, payload, headers, attempts, created_at (ms): claim and
+  /// dead_letters both select them in this order. `strict_id`: an event_id that is not a UUID
+  /// is an error (claim) rather than a nil id (listing for operators).
+  static message read_message(const detail::statement& st, bool strict_id) {
+    message m;
+    m.sequence = st.column_int64(0);
+    const auto id = uuid::parse(st.column_view(1));
+    if (!id && strict_id)
+      throw error(errc::permanent, "sqlite", {}, "stored event_id is not a UUID");
+    m.id = id.value_or(uuid{});
+    m.aggregate_type = st.column_text(2);
+    m.aggregate_id = st.column_text(3);
+    m.event_type = st.column_text(4);
+    m.payload = st.column_text(5);
+    m.headers = headers_from_json(st.column_view(6));
+    m.attempts = static_cast<int>(st.column_int64(7));
+    m.created_at = detail::from_ms(st.column_int64(8));
+    return m;
+  }
+
   /// Prepares the hot statements once per connection (re-prepared if the session reconnected).
   void prepare() {
     auto* db = detail::handle(*sql_);
