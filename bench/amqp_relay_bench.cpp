@@ -1,17 +1,22 @@
-// Relay throughput SQLite -> RabbitMQ (publisher confirms, persistent, mandatory), three ways on
-// the same broker in one run:
-//   (a) the library's relay, batch `--batch` (the batch is published, then its confirms are
-//       awaited: a confirm window of one batch);
-//   (b) the same relay with batch_size 1 (one message, one confirm round trip at a time), on
+// Relay throughput store -> RabbitMQ (publisher confirms, persistent, mandatory), on the same
+// broker in one run:
+//   (a) the library's relay from SQLite, batch `--batch` (the batch is published, then its
+//       confirms are awaited: a confirm window of one batch);
+//   (b) the same from PostgreSQL (default store options: locking claim, keep published rows),
+//       when built with the PostgreSQL store and OUTBOX_TEST_POSTGRESQL is set;
+//   (c) the SQLite relay with batch_size 1 (one message, one confirm round trip at a time), on
 //       `--single-rows` rows;
-//   (c) a bare rabbitmq-c publisher with no database: the same messages, a window of 1000
+//   (d) a bare rabbitmq-c publisher with no database: the same messages, a window of 1000
 //       unconfirmed messages, confirms read as they come (the broker's ceiling for this shape).
-// Each relay run starts from a byte-identical copy of one outbox database. Messages go to a
-// fresh exchange bound to a fresh durable queue (both deleted at the end). Prints events/s and
-// `ratio relay/bare-publisher`.
+// (a), (b) and (d) run `--rounds` times, alternating their order (d a b, b a d, ...), on an
+// emptied queue each time; the best of each is compared. Each relay run starts from the same
+// rows (a byte-identical SQLite copy; the PostgreSQL outbox refilled from a pristine table).
+// Messages go to a fresh exchange bound to a fresh durable queue (both deleted at the end).
+// Prints events/s and `ratio relay/bare-publisher` per store.
 //
-// Usage: amqp_relay_bench [--rows N] [--batch N] [--single-rows N] [--dir PATH]
-// The broker: OUTBOX_TEST_AMQP (amqp:// URL).
+// Usage: amqp_relay_bench [--rows N] [--batch N] [--single-rows N] [--rounds N] [--dir PATH]
+// The broker: OUTBOX_TEST_AMQP (amqp:// URL); PostgreSQL: OUTBOX_TEST_POSTGRESQL (libpq conninfo;
+// uses and drops the schema outbox_amqp_bench).
 
 #include <unistd.h>
 
@@ -34,6 +39,10 @@
 #include "bench_common.hpp"
 #include "sqlite_pristine.hpp"
 
+#ifdef OUTBOX_BENCH_WITH_POSTGRESQL
+#include "postgresql_pristine.hpp"
+#endif
+
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
@@ -43,6 +52,7 @@ struct args {
   long rows = 20'000;
   long batch = 1000;
   long single_rows = 1'000;
+  long rounds = 2;
   fs::path dir = fs::temp_directory_path();
 };
 
@@ -56,14 +66,17 @@ args parse(int argc, char** argv) {
       a.batch = std::strtol(argv[i + 1], nullptr, 10);
     else if (k == "--single-rows")
       a.single_rows = std::strtol(argv[i + 1], nullptr, 10);
+    else if (k == "--rounds")
+      a.rounds = std::strtol(argv[i + 1], nullptr, 10);
     else if (k == "--dir")
       a.dir = argv[i + 1];
     else {
-      std::cerr << "usage: amqp_relay_bench [--rows N] [--batch N] [--single-rows N] [--dir P]\n";
+      std::cerr << "usage: amqp_relay_bench [--rows N] [--batch N] [--single-rows N] [--rounds N] "
+                   "[--dir P]\n";
       std::exit(2);
     }
   }
-  if (a.rows <= 0 || a.batch <= 0 || a.single_rows <= 0) {
+  if (a.rows <= 0 || a.batch <= 0 || a.single_rows <= 0 || a.rounds <= 0) {
     std::cerr << "amqp_relay_bench: counts must be > 0\n";
     std::exit(2);
   }
@@ -74,11 +87,9 @@ void build(const fs::path& path, long rows) {
   outbox::bench::build_sqlite_pristine(path, rows, 1000);
 }
 
-/// The library's relay over `pub` until `rows` are published.
-outbox::bench::result relay_run(const fs::path& db, long rows, long batch,
-                                outbox::amqp::publisher& pub) {
-  soci::session sql(soci::sqlite3, "db=" + db.string());
-  outbox::sqlite::store st(sql);
+/// The library's relay from `st` over `pub` until `rows` are published.
+template <class Store>
+outbox::bench::result relay_run(Store& st, long rows, long batch, outbox::amqp::publisher& pub) {
   outbox::relay relay(st, pub,
                       {.batch_size = static_cast<std::size_t>(batch),
                        .lease = 120s,
@@ -96,6 +107,49 @@ outbox::bench::result relay_run(const fs::path& db, long rows, long batch,
     std::exit(1);
   }
   return {s, rows};
+}
+
+/// The relay from a fresh copy of the SQLite outbox `pristine`.
+outbox::bench::result sqlite_run(const fs::path& pristine, const std::string& name, long rows,
+                                 long batch, outbox::amqp::publisher& pub) {
+  const fs::path db = outbox::bench::fresh_copy(pristine, name);
+  outbox::bench::result r;
+  {
+    soci::session sql(soci::sqlite3, "db=" + db.string());
+    outbox::sqlite::store st(sql);
+    r = relay_run(st, rows, batch, pub);
+  }
+  outbox::bench::remove_sqlite_db(db);
+  return r;
+}
+
+#ifdef OUTBOX_BENCH_WITH_POSTGRESQL
+namespace pg = outbox::postgresql;
+
+std::string pg_connect_string() {
+  return outbox::bench::postgresql_connect_string("amqp_relay_bench", "outbox_amqp_bench");
+}
+
+/// The relay from the PostgreSQL outbox, refilled from the pristine rows first.
+outbox::bench::result pg_run(long rows, long batch, outbox::amqp::publisher& pub) {
+  soci::session sql("postgresql", pg_connect_string());
+  outbox::bench::reset_postgresql_outbox(sql);
+  pg::store st(sql);
+  return relay_run(st, rows, batch, pub);
+}
+
+void pg_drop() {
+  soci::session sql("postgresql", pg_connect_string());
+  sql << "DROP SCHEMA outbox_amqp_bench CASCADE";
+}
+#endif
+
+/// Empties `queue` (so that every run meets the broker in the same state).
+void purge(const std::string& url, const std::string& queue) {
+  outbox::amqp::connection c({.url = url});
+  c.ensure();
+  amqp_queue_purge(c.state(), outbox::amqp::connection::channel, outbox::amqp::bytes(queue));
+  c.check(amqp_get_rpc_reply(c.state()), "queue.purge");
 }
 
 /// A bare rabbitmq-c publisher: `rows` messages like the relay's, at most `window` unconfirmed.
@@ -192,24 +246,54 @@ int main(int argc, char** argv) try {
       a.dir / ("outbox-amqp-bench-small-" + std::to_string(::getpid()) + ".db");
   build(pristine, a.rows);
   build(pristine_small, a.single_rows);
+  bool with_pg = false;
+#ifdef OUTBOX_BENCH_WITH_POSTGRESQL
+  if (const char* pgv = std::getenv("OUTBOX_TEST_POSTGRESQL"); pgv && *pgv) {
+    soci::session sql("postgresql", pg_connect_string());
+    outbox::bench::build_postgresql_pristine(sql, "outbox_amqp_bench", a.rows, 1000);
+    with_pg = true;
+  }
+#endif
+  if (!with_pg) std::cout << "(no PostgreSQL row: built without it or OUTBOX_TEST_POSTGRESQL unset)\n";
   const auto report = [](const std::string& name, const outbox::bench::result& r) {
-    std::printf("%-52s %10.0f events/s  (%.2f s)\n", name.c_str(), r.rate(), r.seconds);
+    std::printf("%-56s %10.0f events/s  (%.2f s)\n", name.c_str(), r.rate(), r.seconds);
   };
   outbox::amqp::publisher pub({.connection = {.url = url}, .exchange = exchange});
   pub.connect();
 
-  const fs::path db = outbox::bench::fresh_copy(pristine, "relay");
-  const auto relay = relay_run(db, a.rows, a.batch, pub);
-  report("SQLite -> relay (batch " + std::to_string(a.batch) + ") -> RabbitMQ", relay);
-  outbox::bench::remove_sqlite_db(db);
-
-  const fs::path db1 = outbox::bench::fresh_copy(pristine_small, "single");
-  const auto single = relay_run(db1, a.single_rows, 1, pub);
+  const std::string batch = std::to_string(a.batch);
+  const std::string sqlite_name = "SQLite -> relay (batch " + batch + ") -> RabbitMQ";
+  const std::string pg_name = "PostgreSQL -> relay (batch " + batch + ") -> RabbitMQ";
+  const std::string bare_name = "bare rabbitmq-c publisher, window 1000, no database";
+  outbox::bench::result best_sqlite{}, best_pg{}, best_bare{};
+  const auto keep_best = [](outbox::bench::result& best, const outbox::bench::result& r) {
+    if (best.rows == 0 || r.rate() > best.rate()) best = r;
+  };
+  for (long round = 0; round < a.rounds; ++round) {
+    std::vector<int> order{0, 1, 2};  // bare, SQLite, PostgreSQL; reversed every other round
+    if (round % 2 == 1) order = {2, 1, 0};
+    for (int which : order) {
+      purge(url, queue);
+      if (which == 0) {
+        const auto r = bare_run(url, exchange, a.rows, 1000);
+        report(bare_name, r);
+        keep_best(best_bare, r);
+      } else if (which == 1) {
+        const auto r = sqlite_run(pristine, "relay", a.rows, a.batch, pub);
+        report(sqlite_name, r);
+        keep_best(best_sqlite, r);
+      } else if (with_pg) {
+#ifdef OUTBOX_BENCH_WITH_POSTGRESQL
+        const auto r = pg_run(a.rows, a.batch, pub);
+        report(pg_name, r);
+        keep_best(best_pg, r);
+#endif
+      }
+    }
+  }
+  purge(url, queue);
+  const auto single = sqlite_run(pristine_small, "single", a.single_rows, 1, pub);
   report("SQLite -> relay (batch 1, one confirm at a time)", single);
-  outbox::bench::remove_sqlite_db(db1);
-
-  const auto bare = bare_run(url, exchange, a.rows, 1000);
-  report("bare rabbitmq-c publisher, window 1000, no database", bare);
 
   outbox::bench::remove_sqlite_db(pristine);
   outbox::bench::remove_sqlite_db(pristine_small);
@@ -223,8 +307,18 @@ int main(int argc, char** argv) try {
                          outbox::amqp::bytes(exchange), 0);
     c.check(amqp_get_rpc_reply(c.state()), "exchange.delete");
   }
-  std::printf("ratio relay/batch-1 %.2f\n", relay.rate() / single.rate());
-  std::printf("ratio relay/bare-publisher %.2f\n", relay.rate() / bare.rate());
+#ifdef OUTBOX_BENCH_WITH_POSTGRESQL
+  if (with_pg) pg_drop();
+#endif
+  std::printf("best of %ld rounds:\n", a.rounds);
+  report(bare_name, best_bare);
+  report(sqlite_name, best_sqlite);
+  if (with_pg) report(pg_name, best_pg);
+  std::printf("ratio relay/batch-1 (SQLite) %.2f\n", best_sqlite.rate() / single.rate());
+  std::printf("ratio relay/bare-publisher (SQLite) %.2f\n", best_sqlite.rate() / best_bare.rate());
+  if (with_pg)
+    std::printf("ratio relay/bare-publisher (PostgreSQL) %.2f\n",
+                best_pg.rate() / best_bare.rate());
   return 0;
 } catch (const std::exception& e) {
   std::cerr << "bench: " << e.what() << "\n";

@@ -27,6 +27,7 @@
 #include <outbox/postgresql/store.hpp>
 
 #include "bench_common.hpp"
+#include "postgresql_pristine.hpp"
 #include <outbox/testing/memory_transport.hpp>
 
 using namespace std::chrono_literals;
@@ -43,30 +44,6 @@ struct args {
 
 std::string connect_string() {
   return outbox::bench::postgresql_connect_string("postgresql_relay_bench", "outbox_bench");
-}
-
-void build(soci::session& sql, long rows) {
-  sql << "DROP SCHEMA IF EXISTS outbox_bench CASCADE";
-  sql << "CREATE SCHEMA outbox_bench";
-  pg::migrate(sql);
-  pg::store st(sql);
-  outbox::writer w(st);
-  std::vector<outbox::event> chunk;
-  for (long i = 0; i < rows;) {
-    soci::transaction tx(sql);
-    chunk.clear();
-    for (int k = 0; k < 1000 && i < rows; ++k, ++i) chunk.push_back(outbox::bench::sample_event(i));
-    w.enqueue(sql, chunk);
-    tx.commit();
-  }
-  sql << "CREATE TABLE outbox_pristine AS SELECT * FROM outbox";
-}
-
-/// Puts the outbox back to the pristine pending rows.
-void reset(soci::session& sql) {
-  sql << "TRUNCATE outbox";
-  sql << "INSERT INTO outbox OVERRIDING SYSTEM VALUE SELECT * FROM outbox_pristine";
-  sql << "VACUUM ANALYZE outbox";
 }
 
 using outbox::bench::result;
@@ -186,12 +163,12 @@ int main(int argc, char** argv) try {
   sql << "SHOW fsync", soci::into(fsync);
   std::cout << "postgresql relay benchmark: " << a.rows << " rows, batch " << a.batch
             << ", simulated confirm " << a.latency_us << " us, server fsync=" << fsync << "\n";
-  build(sql, a.rows);
+  outbox::bench::build_postgresql_pristine(sql, "outbox_bench", a.rows);
 
   const auto line = [](const std::string& name, const result& r) {
     std::printf("%-34s %10.0f events/s  (%.2f s)\n", name.c_str(), r.rate(), r.seconds);
   };
-  reset(sql);
+  outbox::bench::reset_postgresql_outbox(sql);
   const result naive = run_naive(sql, a);
   line("naive (select 100, publish+update one)", naive);
 
@@ -202,13 +179,13 @@ int main(int argc, char** argv) try {
       // Two rounds in ABBA order, best of each: the first run after a reset pays for hint bits
       // and autovacuum, and the machine is shared.
       const auto best = [](const result& x, const result& y) { return x.rate() >= y.rate() ? x : y; };
-      reset(sql);
+      outbox::bench::reset_postgresql_outbox(sql);
       result relay = run_relay(sql, a, p, r);
-      reset(sql);
+      outbox::bench::reset_postgresql_outbox(sql);
       result bare = run_bare(sql, a, p, r);
-      reset(sql);
+      outbox::bench::reset_postgresql_outbox(sql);
       bare = best(bare, run_bare(sql, a, p, r));
-      reset(sql);
+      outbox::bench::reset_postgresql_outbox(sql);
       relay = best(relay, run_relay(sql, a, p, r));
       line(name + " relay", relay);
       line(name + " bare SQL", bare);

@@ -24,10 +24,15 @@
 # outgoing connection of some other program can never be holding them, and away from each
 # server's usual ports (5432, 3306, 5672, 25672, 4369). Override them with the environment:
 #   OUTBOX_PG_PORT (25432)  OUTBOX_MYSQL_PORT (23306)  OUTBOX_AMQP_PORT (27672)
+#   OUTBOX_AMQPS_PORT (27671, RabbitMQ's TLS listener)
 #   OUTBOX_AMQP_DIST_PORT (27673)  OUTBOX_EPMD_PORT (24369)
 #   OUTBOX_AMQP_CTL_PORT_MIN..OUTBOX_AMQP_CTL_PORT_MAX (27674..27683, used by rabbitmqctl)
 #
 # For rabbitmqctl against the test node: (. DIR/rabbitmq/ctl-env.sh && rabbitmqctl list_queues)
+#
+# The RabbitMQ node also listens with TLS (amqps) on OUTBOX_AMQPS_PORT, with certificates made
+# at start by openssl in DIR/rabbitmq/tls (see make_tls_files): a test CA, a server certificate
+# for the name "localhost" only, client certificates from that CA and from an unrelated one.
 
 set -euo pipefail
 
@@ -41,6 +46,7 @@ readonly DB_PASS=outbox
 readonly PG_PORT=${OUTBOX_PG_PORT:-25432}
 readonly MYSQL_PORT=${OUTBOX_MYSQL_PORT:-23306}
 readonly AMQP_PORT=${OUTBOX_AMQP_PORT:-27672}
+readonly AMQPS_PORT=${OUTBOX_AMQPS_PORT:-27671}
 readonly AMQP_DIST_PORT=${OUTBOX_AMQP_DIST_PORT:-27673}
 readonly EPMD_PORT=${OUTBOX_EPMD_PORT:-24369}
 readonly AMQP_CTL_PORT_MIN=${OUTBOX_AMQP_CTL_PORT_MIN:-27674}
@@ -53,7 +59,8 @@ readonly AMQP_NODE=outbox_test@localhost
 readonly ALL_SERVICES=(postgresql mysql amqp)
 
 # Debian packages that `install` provides (clients come with the servers, listed for clarity).
-readonly SERVER_PACKAGES=(postgresql postgresql-client mariadb-server mariadb-client rabbitmq-server)
+# openssl makes the TLS certificates of the RabbitMQ node.
+readonly SERVER_PACKAGES=(postgresql postgresql-client mariadb-server mariadb-client rabbitmq-server openssl)
 
 # ---------------------------------------------------------------------------------------------
 # Small helpers
@@ -437,6 +444,50 @@ EOF
     echo "mysql: ready on 127.0.0.1:$MYSQL_PORT (pid $pid) in $(elapsed_since "$t0") s"
 }
 
+# Writes the TLS files of the RabbitMQ node into directory $1 (EC P-256 keys, PKCS#8; valid
+# 30 days; about 0.1 s):
+#   ca.pem                          the test CA (the broker trusts client certificates from it)
+#   server.pem, server.key          the broker's certificate: DNS name "localhost" only, so
+#                                   connecting to 127.0.0.1 fails hostname verification
+#   client.pem, client.key          a client certificate from the test CA
+#   client-encrypted.key            client.key under a passphrase ("outbox")
+#   other-ca.pem                    an unrelated CA (a client trusting only it refuses the broker)
+#   other-client.pem, other-client.key   a client certificate from the unrelated CA (refused)
+make_tls_files() {
+    local d=$1 name
+    mkdir -p "$d"
+    (
+        cd "$d"
+        key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1"; }
+        # A self-signed CA: make_ca NAME CN
+        make_ca() {
+            key "$1.key"
+            openssl req -x509 -new -key "$1.key" -subj "/CN=$2" -days 30 -out "$1.pem" \
+                -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign
+        }
+        # A leaf signed by a CA: make_leaf NAME CN CA EXTENSIONS
+        make_leaf() {
+            key "$1.key"
+            openssl req -new -key "$1.key" -subj "/CN=$2" -out "$1.csr"
+            printf '%s\n' "$4" >"$1.ext"
+            openssl x509 -req -in "$1.csr" -CA "$3.pem" -CAkey "$3.key" -CAcreateserial -days 30 \
+                -extfile "$1.ext" -out "$1.pem"
+            rm -f "$1.csr" "$1.ext"
+        }
+        make_ca ca "outbox test CA"
+        make_ca other-ca "outbox unrelated CA"
+        make_leaf server localhost ca \
+            $'basicConstraints=CA:FALSE\nsubjectAltName=DNS:localhost\nextendedKeyUsage=serverAuth'
+        make_leaf client outbox-test-client ca $'basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth'
+        make_leaf other-client outbox-rogue-client other-ca \
+            $'basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth'
+        openssl pkey -in client.key -aes256 -passout pass:outbox -out client-encrypted.key
+        rm -f ./*.srl
+    )
+    # Readable by the broker whatever user it runs as (these are throwaway test keys).
+    for name in "$d"/*; do chmod 644 "$name"; done
+}
+
 start_amqp() {
     local t0 base=$DIR/rabbitmq log=$LOGS/amqp.log epmd epmd_pid launcher_pid pid tries
     t0=$(now_us)
@@ -444,6 +495,11 @@ start_amqp() {
     epmd=$(find_epmd) || die "amqp: epmd (Erlang) not found"
 
     mkdir -p "$base/home" "$base/mnesia" "$base/log"
+    command -v openssl >/dev/null 2>&1 || die "amqp: openssl not found (run: $0 install)"
+    if ! make_tls_files "$base/tls" >>"$log" 2>&1; then
+        show_tail "$log"
+        die "amqp: could not make the TLS certificates"
+    fi
     # The node's private world, shared by the server and rabbitmqctl (see ctl-env.sh): its own
     # HOME for the Erlang cookie, config, data and log directories, node name and ports, and
     # its own epmd. inet_dist_use_interface binds the distribution port to loopback too
@@ -480,6 +536,12 @@ start_amqp() {
     cat >"$base/rabbitmq.conf" <<EOF
 # Written by $PROG for outbox's tests.
 listeners.tcp.1 = 127.0.0.1:$AMQP_PORT
+listeners.ssl.1 = 127.0.0.1:$AMQPS_PORT
+ssl_options.cacertfile = $base/tls/ca.pem
+ssl_options.certfile = $base/tls/server.pem
+ssl_options.keyfile = $base/tls/server.key
+ssl_options.verify = verify_peer
+ssl_options.fail_if_no_peer_cert = false
 loopback_users.guest = true
 default_vhost = /
 default_user = $DB_USER
@@ -521,7 +583,7 @@ EOF
     # boot step, after the default user exists) accepts connections. Faster than
     # `rabbitmqctl wait`, which boots a VM of its own.
     tries=1200
-    until [[ -s $RABBITMQ_PID_FILE ]] && port_accepts "$AMQP_PORT"; do
+    until [[ -s $RABBITMQ_PID_FILE ]] && port_accepts "$AMQP_PORT" && port_accepts "$AMQPS_PORT"; do
         if ! is_alive "$launcher_pid" || ((tries-- <= 0)); then
             [[ -s $RABBITMQ_PID_FILE ]] && write_pid amqp "$(head -n 1 "$RABBITMQ_PID_FILE")"
             show_tail "$log" "$base/log/$AMQP_NODE.log"
@@ -531,7 +593,7 @@ EOF
     done
     pid=$(head -n 1 "$RABBITMQ_PID_FILE")
     write_pid amqp "$pid"
-    echo "amqp: ready on 127.0.0.1:$AMQP_PORT (pid $pid, epmd pid $epmd_pid) in $(elapsed_since "$t0") s"
+    echo "amqp: ready on 127.0.0.1:$AMQP_PORT, TLS on $AMQPS_PORT (pid $pid, epmd pid $epmd_pid) in $(elapsed_since "$t0") s"
 }
 
 cmd_start() {
@@ -587,6 +649,7 @@ cmd_start() {
             mysql) require_free_port "$MYSQL_PORT" "mysql" ;;
             amqp)
                 require_free_port "$AMQP_PORT" "amqp"
+                require_free_port "$AMQPS_PORT" "amqp (TLS)"
                 require_free_port "$AMQP_DIST_PORT" "amqp (Erlang distribution)"
                 require_free_port "$EPMD_PORT" "amqp (epmd)"
                 ;;
@@ -636,7 +699,11 @@ cmd_start() {
                 amqp)
                     # No trailing slash: "/" at the end would name the vhost "", not "/".
                     export_line OUTBOX_TEST_AMQP \
-                        "amqp://$DB_USER:$DB_PASS@127.0.0.1:$AMQP_PORT" ;;
+                        "amqp://$DB_USER:$DB_PASS@127.0.0.1:$AMQP_PORT"
+                    # TLS: the server certificate names "localhost" (see make_tls_files).
+                    export_line OUTBOX_TEST_AMQPS \
+                        "amqps://$DB_USER:$DB_PASS@localhost:$AMQPS_PORT"
+                    export_line OUTBOX_TEST_AMQP_TLS_DIR "$DIR/rabbitmq/tls" ;;
             esac
         done
     } >"$DIR/env.sh"

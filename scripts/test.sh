@@ -41,7 +41,7 @@ readonly ASAN_DIR=build-asan
 readonly BUILD_PACKAGES=(
     meson ninja-build pkg-config g++ ccache python3
     libsoci-dev libboost-test-dev nlohmann-json3-dev
-    libsqlite3-dev libzmq3-dev cppzmq-dev librdkafka-dev librabbitmq-dev
+    libsqlite3-dev libzmq3-dev cppzmq-dev librdkafka-dev librabbitmq-dev libssl-dev openssl
     libpq-dev libmariadb-dev
 )
 

@@ -1,12 +1,14 @@
 #pragma once
-// The AMQP (RabbitMQ) transport fixture of the transport conformance suite and the end-to-end
+// The AMQP (RabbitMQ) transport fixtures of the transport conformance suite and the end-to-end
 // tests: a unique exchange and queue per fixture on the broker at OUTBOX_TEST_AMQP, both deleted
 // afterwards. The receiver connects (declaring and binding its queue) before anything is
-// published, so nothing is unroutable.
+// published, so nothing is unroutable. amqp_tls_fixture does the same over amqps://
+// (OUTBOX_TEST_AMQPS), verifying the broker and showing a client certificate.
 
 #include <chrono>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include <outbox/amqp/amqp.hpp>
 #include <outbox/uuid.hpp>
@@ -18,7 +20,8 @@ namespace outbox::test {
 /// A plain rabbitmq-c connection for the tests' own checks (queue depth, clean-up).
 class amqp_admin {
  public:
-  explicit amqp_admin(const std::string& url) : conn_({.url = url}) { conn_.ensure(); }
+  explicit amqp_admin(const outbox::amqp::connection_options& c) : conn_(c) { conn_.ensure(); }
+  explicit amqp_admin(const std::string& url) : amqp_admin(outbox::amqp::connection_options{.url = url}) {}
   outbox::amqp::connection& conn() { return conn_; }
 
   /// Ready messages in `queue` (not those handed out and unacknowledged).
@@ -57,18 +60,12 @@ struct amqp_fixture {
 
   static std::string url() { return service_address("OUTBOX_TEST_AMQP"); }
 
-  amqp_fixture()
-      : exchange_("outbox-test-" + make_uuid_v7().to_string()),
-        queue_("outbox-test-q-" + make_uuid_v7().to_string()),
-        pub_(std::make_unique<outbox::amqp::publisher>(publisher_options())) {
-    restart_receiver();
-    pub_->connect();
-  }
+  amqp_fixture() : amqp_fixture(outbox::amqp::connection_options{.url = url()}) {}
   ~amqp_fixture() {
     rcv_.reset();
     pub_.reset();
     try {
-      amqp_admin admin(url());
+      amqp_admin admin(connection_);
       admin.delete_queue(queue_);
       admin.delete_exchange(exchange_);
     } catch (const std::exception&) {
@@ -84,10 +81,10 @@ struct amqp_fixture {
   const std::string& queue() const { return queue_; }
 
   outbox::amqp::publisher_options publisher_options() const {
-    return {.connection = {.url = url()}, .exchange = exchange_};
+    return {.connection = connection_, .exchange = exchange_};
   }
   outbox::amqp::receiver_options receiver_options() const {
-    return {.connection = {.url = url()}, .queue = queue_, .exchange = exchange_};
+    return {.connection = connection_, .queue = queue_, .exchange = exchange_};
   }
 
   /// Publishes an already published message again (a duplicate delivery); true once confirmed.
@@ -100,7 +97,7 @@ struct amqp_fixture {
   /// the broker sent and the receiver has not read yet is counted by neither; the tests ask
   /// after the consumer went idle).
   [[nodiscard]] std::size_t outstanding() {
-    return amqp_admin(url()).ready(queue_) + (rcv_ ? rcv_->held() : 0u);
+    return amqp_admin(connection_).ready(queue_) + (rcv_ ? rcv_->held() : 0u);
   }
   /// Closes the receiver (its queue stays, bound): messages wait in the queue for other clients.
   void close_receiver() { rcv_.reset(); }
@@ -111,11 +108,44 @@ struct amqp_fixture {
     rcv_->connect();
   }
 
+ protected:
+  /// Every client of the fixture (publisher, receiver, admin) connects with `c`.
+  explicit amqp_fixture(outbox::amqp::connection_options c)
+      : connection_(std::move(c)),
+        exchange_("outbox-test-" + make_uuid_v7().to_string()),
+        queue_("outbox-test-q-" + make_uuid_v7().to_string()),
+        pub_(std::make_unique<outbox::amqp::publisher>(publisher_options())) {
+    restart_receiver();
+    pub_->connect();
+  }
+
  private:
+  outbox::amqp::connection_options connection_;
   std::string exchange_;
   std::string queue_;
   std::unique_ptr<outbox::amqp::publisher> pub_;
   std::unique_ptr<outbox::amqp::receiver> rcv_;
+};
+
+/// The AMQP fixture over TLS: amqps:// to the broker's TLS listener (OUTBOX_TEST_AMQPS), the
+/// broker verified against the test CA and host name, a client certificate shown (the files in
+/// OUTBOX_TEST_AMQP_TLS_DIR, written by scripts/services.sh).
+struct amqp_tls_fixture : amqp_fixture {
+  static constexpr const char* name = "amqps";
+
+  static std::string url() { return service_address("OUTBOX_TEST_AMQPS"); }
+  /// A file of the TLS directory (ca.pem, client.pem, ...).
+  static std::string tls_file(const std::string& name) {
+    return service_address("OUTBOX_TEST_AMQP_TLS_DIR") + "/" + name;
+  }
+  static outbox::amqp::connection_options connection() {
+    return {.url = url(),
+            .tls = {.ca_cert = tls_file("ca.pem"),
+                    .client_cert = tls_file("client.pem"),
+                    .client_key = tls_file("client.key")}};
+  }
+
+  amqp_tls_fixture() : amqp_fixture(connection()) {}
 };
 
 }  // namespace outbox::test

@@ -1,8 +1,9 @@
 #pragma once
 /// @file
 /// `outbox::amqp::connection`: one rabbitmq-c connection with one channel, opened from an
-/// amqp:// or amqps:// URL, and the translation of rabbitmq-c and AMQP failures into
-/// `outbox::error` (adapter "amqp"). Shared by the publisher and the receiver.
+/// amqp:// or amqps:// URL (TLS through rabbitmq-c's OpenSSL socket), and the translation of
+/// rabbitmq-c, TLS and AMQP failures into `outbox::error` (adapter "amqp"). Shared by the
+/// publisher and the receiver.
 
 #include <sys/time.h>
 
@@ -17,6 +18,9 @@
 #include <amqp_framing.h>
 #include <amqp_ssl_socket.h>
 #include <amqp_tcp_socket.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 #include <outbox/error.hpp>
 
@@ -81,11 +85,34 @@ inline endpoint parse_url(const std::string& url) {
   return e;
 }
 
+/// TLS settings of an amqps:// connection. The defaults verify the broker: its certificate must
+/// chain to a trusted CA and be issued for the URL's host name.
+struct tls_options {
+  /// PEM file of the CAs to trust; empty: the system's trust store (OpenSSL's default paths).
+  std::string ca_cert{};
+  /// PEM certificate (or chain) shown to a broker that asks for one (RabbitMQ with
+  /// `ssl_options.verify = verify_peer`); set together with `client_key`.
+  std::string client_cert{};
+  /// PEM private key of `client_cert`, unencrypted (a passphrase-protected key is refused:
+  /// rabbitmq-c 0.11 has no way to pass the passphrase).
+  std::string client_key{};
+  /// false: any certificate is accepted, which gives encryption without authentication (no
+  /// protection against a man in the middle). For tests; never in production.
+  bool verify_peer = true;
+  /// false: a certificate from a trusted CA is accepted whatever host name it was issued for.
+  bool verify_hostname = true;
+
+  [[nodiscard]] bool is_default() const noexcept {
+    return ca_cert.empty() && client_cert.empty() && client_key.empty() && verify_peer &&
+           verify_hostname;
+  }
+};
+
 /// Connection settings shared by the publisher and the receiver.
 struct connection_options {
-  std::string url{};                            ///< amqp://user:pass@host:port[/vhost], amqps://
-  std::chrono::milliseconds connect_timeout{5000};  ///< TCP connect and AMQP handshake.
-  std::string ca_cert{};                        ///< amqps: CA file (empty: no peer verification).
+  std::string url{};  ///< amqp://user:pass@host:port[/vhost], or amqps:// for TLS.
+  std::chrono::milliseconds connect_timeout{5000};  ///< TCP connect and TLS handshake.
+  tls_options tls{};  ///< Used by amqps:// URLs only (set with an amqp:// URL: `misconfigured`).
   int frame_max = 131072;
 };
 
@@ -95,8 +122,19 @@ class connection {
  public:
   static constexpr amqp_channel_t channel = 1;
 
+  /// @throws outbox::error `misconfigured` for a bad URL, TLS options with an amqp:// URL (a
+  ///         configuration that asks for TLS never silently gets plain TCP), or a client
+  ///         certificate without its key (or the reverse).
   explicit connection(connection_options options)
-      : options_(std::move(options)), endpoint_(parse_url(options_.url)) {}
+      : options_(std::move(options)), endpoint_(parse_url(options_.url)) {
+    const tls_options& t = options_.tls;
+    if (!endpoint_.tls && !t.is_default())
+      throw error(errc::misconfigured, "amqp", {},
+                  "TLS options are set but the URL is not amqps:// (" + endpoint_.redacted + ")");
+    if (t.client_cert.empty() != t.client_key.empty())
+      throw error(errc::misconfigured, "amqp", {},
+                  "tls_options.client_cert and client_key go together: one is empty");
+  }
   ~connection() { close(); }
   connection(const connection&) = delete;
   connection& operator=(const connection&) = delete;
@@ -113,23 +151,26 @@ class connection {
     if (state_) return false;
     state_ = amqp_new_connection();
     if (!state_) throw error(errc::transient, "amqp", {}, "out of memory");
-    amqp_socket_t* sock = nullptr;
-    if (endpoint_.tls) {
-      sock = amqp_ssl_socket_new(state_);
-      if (sock) {
-        amqp_ssl_socket_set_verify_peer(sock, options_.ca_cert.empty() ? 0 : 1);
-        amqp_ssl_socket_set_verify_hostname(sock, options_.ca_cert.empty() ? 0 : 1);
-        if (!options_.ca_cert.empty() &&
-            amqp_ssl_socket_set_cacert(sock, options_.ca_cert.c_str()) != AMQP_STATUS_OK)
-          fail(errc::misconfigured, "", "cannot load the CA certificate");
-      }
-    } else {
-      sock = amqp_tcp_socket_new(state_);
-    }
+    amqp_socket_t* sock = endpoint_.tls ? tls_socket() : amqp_tcp_socket_new(state_);
     if (!sock) fail(errc::transient, "", "cannot create a socket");
     timeval tv = to_timeval(options_.connect_timeout);
+    tls_refusal_.clear();
+    ERR_clear_error();
     const int rc = amqp_socket_open_noblock(sock, endpoint_.host.c_str(), endpoint_.port, &tv);
-    if (rc != AMQP_STATUS_OK) fail(errc::transient, amqp_error_string2(rc), "cannot connect");
+    if (rc != AMQP_STATUS_OK) {
+      if (!tls_refusal_.empty())  // our verify callback refused the broker's certificate
+        fail(errc::misconfigured, amqp_error_string2(rc),
+             "TLS: the broker's certificate is not trusted: " + tls_refusal_);
+      if (rc == AMQP_STATUS_SSL_PEER_VERIFY_FAILED)
+        fail(errc::misconfigured, amqp_error_string2(rc),
+             "TLS: the broker's certificate is not trusted");
+      if (rc == AMQP_STATUS_SSL_HOSTNAME_VERIFY_FAILED)
+        fail(errc::misconfigured, amqp_error_string2(rc),
+             "TLS: the broker's certificate is not issued for " + endpoint_.host);
+      if (rc == AMQP_STATUS_SSL_ERROR || rc == AMQP_STATUS_SSL_CONNECTION_FAILED)
+        fail_tls(amqp_error_string2(rc), "TLS handshake failed");
+      fail(errc::transient, amqp_error_string2(rc), "cannot connect");
+    }
     check(amqp_login(state_, endpoint_.vhost.c_str(), 1, options_.frame_max, 0,
                      AMQP_SASL_METHOD_PLAIN, endpoint_.user.c_str(), endpoint_.password.c_str()),
           "login");
@@ -147,6 +188,12 @@ class connection {
       case AMQP_RESPONSE_NONE:
         fail(errc::transient, "", std::string(what) + ": missing RPC reply");
       case AMQP_RESPONSE_LIBRARY_EXCEPTION:  // socket error, closed, timeout: transient
+        // Over TLS 1.3 a broker that refuses our client certificate says so after the
+        // handshake: the alert surfaces at the login.
+        if (endpoint_.tls && (r.library_error == AMQP_STATUS_SSL_ERROR ||
+                              r.library_error == AMQP_STATUS_CONNECTION_CLOSED ||
+                              r.library_error == AMQP_STATUS_SOCKET_ERROR))
+          fail_tls(amqp_error_string2(r.library_error), what);
         fail(errc::transient, amqp_error_string2(r.library_error), what);
       case AMQP_RESPONSE_SERVER_EXCEPTION:
         if (r.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
@@ -184,6 +231,40 @@ class connection {
     state_ = nullptr;
   }
 
+  /// Throws for a TLS failure, with OpenSSL's reason when it has one. An alert from the broker
+  /// about our certificate, or a certificate we refused, is `misconfigured` (retrying cannot
+  /// help); anything else (a reset mid-handshake) is `transient`.
+  [[noreturn]] void fail_tls(const std::string& native, const std::string& what) {
+    const unsigned long e = ERR_peek_last_error();
+    if (e == 0) fail(errc::transient, native, what);
+    char reason[256];
+    ERR_error_string_n(e, reason, sizeof reason);
+    errc kind = errc::transient;
+    if (ERR_GET_LIB(e) == ERR_LIB_SSL) {
+      switch (ERR_GET_REASON(e)) {
+        case SSL_R_CERTIFICATE_VERIFY_FAILED:
+        case SSL_R_SSLV3_ALERT_BAD_CERTIFICATE:
+        case SSL_R_SSLV3_ALERT_CERTIFICATE_EXPIRED:
+        case SSL_R_SSLV3_ALERT_CERTIFICATE_REVOKED:
+        case SSL_R_SSLV3_ALERT_CERTIFICATE_UNKNOWN:
+        case SSL_R_SSLV3_ALERT_UNSUPPORTED_CERTIFICATE:
+        case SSL_R_TLSV1_ALERT_ACCESS_DENIED:
+        case SSL_R_TLSV1_ALERT_UNKNOWN_CA:
+        case SSL_R_TLSV13_ALERT_CERTIFICATE_REQUIRED:
+        case SSL_R_TLSV1_ALERT_PROTOCOL_VERSION:
+        case SSL_R_SSLV3_ALERT_HANDSHAKE_FAILURE:
+        case SSL_R_UNSUPPORTED_PROTOCOL:
+        case SSL_R_WRONG_VERSION_NUMBER:  // a plain AMQP port behind an amqps:// URL
+          kind = errc::misconfigured;
+          break;
+        default:
+          break;
+      }
+    }
+    ERR_clear_error();
+    fail(kind, native, what + ": " + reason);
+  }
+
   static timeval to_timeval(std::chrono::microseconds d) noexcept {
     if (d.count() < 0) d = std::chrono::microseconds(0);
     return timeval{static_cast<time_t>(d.count() / 1'000'000),
@@ -191,8 +272,53 @@ class connection {
   }
 
  private:
+  /// A TLS socket set up from `options_.tls` (see tls_options).
+  amqp_socket_t* tls_socket() {
+    amqp_socket_t* sock = amqp_ssl_socket_new(state_);
+    if (!sock) return nullptr;
+    const tls_options& t = options_.tls;
+    auto* ctx = static_cast<SSL_CTX*>(amqp_ssl_socket_get_context(sock));
+    // An encrypted key must fail, not prompt for a passphrase on the process's terminal.
+    SSL_CTX_set_default_passwd_cb(ctx, [](char*, int, int, void*) { return 0; });
+    amqp_ssl_socket_set_verify_peer(sock, t.verify_peer ? 1 : 0);
+    amqp_ssl_socket_set_verify_hostname(sock, t.verify_hostname ? 1 : 0);
+    if (t.verify_peer) {
+      if (t.ca_cert.empty()) {
+        if (SSL_CTX_set_default_verify_paths(ctx) != 1)
+          fail(errc::misconfigured, "", "TLS: cannot load the system's trusted CAs");
+      } else if (amqp_ssl_socket_set_cacert(sock, t.ca_cert.c_str()) != AMQP_STATUS_OK) {
+        ERR_clear_error();
+        fail(errc::misconfigured, "", "TLS: cannot load the CA file " + t.ca_cert);
+      }
+      // Verify during the handshake (nothing is sent to an untrusted peer) and keep OpenSSL's
+      // reason for the error text.
+      SSL_CTX_set_app_data(ctx, &tls_refusal_);
+      SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, [](int ok, X509_STORE_CTX* store) {
+        if (!ok) {
+          auto* ssl = static_cast<SSL*>(
+              X509_STORE_CTX_get_ex_data(store, SSL_get_ex_data_X509_STORE_CTX_idx()));
+          auto* refusal = ssl ? static_cast<std::string*>(SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl)))
+                              : nullptr;
+          if (refusal && refusal->empty())
+            *refusal = X509_verify_cert_error_string(X509_STORE_CTX_get_error(store));
+        }
+        return ok;
+      });
+    }
+    if (!t.client_cert.empty() &&
+        amqp_ssl_socket_set_key(sock, t.client_cert.c_str(), t.client_key.c_str()) !=
+            AMQP_STATUS_OK) {
+      ERR_clear_error();
+      fail(errc::misconfigured, "",
+           "TLS: cannot load the client certificate " + t.client_cert + " with the key " +
+               t.client_key + " (missing, not PEM, not matching, or passphrase-protected)");
+    }
+    return sock;
+  }
+
   connection_options options_;
   endpoint endpoint_;
+  std::string tls_refusal_{};  ///< Why the verify callback refused the broker (empty: it did not).
   amqp_connection_state_t state_ = nullptr;
   std::uint64_t generation_ = 0;
 };
