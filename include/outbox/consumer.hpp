@@ -23,10 +23,24 @@
 
 namespace outbox {
 
+/// Where a delivery goes once its handler failed `max_attempts` times.
+enum class dead_letter_route {
+  /// The inbox store's dead-letter table, with the failure text (`dead_letter_delivery`); then
+  /// the delivery is acked.
+  store,
+  /// `nack(d, false)`: the transport's own dead-letter route (AMQP: the queue's dead-letter
+  /// exchange, `receiver_options::dead_letter_exchange`). The failure text is not carried. A
+  /// receiver that reports it has no such route (`has_dead_letter_route()` false) is refused at
+  /// construction; on a receiver without that member, `nack(d, false)` means whatever that
+  /// transport documents (the in-memory one drops the delivery).
+  transport,
+};
+
 /// Options of a consumer.
 struct consumer_options {
   std::string name = "default";                  ///< Deduplication scope: one inbox per name.
   std::chrono::milliseconds poll_timeout{100};   ///< How long one `poll_once` waits.
+  dead_letter_route dead_letters = dead_letter_route::store;  ///< See dead_letter_route.
 };
 
 /// The default retry policy of a consumer: short delays, five attempts.
@@ -43,13 +57,13 @@ struct consumer_stats {
   std::uint64_t applied = 0;             ///< Handler ran and committed.
   std::uint64_t duplicates_skipped = 0;  ///< Already in the inbox: acked without the handler.
   std::uint64_t retried = 0;             ///< Handler or store failed; nacked for redelivery.
-  std::uint64_t dead_lettered = 0;       ///< Failed `max_attempts` times; kept and acked.
+  std::uint64_t dead_lettered = 0;       ///< Failed `max_attempts` times; dead-lettered.
 };
 
 /// For each delivery: begin a transaction, record (name, event id) in the inbox; if it was new,
 /// run the handler on the same transaction; commit; then ack. A handler that throws rolls the
 /// transaction back and the delivery is retried (nack with requeue, after a backoff), then
-/// dead-lettered in the store. Effect: exactly once per consumer name under at-least-once
+/// dead-lettered (in the store, or by the transport: see dead_letter_route). Effect: exactly once per consumer name under at-least-once
 /// delivery, as long as the inbox keeps records longer than the longest redelivery path.
 ///
 /// @tparam Store a `concepts::inbox_store`.
@@ -77,6 +91,15 @@ class consumer {
     if (!handler_) throw error(errc::misconfigured, "core", {}, "consumer needs a handler");
     if (options_.name.empty())
       throw error(errc::misconfigured, "core", {}, "consumer_options.name must not be empty");
+    if constexpr (requires(const Receiver& r) {
+                    { r.has_dead_letter_route() } -> std::convertible_to<bool>;
+                  }) {
+      if (options_.dead_letters == dead_letter_route::transport &&
+          !receiver_->has_dead_letter_route())
+        throw error(errc::misconfigured, "core", {},
+                    "consumer_options.dead_letters is transport but the receiver has no "
+                    "dead-letter route (it would drop failed deliveries)");
+    }
   }
 
   /// Waits up to `poll_timeout` for one delivery and processes it.
@@ -119,6 +142,12 @@ class consumer {
     if (attempts_.size() >= max_tracked) attempts_.clear();  // bounded; worst case: more retries
     const int attempt = ++attempts_[d.msg.id];
     if (retry_.exhausted(attempt)) {
+      if (options_.dead_letters == dead_letter_route::transport) {
+        receiver_->nack(d, false);
+        attempts_.erase(d.msg.id);
+        dead_.fetch_add(1, std::memory_order_relaxed);
+        return outcome::dead_lettered;
+      }
       try {
         store_->dead_letter_delivery(options_.name, d.msg, sanitize_text(failure), clock_.now());
       } catch (...) {

@@ -5,9 +5,13 @@
 #define BOOST_TEST_NO_MAIN
 #include <boost/test/unit_test.hpp>
 
+#include <signal.h>
+
+#include <chrono>
+#include <fstream>
+#include <map>
 #include <string>
 #include <thread>
-#include <map>
 
 #include "../support/amqp_fixture.hpp"
 #include "../support/sqlite_fixture.hpp"
@@ -30,6 +34,27 @@ outbox::message sample(const std::string& agg = "42") {
   m.attempts = 1;
   return m;
 }
+
+/// The broker's pid when it is the node of scripts/services.sh (0 otherwise).
+pid_t broker_pid() {
+  const auto dir = outbox::test::service_address("OUTBOX_SERVICES_DIR");
+  if (dir.empty()) return 0;
+  std::ifstream f(dir + "/pids/amqp.pid");
+  long pid = 0;
+  return (f >> pid) ? static_cast<pid_t>(pid) : 0;
+}
+
+/// Freezes the broker (SIGSTOP) while it lives: it keeps its sockets but answers nothing.
+class frozen_broker {
+ public:
+  explicit frozen_broker(pid_t pid) : pid_(pid) { BOOST_TEST_REQUIRE(::kill(pid_, SIGSTOP) == 0); }
+  ~frozen_broker() { ::kill(pid_, SIGCONT); }
+  frozen_broker(const frozen_broker&) = delete;
+  frozen_broker& operator=(const frozen_broker&) = delete;
+
+ private:
+  pid_t pid_;
+};
 
 }  // namespace
 
@@ -218,6 +243,40 @@ BOOST_AUTO_TEST_CASE(a_bad_url_or_a_refused_login_is_misconfigured_without_the_p
     BOOST_TEST((e.kind() == outbox::errc::misconfigured));
     BOOST_TEST(e.native_code() == "404");
   }
+}
+
+BOOST_AUTO_TEST_CASE(a_broker_that_stops_answering_fails_rpcs_and_logins_after_their_timeouts) {
+  const pid_t pid = broker_pid();
+  BOOST_TEST_REQUIRE(pid > 0, "needs the RabbitMQ node of scripts/services.sh (OUTBOX_SERVICES_DIR)");
+  const outbox::amqp::connection_options opts{
+      .url = amqp_fixture::url(), .connect_timeout = 500ms, .rpc_timeout = 500ms};
+  outbox::test::amqp_admin admin(opts);  // connected before the broker freezes
+  const std::string queue = "outbox-test-frozen-" + outbox::make_uuid_v7().to_string();
+  {
+    frozen_broker frozen(pid);
+    // An RPC on an open connection (passive: the broker creates nothing when it thaws).
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      amqp_queue_declare(admin.conn().state(), outbox::amqp::connection::channel,
+                         outbox::amqp::bytes(queue), 1, 0, 0, 0, amqp_empty_table);
+      admin.conn().check(amqp_get_rpc_reply(admin.conn().state()), "queue.declare");
+      BOOST_ERROR("the declare was expected to time out");
+    } catch (const outbox::error& e) {
+      BOOST_TEST((e.kind() == outbox::errc::transient), e.what());
+      BOOST_TEST(std::string(e.what()).find("queue.declare") != std::string::npos, e.what());
+    }
+    BOOST_TEST(!admin.conn().open());  // dropped: the next use reconnects
+    // A new connection: the TCP connect succeeds (the kernel accepts), the login does not.
+    outbox::amqp::receiver rcv({.connection = opts, .queue = queue});
+    BOOST_CHECK_THROW(rcv.connect(), outbox::error);
+    const auto waited = std::chrono::steady_clock::now() - t0;
+    BOOST_TEST(waited < 30s);  // not forever (each wait is 0.5 s; generous for a busy machine)
+  }
+  // Thawed: the same objects work again.
+  outbox::amqp::receiver rcv({.connection = opts, .queue = queue, .exchange = queue});
+  rcv.connect();
+  admin.delete_queue(queue);
+  admin.delete_exchange(queue);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

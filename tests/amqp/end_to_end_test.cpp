@@ -144,6 +144,72 @@ BOOST_AUTO_TEST_CASE(an_unroutable_event_is_retried_then_dead_lettered_by_the_re
   outbox::test::amqp_admin(amqp_fixture::url()).delete_exchange(lonely);
 }
 
+BOOST_AUTO_TEST_CASE(a_failing_event_goes_to_the_dead_letter_exchange_after_max_attempts) {
+  using world = e2e::world<e2e::combo<outbox::test::sqlite_fixture, amqp_fixture>>;
+  world w;
+  const std::string dlx = w.net.exchange() + "-dlx";
+  const std::string queue = w.net.queue() + "-with-dlx";
+  // Where dead letters land: a queue bound to the dead-letter exchange.
+  outbox::amqp::receiver dead({.connection = {.url = amqp_fixture::url()},
+                               .queue = w.net.queue() + "-dead",
+                               .exchange = dlx});
+  dead.connect();
+  outbox::amqp::receiver rcv({.connection = {.url = amqp_fixture::url()},
+                              .queue = queue,
+                              .exchange = w.net.exchange(),
+                              .dead_letter_exchange = dlx});
+  rcv.connect();
+  using consumer_type = outbox::consumer<outbox::sqlite::store, outbox::amqp::receiver,
+                                         outbox::exponential_backoff, outbox::testing::manual_clock>;
+  const auto handler = [](soci::session& sql, const outbox::message& m) {
+    if (m.aggregate_id == "broken") throw std::runtime_error("broken handler");
+    outbox::test::sqlite_fixture::record_applied(sql, "billing", m.id.to_string(), m.aggregate_id);
+  };
+  const outbox::exponential_backoff three{.initial = 1ms, .max_delay = 5ms, .jitter = 0,
+                                          .max_attempts = 3};
+  // Without a dead-letter exchange the route would drop failed deliveries: refused.
+  outbox::amqp::receiver plain({.connection = {.url = amqp_fixture::url()},
+                                .queue = queue + "-plain",
+                                .exchange = w.net.exchange()});
+  BOOST_CHECK_THROW(consumer_type(*w.consumer_store, plain, handler,
+                                  {.name = "billing",
+                                   .dead_letters = outbox::dead_letter_route::transport},
+                                  three, w.clock),
+                    outbox::error);
+
+  consumer_type consumer(*w.consumer_store, rcv, handler,
+                         {.name = "billing",
+                          .poll_timeout = 300ms,
+                          .dead_letters = outbox::dead_letter_route::transport},
+                         three, w.clock);
+  w.place("fine");
+  const auto broken = w.place("broken");
+  auto relay = w.make_relay();
+  w.drain(relay);
+  while (consumer.poll_once() != consumer_type::outcome::idle) {
+  }
+  const auto s = consumer.stats();
+  BOOST_TEST(s.applied == 1u);
+  BOOST_TEST(s.dead_lettered == 1u);
+  BOOST_TEST(s.retried == 2u);
+  BOOST_TEST(w.applied() == 1);
+  // Not in the store's dead-letter table, not in the inbox: the broker has it.
+  BOOST_TEST(w.count("SELECT count(*) FROM outbox_inbox_dead") == 0);
+  BOOST_TEST(w.count("SELECT count(*) FROM outbox_inbox") == 1);
+  auto moved = dead.receive(5s);
+  BOOST_TEST_REQUIRE(moved.has_value());
+  BOOST_TEST(moved->msg.id == broken);
+  BOOST_TEST(moved->msg.aggregate_id == "broken");
+  dead.ack(*moved);
+  BOOST_TEST(!rcv.receive(200ms).has_value());  // nothing left in the consumer's queue
+  BOOST_TEST(rcv.held() == 0u);
+  outbox::test::amqp_admin admin(amqp_fixture::url());
+  admin.delete_queue(queue);
+  admin.delete_queue(queue + "-plain");
+  admin.delete_queue(w.net.queue() + "-dead");
+  admin.delete_exchange(dlx);
+}
+
 BOOST_AUTO_TEST_CASE(connections_closed_mid_run_lose_nothing_and_apply_duplicates_once) {
   // `rabbitmqctl close_all_connections` when the node is services.sh's, else cut client-side.
   run_through_a_fault([] { return rabbitmqctl("close_all_connections 'outbox test'"); },

@@ -111,7 +111,12 @@ struct tls_options {
 /// Connection settings shared by the publisher and the receiver.
 struct connection_options {
   std::string url{};  ///< amqp://user:pass@host:port[/vhost], or amqps:// for TLS.
-  std::chrono::milliseconds connect_timeout{5000};  ///< TCP connect and TLS handshake.
+  /// TCP connect with TLS handshake, then the AMQP login, each.
+  std::chrono::milliseconds connect_timeout{5000};
+  /// Each RPC (declare, bind, qos, consume, confirm.select...): a broker that stops answering
+  /// without closing the socket fails it `transient` (the connection is dropped) instead of
+  /// blocking; 0: wait forever. Publishing and receiving have their own deadlines.
+  std::chrono::milliseconds rpc_timeout{10000};
   tls_options tls{};  ///< Used by amqps:// URLs only (set with an amqp:// URL: `misconfigured`).
   int frame_max = 131072;
 };
@@ -170,6 +175,12 @@ class connection {
       if (rc == AMQP_STATUS_SSL_ERROR || rc == AMQP_STATUS_SSL_CONNECTION_FAILED)
         fail_tls(amqp_error_string2(rc), "TLS handshake failed");
       fail(errc::transient, amqp_error_string2(rc), "cannot connect");
+    }
+    timeval login_tv = to_timeval(options_.connect_timeout);
+    amqp_set_handshake_timeout(state_, &login_tv);
+    if (options_.rpc_timeout.count() > 0) {
+      timeval rpc_tv = to_timeval(options_.rpc_timeout);
+      amqp_set_rpc_timeout(state_, &rpc_tv);
     }
     check(amqp_login(state_, endpoint_.vhost.c_str(), 1, options_.frame_max, 0,
                      AMQP_SASL_METHOD_PLAIN, endpoint_.user.c_str(), endpoint_.password.c_str()),

@@ -30,9 +30,12 @@ struct receiver_options {
   std::string exchange_type = "topic";  ///< Declared (durable) when `declare_queue`.
   std::string binding_key = "#";        ///< `#`: every event of the exchange.
   std::uint16_t prefetch = 100;         ///< basic.qos: unacknowledged deliveries held at most.
-  /// When `declare_queue`: the queue's `x-dead-letter-exchange`, where RabbitMQ sends what is
-  /// nacked without requeue (malformed deliveries); empty: they are dropped. A queue that exists
-  /// with other arguments makes the declare fail (406, `misconfigured`).
+  /// The queue's `x-dead-letter-exchange`, where RabbitMQ sends what is nacked without requeue
+  /// (malformed deliveries; failed ones with `consumer_options::dead_letters = transport`);
+  /// empty: they are dropped. Set as a queue argument when `declare_queue` (a queue that exists
+  /// with other arguments makes the declare fail: 406, `misconfigured`); with `declare_queue`
+  /// false, name the exchange the queue's policy sets, so `has_dead_letter_route()` says so.
+  /// RabbitMQ dead-letters from classic queues at most once: bind a queue to this exchange.
   std::string dead_letter_exchange{};
 };
 
@@ -136,6 +139,12 @@ class receiver {
   /// basic.nack of `d`: `requeue` delivers it again (marked redelivered), otherwise it is dropped
   /// (or dead-lettered by the queue's own `x-dead-letter-exchange`, if configured).
   void nack(const delivery& d, bool requeue) { settle(d, false, requeue); }
+
+  /// True when a `nack(d, false)` goes somewhere (the queue has a dead-letter exchange) rather
+  /// than dropping the delivery: what `consumer_options::dead_letters = transport` needs.
+  [[nodiscard]] bool has_dead_letter_route() const noexcept {
+    return !options_.dead_letter_exchange.empty();
+  }
 
   /// Deliveries handed out and not yet acknowledged on the current connection.
   [[nodiscard]] std::size_t held() const noexcept { return unacked_.size(); }
