@@ -42,6 +42,8 @@ readonly PROG=${0##*/}
 readonly DB_NAME=outbox_test
 readonly DB_USER=outbox
 readonly DB_PASS=outbox
+# The broker's password is distinctive, so that tests can check it never shows in error texts.
+readonly AMQP_PASS=amqp-secret-d41c
 
 readonly PG_PORT=${OUTBOX_PG_PORT:-25432}
 readonly MYSQL_PORT=${OUTBOX_MYSQL_PORT:-23306}
@@ -483,9 +485,14 @@ make_tls_files() {
             $'basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth'
         openssl pkey -in client.key -aes256 -passout pass:outbox -out client-encrypted.key
         rm -f ./*.srl
-    )
+    ) || return 1
+    # (Called in a condition, so set -e is off in here: check that every file was made.)
+    for name in ca.pem ca.key other-ca.pem other-ca.key server.pem server.key client.pem \
+        client.key client-encrypted.key other-client.pem other-client.key; do
+        [[ -s $d/$name ]] || { echo "make_tls_files: $d/$name was not made" >&2; return 1; }
+    done
     # Readable by the broker whatever user it runs as (these are throwaway test keys).
-    for name in "$d"/*; do chmod 644 "$name"; done
+    for name in "$d"/*; do chmod 644 "$name" || return 1; done
 }
 
 start_amqp() {
@@ -545,7 +552,7 @@ ssl_options.fail_if_no_peer_cert = false
 loopback_users.guest = true
 default_vhost = /
 default_user = $DB_USER
-default_pass = $DB_PASS
+default_pass = $AMQP_PASS
 default_user_tags.administrator = true
 default_permissions.configure = .*
 default_permissions.read = .*
@@ -699,10 +706,10 @@ cmd_start() {
                 amqp)
                     # No trailing slash: "/" at the end would name the vhost "", not "/".
                     export_line OUTBOX_TEST_AMQP \
-                        "amqp://$DB_USER:$DB_PASS@127.0.0.1:$AMQP_PORT"
+                        "amqp://$DB_USER:$AMQP_PASS@127.0.0.1:$AMQP_PORT"
                     # TLS: the server certificate names "localhost" (see make_tls_files).
                     export_line OUTBOX_TEST_AMQPS \
-                        "amqps://$DB_USER:$DB_PASS@localhost:$AMQPS_PORT"
+                        "amqps://$DB_USER:$AMQP_PASS@localhost:$AMQPS_PORT"
                     export_line OUTBOX_TEST_AMQP_TLS_DIR "$DIR/rabbitmq/tls" ;;
             esac
         done

@@ -6,6 +6,8 @@
 #include <boost/test/unit_test.hpp>
 
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <fstream>
@@ -44,16 +46,32 @@ pid_t broker_pid() {
   return (f >> pid) ? static_cast<pid_t>(pid) : 0;
 }
 
-/// Freezes the broker (SIGSTOP) while it lives: it keeps its sockets but answers nothing.
+/// Freezes the broker (SIGSTOP) while it lives: it keeps its sockets but answers nothing. A
+/// watchdog process thaws it after 30 s whatever happens to this one (a crash, a timeout kill),
+/// so the shared broker is never left stopped for the suites after this one.
 class frozen_broker {
  public:
-  explicit frozen_broker(pid_t pid) : pid_(pid) { BOOST_TEST_REQUIRE(::kill(pid_, SIGSTOP) == 0); }
-  ~frozen_broker() { ::kill(pid_, SIGCONT); }
+  explicit frozen_broker(pid_t pid) : pid_(pid) {
+    watchdog_ = ::fork();
+    BOOST_TEST_REQUIRE(watchdog_ >= 0);
+    if (watchdog_ == 0) {  // only async-signal-safe calls here
+      ::sleep(30);
+      ::kill(pid, SIGCONT);
+      ::_exit(0);
+    }
+    BOOST_TEST_REQUIRE(::kill(pid_, SIGSTOP) == 0);
+  }
+  ~frozen_broker() {
+    ::kill(pid_, SIGCONT);
+    ::kill(watchdog_, SIGKILL);
+    ::waitpid(watchdog_, nullptr, 0);
+  }
   frozen_broker(const frozen_broker&) = delete;
   frozen_broker& operator=(const frozen_broker&) = delete;
 
  private:
   pid_t pid_;
+  pid_t watchdog_ = -1;
 };
 
 }  // namespace
@@ -161,7 +179,9 @@ BOOST_AUTO_TEST_CASE(a_plain_client_sees_properties_headers_and_routing_key) {
   BOOST_TEST((headers == expected));
   amqp_destroy_message(&msg);
   // The url in error texts never carries the credentials.
-  BOOST_TEST(fx.publisher().where().find("outbox:outbox") == std::string::npos);
+  const auto password = outbox::amqp::parse_url(amqp_fixture::url()).password;
+  BOOST_TEST_REQUIRE(!password.empty());
+  BOOST_TEST(fx.publisher().where().find(password) == std::string::npos);
   BOOST_TEST(fx.publisher().where().find("@") == std::string::npos);
 }
 
@@ -245,17 +265,27 @@ BOOST_AUTO_TEST_CASE(a_bad_url_or_a_refused_login_is_misconfigured_without_the_p
   }
 }
 
-BOOST_AUTO_TEST_CASE(a_broker_that_stops_answering_fails_rpcs_and_logins_after_their_timeouts) {
+BOOST_AUTO_TEST_CASE(a_broker_that_stops_answering_is_noticed_by_every_kind_of_call) {
   const pid_t pid = broker_pid();
   BOOST_TEST_REQUIRE(pid > 0, "needs the RabbitMQ node of scripts/services.sh (OUTBOX_SERVICES_DIR)");
-  const outbox::amqp::connection_options opts{
-      .url = amqp_fixture::url(), .connect_timeout = 500ms, .rpc_timeout = 500ms};
-  outbox::test::amqp_admin admin(opts);  // connected before the broker freezes
+  amqp_fixture fx;
+  const outbox::amqp::connection_options opts{.url = amqp_fixture::url(),
+                                              .connect_timeout = 500ms,
+                                              .rpc_timeout = 500ms,
+                                              .heartbeat = std::chrono::seconds(1)};
+  // Connected before the broker freezes: an admin connection, a publisher, a receiver.
+  outbox::test::amqp_admin admin(opts);
+  outbox::amqp::publisher pub({.connection = opts, .exchange = fx.exchange()});
+  pub.connect();
+  outbox::amqp::receiver rcv(
+      {.connection = opts, .queue = fx.queue() + "-frozen", .exchange = fx.exchange()});
+  rcv.connect();
   const std::string queue = "outbox-test-frozen-" + outbox::make_uuid_v7().to_string();
+  const auto batch = std::vector<outbox::message>{sample("1"), sample("2")};
   {
     frozen_broker frozen(pid);
-    // An RPC on an open connection (passive: the broker creates nothing when it thaws).
     const auto t0 = std::chrono::steady_clock::now();
+    // An RPC on an open connection (passive: the broker creates nothing when it thaws).
     try {
       amqp_queue_declare(admin.conn().state(), outbox::amqp::connection::channel,
                          outbox::amqp::bytes(queue), 1, 0, 0, 0, amqp_empty_table);
@@ -266,17 +296,56 @@ BOOST_AUTO_TEST_CASE(a_broker_that_stops_answering_fails_rpcs_and_logins_after_t
       BOOST_TEST(std::string(e.what()).find("queue.declare") != std::string::npos, e.what());
     }
     BOOST_TEST(!admin.conn().open());  // dropped: the next use reconnects
+    // A publish whose confirms do not come by its deadline: failed, and the connection dropped.
+    const auto results = pub.publish(batch, std::chrono::steady_clock::now() + 700ms);
+    BOOST_TEST_REQUIRE(results.size() == batch.size());
+    for (const auto& r : results) {
+      BOOST_TEST(!r.confirmed);
+      BOOST_TEST((r.error_class == outbox::errc::transient), r.error);
+    }
+    BOOST_TEST(pub.native_handle() == nullptr);
+    // A receiver waiting for deliveries: two missed heartbeats (1 s each) end the wait.
+    try {
+      for (int i = 0; i < 100; ++i) (void)rcv.receive(200ms);  // 20 s at most
+      BOOST_ERROR("the receiver was expected to miss the broker's heartbeats");
+    } catch (const outbox::error& e) {
+      BOOST_TEST((e.kind() == outbox::errc::transient), e.what());
+    }
     // A new connection: the TCP connect succeeds (the kernel accepts), the login does not.
-    outbox::amqp::receiver rcv({.connection = opts, .queue = queue});
-    BOOST_CHECK_THROW(rcv.connect(), outbox::error);
-    const auto waited = std::chrono::steady_clock::now() - t0;
-    BOOST_TEST(waited < 30s);  // not forever (each wait is 0.5 s; generous for a busy machine)
+    outbox::amqp::receiver fresh({.connection = opts, .queue = queue});
+    BOOST_CHECK_THROW(fresh.connect(), outbox::error);
+    const bool bounded = std::chrono::steady_clock::now() - t0 < 25s;
+    BOOST_TEST(bounded);  // each wait is about 1 s: never stuck
   }
-  // Thawed: the same objects work again.
-  outbox::amqp::receiver rcv({.connection = opts, .queue = queue, .exchange = queue});
-  rcv.connect();
-  admin.delete_queue(queue);
-  admin.delete_exchange(queue);
+  // Thawed: the same objects reconnect and work.
+  for (const auto& r : pub.publish(batch, std::chrono::steady_clock::now() + 10s))
+    BOOST_TEST(r.confirmed, r.error);
+  BOOST_TEST(pub.connections() == 2u);
+  std::size_t got = 0;
+  for (int i = 0; i < 50 && got < batch.size(); ++i)
+    if (auto d = rcv.receive(200ms)) {
+      rcv.ack(*d);
+      ++got;
+    }
+  BOOST_TEST(got == batch.size());  // the batch published after the thaw (the first may follow)
+  BOOST_TEST(rcv.connections() == 2u);
+  admin.delete_queue(fx.queue() + "-frozen");
+}
+
+BOOST_AUTO_TEST_CASE(a_missing_dead_letter_exchange_is_misconfigured) {
+  amqp_fixture fx;
+  outbox::amqp::receiver rcv({.connection = {.url = amqp_fixture::url()},
+                              .queue = fx.queue() + "-dlx-missing",
+                              .exchange = fx.exchange(),
+                              .dead_letter_exchange = fx.exchange() + "-no-such-dlx"});
+  BOOST_TEST(rcv.has_dead_letter_route());
+  try {
+    rcv.connect();
+    BOOST_ERROR("a missing dead-letter exchange must be refused");
+  } catch (const outbox::error& e) {
+    BOOST_TEST((e.kind() == outbox::errc::misconfigured), e.what());
+    BOOST_TEST(e.native_code() == "404");
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

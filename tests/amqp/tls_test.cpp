@@ -10,6 +10,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <tuple>
 
@@ -43,6 +44,27 @@ outbox::error connect_error(outbox::amqp::connection_options c) {
   return outbox::error(outbox::errc::permanent, "test", {}, "no error");
 }
 
+/// Sets an environment variable for its lifetime (restored even when the test throws).
+class env_override {
+ public:
+  env_override(const char* name, const std::string& value) : name_(name) {
+    if (const char* v = std::getenv(name)) saved_ = v;
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~env_override() {
+    if (saved_)
+      ::setenv(name_, saved_->c_str(), 1);
+    else
+      ::unsetenv(name_);
+  }
+  env_override(const env_override&) = delete;
+  env_override& operator=(const env_override&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> saved_;
+};
+
 /// The checks every refusal shares: adapter, class, the password never in the text.
 void check_refusal(const outbox::error& e, outbox::errc kind, const std::string& says) {
   const std::string what = e.what();
@@ -50,9 +72,10 @@ void check_refusal(const outbox::error& e, outbox::errc kind, const std::string&
   BOOST_TEST(e.adapter() == "amqp");
   BOOST_TEST((e.kind() == kind), what);
   BOOST_TEST(what.find(says) != std::string::npos, what);
+  // (services.sh gives the broker a distinctive password, so it cannot hide in other words.)
   const auto password = outbox::amqp::parse_url(amqp_tls_fixture::url()).password;
   BOOST_TEST_REQUIRE(!password.empty());
-  BOOST_TEST(what.find(":" + password + "@") == std::string::npos, what);
+  BOOST_TEST(what.find(password) == std::string::npos, what);
 }
 
 /// Publishes one message with a fresh publisher over `c` and says whether it was confirmed.
@@ -84,15 +107,8 @@ BOOST_AUTO_TEST_CASE(without_a_ca_file_the_system_trust_store_is_used_and_refuse
 
 BOOST_AUTO_TEST_CASE(without_a_ca_file_a_ca_in_the_system_trust_store_is_trusted) {
   // OpenSSL's default paths honour SSL_CERT_FILE: with the test CA there, no ca_cert is needed.
-  const char* before = std::getenv("SSL_CERT_FILE");
-  const std::string saved = before ? before : "";
-  ::setenv("SSL_CERT_FILE", amqp_tls_fixture::tls_file("ca.pem").c_str(), 1);
-  const bool ok = publishes({.url = amqp_tls_fixture::url()});
-  if (before)
-    ::setenv("SSL_CERT_FILE", saved.c_str(), 1);
-  else
-    ::unsetenv("SSL_CERT_FILE");
-  BOOST_TEST(ok);
+  const env_override cert_file("SSL_CERT_FILE", amqp_tls_fixture::tls_file("ca.pem"));
+  BOOST_TEST(publishes({.url = amqp_tls_fixture::url()}));
 }
 
 BOOST_AUTO_TEST_CASE(a_broker_certificate_from_another_ca_is_refused) {
@@ -167,6 +183,14 @@ BOOST_AUTO_TEST_CASE(contradictory_options_are_refused_at_construction) {
     BOOST_ERROR("a client certificate without its key must be refused");
   } catch (const outbox::error& e) {
     check_refusal(e, outbox::errc::misconfigured, "go together");
+  }
+  // Any name accepted from any public CA: no authentication at all.
+  try {
+    outbox::amqp::publisher pub(
+        {.connection = {.url = amqp_tls_fixture::url(), .tls = {.verify_hostname = false}}});
+    BOOST_ERROR("verify_hostname = false with the system's CAs must be refused");
+  } catch (const outbox::error& e) {
+    check_refusal(e, outbox::errc::misconfigured, "needs a ca_cert");
   }
 }
 

@@ -5,10 +5,12 @@
 /// rabbitmq-c, TLS and AMQP failures into `outbox::error` (adapter "amqp"). Shared by the
 /// publisher and the receiver.
 
+#include <poll.h>
 #include <sys/time.h>
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -21,6 +23,7 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
+#include <openssl/x509v3.h>
 
 #include <outbox/error.hpp>
 
@@ -93,14 +96,23 @@ struct tls_options {
   /// PEM certificate (or chain) shown to a broker that asks for one (RabbitMQ with
   /// `ssl_options.verify = verify_peer`); set together with `client_key`.
   std::string client_cert{};
-  /// PEM private key of `client_cert`, unencrypted (a passphrase-protected key is refused:
-  /// rabbitmq-c 0.11 has no way to pass the passphrase).
+  /// PEM private key of `client_cert`, unencrypted (this adapter takes no passphrase: an
+  /// encrypted key is refused rather than prompted for).
   std::string client_key{};
   /// false: any certificate is accepted, which gives encryption without authentication (no
   /// protection against a man in the middle). For tests; never in production.
   bool verify_peer = true;
   /// false: a certificate from a trusted CA is accepted whatever host name it was issued for.
+  /// Needs `ca_cert` (a private CA): with the system's CAs any public certificate would pass.
+  /// Only checked when `verify_peer`.
   bool verify_hostname = true;
+  /// With a client certificate: how long to wait after the handshake for the broker's verdict
+  /// on it before the first AMQP bytes go out. Over TLS 1.3 the broker judges the certificate
+  /// after the handshake is complete on our side; if our bytes reach it first, its refusal can
+  /// arrive as a bare TCP reset (its alert lost as it closes with our bytes unread), which looks
+  /// like a network failure (`transient`) instead of `misconfigured`. Nothing arrives when the
+  /// broker accepts: each connect then waits this long. 0: do not wait.
+  std::chrono::milliseconds client_cert_verdict_wait{200};
 
   [[nodiscard]] bool is_default() const noexcept {
     return ca_cert.empty() && client_cert.empty() && client_key.empty() && verify_peer &&
@@ -117,6 +129,13 @@ struct connection_options {
   /// without closing the socket fails it `transient` (the connection is dropped) instead of
   /// blocking; 0: wait forever. Publishing and receiving have their own deadlines.
   std::chrono::milliseconds rpc_timeout{10000};
+  /// AMQP heartbeat interval asked of the broker (the broker's own maximum wins if lower); 0:
+  /// off. rabbitmq-c sends and checks heartbeats only inside its calls, so they suit a client
+  /// that calls it at least every interval: unset, a receiver uses 30 s (the consumer polls
+  /// every `poll_timeout`; two missed intervals = `transient`, reconnect) and a publisher 0
+  /// (a relay may idle between batches; a dead connection shows as a publish without confirms,
+  /// which drops it).
+  std::optional<std::chrono::seconds> heartbeat{};
   tls_options tls{};  ///< Used by amqps:// URLs only (set with an amqp:// URL: `misconfigured`).
   int frame_max = 131072;
 };
@@ -139,6 +158,12 @@ class connection {
     if (t.client_cert.empty() != t.client_key.empty())
       throw error(errc::misconfigured, "amqp", {},
                   "tls_options.client_cert and client_key go together: one is empty");
+    if (t.verify_peer && !t.verify_hostname && t.ca_cert.empty())
+      throw error(errc::misconfigured, "amqp", {},
+                  "tls_options.verify_hostname = false needs a ca_cert: with the system's CAs "
+                  "any public certificate would be accepted");
+    if (options_.heartbeat && options_.heartbeat->count() < 0)
+      throw error(errc::misconfigured, "amqp", {}, "connection_options.heartbeat must be >= 0");
   }
   ~connection() { close(); }
   connection(const connection&) = delete;
@@ -159,13 +184,18 @@ class connection {
     amqp_socket_t* sock = endpoint_.tls ? tls_socket() : amqp_tcp_socket_new(state_);
     if (!sock) fail(errc::transient, "", "cannot create a socket");
     timeval tv = to_timeval(options_.connect_timeout);
-    tls_refusal_.clear();
+    tls_refusal_ = X509_V_OK;
     ERR_clear_error();
     const int rc = amqp_socket_open_noblock(sock, endpoint_.host.c_str(), endpoint_.port, &tv);
     if (rc != AMQP_STATUS_OK) {
-      if (!tls_refusal_.empty())  // our verify callback refused the broker's certificate
+      if (tls_refusal_ == X509_V_ERR_HOSTNAME_MISMATCH ||
+          tls_refusal_ == X509_V_ERR_IP_ADDRESS_MISMATCH)
         fail(errc::misconfigured, amqp_error_string2(rc),
-             "TLS: the broker's certificate is not trusted: " + tls_refusal_);
+             "TLS: the broker's certificate is not issued for " + endpoint_.host);
+      if (tls_refusal_ != X509_V_OK)  // our verify callback refused the broker's certificate
+        fail(errc::misconfigured, amqp_error_string2(rc),
+             std::string("TLS: the broker's certificate is not trusted: ") +
+                 X509_verify_cert_error_string(tls_refusal_));
       if (rc == AMQP_STATUS_SSL_PEER_VERIFY_FAILED)
         fail(errc::misconfigured, amqp_error_string2(rc),
              "TLS: the broker's certificate is not trusted");
@@ -176,13 +206,27 @@ class connection {
         fail_tls(amqp_error_string2(rc), "TLS handshake failed");
       fail(errc::transient, amqp_error_string2(rc), "cannot connect");
     }
+    if (endpoint_.tls && !options_.tls.client_cert.empty() &&
+        options_.tls.client_cert_verdict_wait.count() > 0) {
+      pollfd p{amqp_get_sockfd(state_), POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(options_.tls.client_cert_verdict_wait.count())) > 0) {
+        // The broker spoke first: read it before writing (it may have reset the connection
+        // right after its alert, and a write would fail without the alert being read).
+        amqp_frame_t frame{};
+        timeval zero{0, 0};
+        const int rc = amqp_simple_wait_frame_noblock(state_, &frame, &zero);
+        if (rc != AMQP_STATUS_OK && rc != AMQP_STATUS_TIMEOUT)
+          fail_tls(amqp_error_string2(rc), "TLS: the broker closed the connection after the handshake");
+      }
+    }
     timeval login_tv = to_timeval(options_.connect_timeout);
     amqp_set_handshake_timeout(state_, &login_tv);
     if (options_.rpc_timeout.count() > 0) {
       timeval rpc_tv = to_timeval(options_.rpc_timeout);
       amqp_set_rpc_timeout(state_, &rpc_tv);
     }
-    check(amqp_login(state_, endpoint_.vhost.c_str(), 1, options_.frame_max, 0,
+    const int heartbeat = static_cast<int>(options_.heartbeat.value_or(std::chrono::seconds(0)).count());
+    check(amqp_login(state_, endpoint_.vhost.c_str(), 1, options_.frame_max, heartbeat,
                      AMQP_SASL_METHOD_PLAIN, endpoint_.user.c_str(), endpoint_.password.c_str()),
           "login");
     amqp_channel_open(state_, channel);
@@ -225,6 +269,8 @@ class connection {
   /// Closes the connection and throws.
   [[noreturn]] void fail(errc kind, const std::string& native, const std::string& what) {
     drop();
+    // Leave no OpenSSL errors behind for other users of this thread (libpq, for one).
+    if (endpoint_.tls) ERR_clear_error();
     throw error(kind, "amqp", native, what + " (" + endpoint_.redacted + ")");
   }
 
@@ -247,7 +293,11 @@ class connection {
   /// help); anything else (a reset mid-handshake) is `transient`.
   [[noreturn]] void fail_tls(const std::string& native, const std::string& what) {
     const unsigned long e = ERR_peek_last_error();
-    if (e == 0) fail(errc::transient, native, what);
+    if (e == 0)
+      fail(errc::transient, native,
+           what + (options_.tls.client_cert.empty()
+                       ? " (if the broker requires a client certificate, set tls_options.client_cert)"
+                       : " (if the broker checks client certificates, it may have refused this one)"));
     char reason[256];
     ERR_error_string_n(e, reason, sizeof reason);
     errc kind = errc::transient;
@@ -291,27 +341,38 @@ class connection {
     auto* ctx = static_cast<SSL_CTX*>(amqp_ssl_socket_get_context(sock));
     // An encrypted key must fail, not prompt for a passphrase on the process's terminal.
     SSL_CTX_set_default_passwd_cb(ctx, [](char*, int, int, void*) { return 0; });
-    amqp_ssl_socket_set_verify_peer(sock, t.verify_peer ? 1 : 0);
-    amqp_ssl_socket_set_verify_hostname(sock, t.verify_hostname ? 1 : 0);
+    // rabbitmq-c's own checks run after the handshake (and match DNS names only): OpenSSL
+    // checks the chain and the name inside the handshake instead, so nothing (not even a
+    // client certificate) goes to a broker that fails them.
+    amqp_ssl_socket_set_verify_peer(sock, 0);
+    amqp_ssl_socket_set_verify_hostname(sock, 0);
     if (t.verify_peer) {
       if (t.ca_cert.empty()) {
         if (SSL_CTX_set_default_verify_paths(ctx) != 1)
           fail(errc::misconfigured, "", "TLS: cannot load the system's trusted CAs");
       } else if (amqp_ssl_socket_set_cacert(sock, t.ca_cert.c_str()) != AMQP_STATUS_OK) {
-        ERR_clear_error();
         fail(errc::misconfigured, "", "TLS: cannot load the CA file " + t.ca_cert);
       }
-      // Verify during the handshake (nothing is sent to an untrusted peer) and keep OpenSSL's
-      // reason for the error text.
+      if (t.verify_hostname) {
+        X509_VERIFY_PARAM* param = SSL_CTX_get0_param(ctx);
+        X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+        // An IP literal is matched against the certificate's IP addresses, a name against its
+        // DNS names.
+        if (X509_VERIFY_PARAM_set1_ip_asc(param, endpoint_.host.c_str()) != 1) {
+          ERR_clear_error();
+          if (X509_VERIFY_PARAM_set1_host(param, endpoint_.host.c_str(), 0) != 1)
+            fail(errc::misconfigured, "", "TLS: cannot check the host name " + endpoint_.host);
+        }
+      }
+      // Keep OpenSSL's reason for the error text (the first error met).
       SSL_CTX_set_app_data(ctx, &tls_refusal_);
       SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, [](int ok, X509_STORE_CTX* store) {
         if (!ok) {
           auto* ssl = static_cast<SSL*>(
               X509_STORE_CTX_get_ex_data(store, SSL_get_ex_data_X509_STORE_CTX_idx()));
-          auto* refusal = ssl ? static_cast<std::string*>(SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl)))
-                              : nullptr;
-          if (refusal && refusal->empty())
-            *refusal = X509_verify_cert_error_string(X509_STORE_CTX_get_error(store));
+          auto* refusal =
+              ssl ? static_cast<long*>(SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl))) : nullptr;
+          if (refusal && *refusal == X509_V_OK) *refusal = X509_STORE_CTX_get_error(store);
         }
         return ok;
       });
@@ -319,7 +380,6 @@ class connection {
     if (!t.client_cert.empty() &&
         amqp_ssl_socket_set_key(sock, t.client_cert.c_str(), t.client_key.c_str()) !=
             AMQP_STATUS_OK) {
-      ERR_clear_error();
       fail(errc::misconfigured, "",
            "TLS: cannot load the client certificate " + t.client_cert + " with the key " +
                t.client_key + " (missing, not PEM, not matching, or passphrase-protected)");
@@ -329,7 +389,7 @@ class connection {
 
   connection_options options_;
   endpoint endpoint_;
-  std::string tls_refusal_{};  ///< Why the verify callback refused the broker (empty: it did not).
+  long tls_refusal_ = X509_V_OK;  ///< Why the verify callback refused the broker (X509_V_ERR_*).
   amqp_connection_state_t state_ = nullptr;
   std::uint64_t generation_ = 0;
 };

@@ -133,7 +133,13 @@ class publisher {
       if (options_.drain_every != 0 && (sent + 1) % options_.drain_every == 0)
         if (!read_frames(results, std::chrono::steady_clock::now(), true)) return results;
     }
-    read_frames(results, until, false);
+    if (read_frames(results, until, false) && !pending_.empty()) {
+      // Confirms missing at the deadline: the broker is stuck or the connection half-open.
+      // Drop it, so the next publish finds out by reconnecting (a failed connect throws and the
+      // relay spends no attempt) instead of publishing into it again.
+      conn_.drop();
+      pending_.clear();
+    }
     return results;
   }
 

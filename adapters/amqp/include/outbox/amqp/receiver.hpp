@@ -32,7 +32,8 @@ struct receiver_options {
   std::uint16_t prefetch = 100;         ///< basic.qos: unacknowledged deliveries held at most.
   /// The queue's `x-dead-letter-exchange`, where RabbitMQ sends what is nacked without requeue
   /// (malformed deliveries; failed ones with `consumer_options::dead_letters = transport`);
-  /// empty: they are dropped. Set as a queue argument when `declare_queue` (a queue that exists
+  /// empty: they are dropped. It must exist when the receiver connects (a passive declare;
+  /// missing = `misconfigured`, native code 404). Set as a queue argument when `declare_queue` (a queue that exists
   /// with other arguments makes the declare fail: 406, `misconfigured`); with `declare_queue`
   /// false, name the exchange the queue's policy sets, so `has_dead_letter_route()` says so.
   /// RabbitMQ dead-letters from classic queues at most once: bind a queue to this exchange.
@@ -54,7 +55,7 @@ class receiver {
  public:
   /// @throws outbox::error `misconfigured` for a bad URL or an empty queue name.
   explicit receiver(receiver_options options)
-      : options_(std::move(options)), conn_(options_.connection) {
+      : options_(with_heartbeat(std::move(options))), conn_(options_.connection) {
     if (options_.queue.empty())
       throw error(errc::misconfigured, "amqp", {}, "receiver_options.queue must not be empty");
     if (options_.prefetch == 0)
@@ -216,6 +217,12 @@ class receiver {
       conn_.fail(errc::transient, amqp_error_string2(rc), ack ? "basic.ack failed" : "basic.nack failed");
   }
 
+  /// A receiver calls rabbitmq-c at least every poll: heartbeats on unless asked otherwise.
+  static receiver_options with_heartbeat(receiver_options o) {
+    if (!o.connection.heartbeat) o.connection.heartbeat = std::chrono::seconds(30);
+    return o;
+  }
+
   void ensure() {
     if (!conn_.ensure()) return;
     unacked_.clear();
@@ -223,6 +230,13 @@ class receiver {
     const amqp_channel_t ch = connection::channel;
     amqp_basic_qos(s, ch, 0, options_.prefetch, 0);
     conn_.check(amqp_get_rpc_reply(s), "basic.qos");
+    if (!options_.dead_letter_exchange.empty()) {
+      // A dead-letter exchange that does not exist would drop what is rejected: passive
+      // declare (missing = 404, `misconfigured`).
+      amqp_exchange_declare(s, ch, bytes(options_.dead_letter_exchange), bytes("topic"), 1, 0, 0,
+                            0, amqp_empty_table);
+      conn_.check(amqp_get_rpc_reply(s), "exchange.declare (passive) of the dead-letter exchange");
+    }
     if (options_.declare_queue) {
       amqp_exchange_declare(s, ch, bytes(options_.exchange), bytes(options_.exchange_type), 0, 1,
                             0, 0, amqp_empty_table);
