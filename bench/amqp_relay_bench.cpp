@@ -7,12 +7,15 @@
 //   (c) the SQLite relay with batch_size 1 (one message, one confirm round trip at a time), on
 //       `--single-rows` rows;
 //   (d) a bare rabbitmq-c publisher with no database: the same messages, a window of 1000
-//       unconfirmed messages, confirms read as they come (the broker's ceiling for this shape).
-// (a), (b) and (d) run `--rounds` times, alternating their order (d a b, b a d, ...), on an
-// emptied queue each time; the best of each is compared. Each relay run starts from the same
-// rows (a byte-identical SQLite copy; the PostgreSQL outbox refilled from a pristine table).
-// Messages go to a fresh exchange bound to a fresh durable queue (both deleted at the end).
-// Prints events/s and `ratio relay/bare-publisher` per store.
+//       unconfirmed messages, confirms read as they come (the broker's ceiling for this shape);
+//   (e) (a) over TLS, when OUTBOX_TEST_AMQPS (and OUTBOX_TEST_AMQP_TLS_DIR with ca.pem, as
+//       scripts/services.sh writes them) name the same broker's TLS listener.
+// (a), (b), (d) and (e) run `--rounds` times, alternating their order (d a b e, e b a d, ...),
+// on an emptied queue each time; the best and the median of each are compared. Each relay run
+// starts from the same rows (a byte-identical SQLite copy; the PostgreSQL outbox refilled from a
+// pristine table). Messages go to a fresh exchange bound to a fresh durable queue (both deleted
+// at the end). Prints events/s and `ratio relay/bare-publisher` per store (best and median), and
+// `ratio TLS/plain`.
 //
 // Usage: amqp_relay_bench [--rows N] [--batch N] [--single-rows N] [--rounds N] [--dir PATH]
 // The broker: OUTBOX_TEST_AMQP (amqp:// URL); PostgreSQL: OUTBOX_TEST_POSTGRESQL (libpq conninfo;
@@ -20,11 +23,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -144,6 +149,20 @@ void pg_drop() {
 }
 #endif
 
+/// The rates of one contender over the rounds.
+struct rates {
+  std::vector<double> v;
+  void add(const outbox::bench::result& r) { v.push_back(r.rate()); }
+  [[nodiscard]] double best() const { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); }
+  [[nodiscard]] double median() const {
+    if (v.empty()) return 0;
+    std::vector<double> s = v;
+    std::sort(s.begin(), s.end());
+    const std::size_t n = s.size();
+    return n % 2 == 1 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+  }
+};
+
 /// Empties `queue` (so that every run meets the broker in the same state).
 void purge(const std::string& url, const std::string& queue) {
   outbox::amqp::connection c({.url = url});
@@ -260,34 +279,49 @@ int main(int argc, char** argv) try {
   };
   outbox::amqp::publisher pub({.connection = {.url = url}, .exchange = exchange});
   pub.connect();
+  // The same broker over TLS, verified against the test CA.
+  std::unique_ptr<outbox::amqp::publisher> tls_pub;
+  const char* tls_url = std::getenv("OUTBOX_TEST_AMQPS");
+  const char* tls_dir = std::getenv("OUTBOX_TEST_AMQP_TLS_DIR");
+  if (tls_url && *tls_url && tls_dir && *tls_dir) {
+    tls_pub = std::make_unique<outbox::amqp::publisher>(outbox::amqp::publisher_options{
+        .connection = {.url = tls_url, .tls = {.ca_cert = std::string(tls_dir) + "/ca.pem"}},
+        .exchange = exchange});
+    tls_pub->connect();
+  } else {
+    std::cout << "(no TLS row: OUTBOX_TEST_AMQPS or OUTBOX_TEST_AMQP_TLS_DIR unset)\n";
+  }
 
   const std::string batch = std::to_string(a.batch);
   const std::string sqlite_name = "SQLite -> relay (batch " + batch + ") -> RabbitMQ";
   const std::string pg_name = "PostgreSQL -> relay (batch " + batch + ") -> RabbitMQ";
   const std::string bare_name = "bare rabbitmq-c publisher, window 1000, no database";
-  outbox::bench::result best_sqlite{}, best_pg{}, best_bare{};
-  const auto keep_best = [](outbox::bench::result& best, const outbox::bench::result& r) {
-    if (best.rows == 0 || r.rate() > best.rate()) best = r;
-  };
+  const std::string tls_name = "SQLite -> relay (batch " + batch + ") -> RabbitMQ over TLS";
+  rates bare_rates, sqlite_rates, pg_rates, tls_rates;
   for (long round = 0; round < a.rounds; ++round) {
-    std::vector<int> order{0, 1, 2};  // bare, SQLite, PostgreSQL; reversed every other round
-    if (round % 2 == 1) order = {2, 1, 0};
+    // bare, SQLite, PostgreSQL, SQLite over TLS; reversed every other round
+    std::vector<int> order{0, 1, 2, 3};
+    if (round % 2 == 1) order = {3, 2, 1, 0};
     for (int which : order) {
       purge(url, queue);
       if (which == 0) {
         const auto r = bare_run(url, exchange, a.rows, 1000);
         report(bare_name, r);
-        keep_best(best_bare, r);
+        bare_rates.add(r);
       } else if (which == 1) {
         const auto r = sqlite_run(pristine, "relay", a.rows, a.batch, pub);
         report(sqlite_name, r);
-        keep_best(best_sqlite, r);
-      } else if (with_pg) {
+        sqlite_rates.add(r);
+      } else if (which == 2 && with_pg) {
 #ifdef OUTBOX_BENCH_WITH_POSTGRESQL
         const auto r = pg_run(a.rows, a.batch, pub);
         report(pg_name, r);
-        keep_best(best_pg, r);
+        pg_rates.add(r);
 #endif
+      } else if (which == 3 && tls_pub) {
+        const auto r = sqlite_run(pristine, "tls", a.rows, a.batch, *tls_pub);
+        report(tls_name, r);
+        tls_rates.add(r);
       }
     }
   }
@@ -310,15 +344,22 @@ int main(int argc, char** argv) try {
 #ifdef OUTBOX_BENCH_WITH_POSTGRESQL
   if (with_pg) pg_drop();
 #endif
-  std::printf("best of %ld rounds:\n", a.rounds);
-  report(bare_name, best_bare);
-  report(sqlite_name, best_sqlite);
-  if (with_pg) report(pg_name, best_pg);
-  std::printf("ratio relay/batch-1 (SQLite) %.2f\n", best_sqlite.rate() / single.rate());
-  std::printf("ratio relay/bare-publisher (SQLite) %.2f\n", best_sqlite.rate() / best_bare.rate());
-  if (with_pg)
-    std::printf("ratio relay/bare-publisher (PostgreSQL) %.2f\n",
-                best_pg.rate() / best_bare.rate());
+  std::printf("%ld rounds, events/s (best, median):\n", a.rounds);
+  const auto summary = [](const std::string& name, const rates& r) {
+    std::printf("%-56s %10.0f %10.0f\n", name.c_str(), r.best(), r.median());
+  };
+  const auto ratio = [](const std::string& name, const rates& num, const rates& den) {
+    std::printf("ratio %s best %.2f, median %.2f\n", name.c_str(), num.best() / den.best(),
+                num.median() / den.median());
+  };
+  summary(bare_name, bare_rates);
+  summary(sqlite_name, sqlite_rates);
+  if (with_pg) summary(pg_name, pg_rates);
+  if (tls_pub) summary(tls_name, tls_rates);
+  std::printf("ratio relay/batch-1 (SQLite) %.2f\n", sqlite_rates.best() / single.rate());
+  ratio("relay/bare-publisher (SQLite)", sqlite_rates, bare_rates);
+  if (with_pg) ratio("relay/bare-publisher (PostgreSQL)", pg_rates, bare_rates);
+  if (tls_pub) ratio("TLS/plain (SQLite relay)", tls_rates, sqlite_rates);
   return 0;
 } catch (const std::exception& e) {
   std::cerr << "bench: " << e.what() << "\n";
