@@ -146,9 +146,10 @@ class connection {
  public:
   static constexpr amqp_channel_t channel = 1;
 
-  /// @throws outbox::error `misconfigured` for a bad URL, TLS options with an amqp:// URL (a
-  ///         configuration that asks for TLS never silently gets plain TCP), or a client
-  ///         certificate without its key (or the reverse).
+  /// @throws outbox::error `misconfigured` for a bad URL or one without a host, TLS options with
+  ///         an amqp:// URL (a configuration that asks for TLS never silently gets plain TCP), a
+  ///         client certificate without its key (or the reverse), `verify_hostname = false`
+  ///         without a `ca_cert`, or a heartbeat outside 0..65535 s.
   explicit connection(connection_options options)
       : options_(std::move(options)), endpoint_(parse_url(options_.url)) {
     const tls_options& t = options_.tls;
@@ -162,8 +163,11 @@ class connection {
       throw error(errc::misconfigured, "amqp", {},
                   "tls_options.verify_hostname = false needs a ca_cert: with the system's CAs "
                   "any public certificate would be accepted");
-    if (options_.heartbeat && options_.heartbeat->count() < 0)
-      throw error(errc::misconfigured, "amqp", {}, "connection_options.heartbeat must be >= 0");
+    if (options_.heartbeat && (options_.heartbeat->count() < 0 || options_.heartbeat->count() > 65535))
+      throw error(errc::misconfigured, "amqp", {},
+                  "connection_options.heartbeat must be within 0..65535 s");
+    if (endpoint_.host.empty())
+      throw error(errc::misconfigured, "amqp", {}, "the amqp:// URL names no host");
   }
   ~connection() { close(); }
   connection(const connection&) = delete;

@@ -3,6 +3,10 @@
 /// `outbox::amqp::publisher`: the relay's side of the AMQP 0-9-1 transport (RabbitMQ) over
 /// rabbitmq-c. Publisher confirms, `mandatory` with basic.return handled, persistent messages.
 
+#include <poll.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -120,6 +124,12 @@ class publisher {
               .count());
       props.headers.num_entries = static_cast<int>(entries.size());
       props.headers.entries = entries.data();
+      // rabbitmq-c writes without a time limit: a broker that stops reading (an alarm, frozen,
+      // a half-open connection) would block here past `until` once the socket buffers fill.
+      if (!writable_by(until)) {
+        lost(results, "the broker stopped reading: nothing could be written by the deadline");
+        return results;
+      }
       const int rc = amqp_basic_publish(conn_.state(), connection::channel,
                                         bytes(options_.exchange), bytes(key), 1, 0, &props,
                                         bytes(m.payload));
@@ -133,10 +143,12 @@ class publisher {
       if (options_.drain_every != 0 && (sent + 1) % options_.drain_every == 0)
         if (!read_frames(results, std::chrono::steady_clock::now(), true)) return results;
     }
-    if (read_frames(results, until, false) && !pending_.empty()) {
-      // Confirms missing at the deadline: the broker is stuck or the connection half-open.
-      // Drop it, so the next publish finds out by reconnecting (a failed connect throws and the
-      // relay spends no attempt) instead of publishing into it again.
+    heard_ = false;
+    if (read_frames(results, until, false) && !pending_.empty() && !heard_) {
+      // Confirms missing at the deadline and not a frame from the broker meanwhile: it is stuck
+      // or the connection half-open. Drop it, so the next publish finds out by reconnecting (a
+      // failed connect throws and the relay spends no attempt) instead of publishing into it
+      // again. (A broker that is merely slow keeps its connection; its late acks are ignored.)
       conn_.drop();
       pending_.clear();
     }
@@ -223,6 +235,7 @@ class publisher {
         lost(results, std::string("connection lost: ") + amqp_error_string2(rc));
         return false;
       }
+      heard_ = true;
       if (frame.frame_type != AMQP_FRAME_METHOD) continue;
       switch (frame.payload.method.id) {
         case AMQP_BASIC_ACK_METHOD: {
@@ -292,8 +305,22 @@ class publisher {
     return true;
   }
 
+  /// True when the socket can take more bytes before `until` (poll for POLLOUT).
+  bool writable_by(std::chrono::steady_clock::time_point until) const {
+    pollfd p{amqp_get_sockfd(conn_.state()), POLLOUT, 0};
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          until - std::chrono::steady_clock::now());
+      const int rc = ::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(0, left.count())));
+      if (rc > 0) return true;  // writable, or an error the write itself will report
+      if (rc == 0) return false;
+      if (errno != EINTR) return true;
+    }
+  }
+
   publisher_options options_;
   connection conn_;
+  bool heard_ = false;  ///< A frame arrived during the last wait for confirms.
   std::uint64_t next_tag_ = 0;
   std::map<std::uint64_t, std::size_t> pending_;        // delivery tag -> batch index
   std::unordered_map<std::string, std::size_t> by_id_;      // message_id -> batch index
