@@ -63,24 +63,14 @@ struct args {
 
 args parse(int argc, char** argv) {
   args a;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string_view k = argv[i];
-    if (k == "--rows")
-      a.rows = std::strtol(argv[i + 1], nullptr, 10);
-    else if (k == "--batch")
-      a.batch = std::strtol(argv[i + 1], nullptr, 10);
-    else if (k == "--single-rows")
-      a.single_rows = std::strtol(argv[i + 1], nullptr, 10);
-    else if (k == "--rounds")
-      a.rounds = std::strtol(argv[i + 1], nullptr, 10);
-    else if (k == "--dir")
-      a.dir = argv[i + 1];
-    else {
-      std::cerr << "usage: amqp_relay_bench [--rows N] [--batch N] [--single-rows N] [--rounds N] "
-                   "[--dir P]\n";
-      std::exit(2);
-    }
-  }
+  outbox::bench::flags(
+      "amqp_relay_bench [--rows N] [--batch N] [--single-rows N] [--rounds N] [--dir P]")
+      .on("--rows", a.rows)
+      .on("--batch", a.batch)
+      .on("--single-rows", a.single_rows)
+      .on("--rounds", a.rounds)
+      .on("--dir", a.dir)
+      .parse(argc, argv);
   if (a.rows <= 0 || a.batch <= 0 || a.single_rows <= 0 || a.rounds <= 0) {
     std::cerr << "amqp_relay_bench: counts must be > 0\n";
     std::exit(2);

@@ -5,8 +5,11 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <iostream>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <outbox/message.hpp>
@@ -51,6 +54,46 @@ inline std::string postgresql_connect_string(const char* program, const char* sc
   return std::string(base) + " options='-c search_path=" + schema +
          " -c client_min_messages=warning'";
 }
+
+/// The `--name VALUE` flags of a benchmark, each bound to the variable it sets. `parse` prints
+/// `usage: <usage>` and exits 2 on an unknown flag; a number that does not parse reads as 0
+/// (strtol); a last flag without a value is ignored.
+class flags {
+ public:
+  explicit flags(std::string usage) : usage_(std::move(usage)) {}
+
+  flags& on(const std::string& name, long& v) {
+    return on(name, [&v](const char* s) { v = std::strtol(s, nullptr, 10); });
+  }
+  flags& on(const std::string& name, std::string& v) {
+    return on(name, [&v](const char* s) { v = s; });
+  }
+  flags& on(const std::string& name, std::filesystem::path& v) {
+    return on(name, [&v](const char* s) { v = s; });
+  }
+
+  void parse(int argc, char** argv) const {
+    for (int i = 1; i + 1 < argc; i += 2) {
+      const auto it = setters_.find(argv[i]);
+      if (it == setters_.end()) usage();
+      it->second(argv[i + 1]);
+    }
+  }
+  /// Prints the usage line and exits 2.
+  [[noreturn]] void usage() const {
+    std::cerr << "usage: " << usage_ << "\n";
+    std::exit(2);
+  }
+
+ private:
+  flags& on(const std::string& name, std::function<void(const char*)> set) {
+    setters_[name] = std::move(set);
+    return *this;
+  }
+
+  std::string usage_;
+  std::map<std::string, std::function<void(const char*)>, std::less<>> setters_;
+};
 
 /// Rows done in a time.
 struct result {

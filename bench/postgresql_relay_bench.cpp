@@ -147,16 +147,11 @@ result run_naive(soci::session& check, const args& a) {
 
 int main(int argc, char** argv) try {
   args a;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string_view k = argv[i];
-    if (k == "--rows") a.rows = std::strtol(argv[i + 1], nullptr, 10);
-    else if (k == "--batch") a.batch = std::strtol(argv[i + 1], nullptr, 10);
-    else if (k == "--latency-us") a.latency_us = std::strtol(argv[i + 1], nullptr, 10);
-    else {
-      std::cerr << "usage: postgresql_relay_bench [--rows N] [--batch N] [--latency-us N]\n";
-      return 2;
-    }
-  }
+  outbox::bench::flags("postgresql_relay_bench [--rows N] [--batch N] [--latency-us N]")
+      .on("--rows", a.rows)
+      .on("--batch", a.batch)
+      .on("--latency-us", a.latency_us)
+      .parse(argc, argv);
   ::prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);  // keep simulated round trips honest
   soci::session sql("postgresql", connect_string());
   std::string fsync;

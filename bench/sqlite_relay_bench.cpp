@@ -45,17 +45,12 @@ struct args {
 
 args parse(int argc, char** argv) {
   args a;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string_view k = argv[i];
-    if (k == "--rows") a.rows = std::strtol(argv[i + 1], nullptr, 10);
-    else if (k == "--batch") a.batch = std::strtol(argv[i + 1], nullptr, 10);
-    else if (k == "--latency-us") a.latency_us = std::strtol(argv[i + 1], nullptr, 10);
-    else if (k == "--dir") a.dir = argv[i + 1];
-    else {
-      std::cerr << "usage: sqlite_relay_bench [--rows N] [--batch N] [--latency-us N] [--dir PATH]\n";
-      std::exit(2);
-    }
-  }
+  outbox::bench::flags("sqlite_relay_bench [--rows N] [--batch N] [--latency-us N] [--dir PATH]")
+      .on("--rows", a.rows)
+      .on("--batch", a.batch)
+      .on("--latency-us", a.latency_us)
+      .on("--dir", a.dir)
+      .parse(argc, argv);
   return a;
 }
 

@@ -50,25 +50,18 @@ struct args {
 
 args parse(int argc, char** argv) {
   args a;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string_view k = argv[i];
-    const std::string_view v = argv[i + 1];
-    if (k == "--rows")
-      a.rows = std::strtol(argv[i + 1], nullptr, 10);
-    else if (k == "--batch")
-      a.batch = std::strtol(argv[i + 1], nullptr, 10);
-    else if (k == "--consumer-sync" && (v == "full" || v == "normal"))
-      a.consumer_sync_full = v == "full";
-    else if (k == "--dir")
-      a.dir = argv[i + 1];
-    else if (k == "--endpoint")
-      a.endpoint = argv[i + 1];
-    else {
-      std::cerr << "usage: zeromq_relay_bench [--rows N] [--batch N] [--consumer-sync full|normal] "
-                   "[--dir PATH] [--endpoint EP]\n";
-      std::exit(2);
-    }
-  }
+  std::string sync = "full";
+  const auto f = outbox::bench::flags(
+                     "zeromq_relay_bench [--rows N] [--batch N] [--consumer-sync full|normal] "
+                     "[--dir PATH] [--endpoint EP]")
+                     .on("--rows", a.rows)
+                     .on("--batch", a.batch)
+                     .on("--consumer-sync", sync)
+                     .on("--dir", a.dir)
+                     .on("--endpoint", a.endpoint);
+  f.parse(argc, argv);
+  if (sync != "full" && sync != "normal") f.usage();
+  a.consumer_sync_full = sync == "full";
   return a;
 }
 

@@ -3,6 +3,7 @@
 /// The message model: what an application enqueues (`event`), what the relay carries
 /// (`message`), and the records that pass between the components and the store policies.
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -68,6 +69,19 @@ struct claimed_batch {
 
   [[nodiscard]] bool empty() const noexcept { return messages.empty(); }
   [[nodiscard]] std::size_t size() const noexcept { return messages.size(); }
+
+  /// Puts `messages` in store order (by sequence), for a store whose claim returns its rows in
+  /// no particular order (an UPDATE ... RETURNING); the relay relies on that order.
+  void sort_by_sequence() {
+    std::sort(messages.begin(), messages.end(),
+              [](const message& a, const message& b) { return a.sequence < b.sequence; });
+  }
+
+  /// For a store's `settle`: refuses fates that are not one per message (`misconfigured`).
+  void require_one_fate_each(std::size_t fates, const char* adapter) const {
+    if (fates != messages.size())
+      throw error(errc::misconfigured, adapter, {}, "settle: one fate per message is required");
+  }
 };
 
 /// The fate of one claimed message, index-aligned with `claimed_batch::messages` in `settle`.

@@ -25,10 +25,12 @@ namespace {
 using namespace std::chrono_literals;
 using outbox::test::amqp_tls_fixture;
 
-/// The TLS URL with its host replaced by `host` (the certificate names "localhost" only).
-std::string url_with_host(const std::string& host) {
+/// The TLS URL with its host replaced by `host` (the certificate names "localhost" only) and,
+/// when given, its port by `port`.
+std::string tls_url(const std::string& host, int port = 0) {
   const auto ep = outbox::amqp::parse_url(amqp_tls_fixture::url());
-  return "amqps://" + ep.user + ":" + ep.password + "@" + host + ":" + std::to_string(ep.port);
+  return "amqps://" + ep.user + ":" + ep.password + "@" + host + ":" +
+         std::to_string(port != 0 ? port : ep.port);
 }
 
 /// Connects a publisher with `c`; returns the error it throws (fails the test if none).
@@ -121,9 +123,9 @@ BOOST_AUTO_TEST_CASE(a_broker_certificate_from_another_ca_is_refused) {
 BOOST_AUTO_TEST_CASE(a_certificate_for_another_host_name_is_refused_unless_told_otherwise) {
   // The broker's certificate names "localhost"; 127.0.0.1 is the same broker by another name.
   const auto ca = amqp_tls_fixture::tls_file("ca.pem");
-  const auto e = connect_error({.url = url_with_host("127.0.0.1"), .tls = {.ca_cert = ca}});
+  const auto e = connect_error({.url = tls_url("127.0.0.1"), .tls = {.ca_cert = ca}});
   check_refusal(e, outbox::errc::misconfigured, "not issued for 127.0.0.1");
-  BOOST_TEST(publishes({.url = url_with_host("127.0.0.1"),
+  BOOST_TEST(publishes({.url = tls_url("127.0.0.1"),
                         .tls = {.ca_cert = ca, .verify_hostname = false}}));
 }
 
@@ -196,11 +198,8 @@ BOOST_AUTO_TEST_CASE(contradictory_options_are_refused_at_construction) {
 
 BOOST_AUTO_TEST_CASE(an_amqps_url_on_the_plain_port_is_a_handshake_failure) {
   const auto plain = outbox::amqp::parse_url(outbox::test::amqp_fixture::url());
-  const auto tls = outbox::amqp::parse_url(amqp_tls_fixture::url());
-  const auto e = connect_error(
-      {.url = "amqps://" + tls.user + ":" + tls.password + "@localhost:" +
-              std::to_string(plain.port),
-       .tls = {.ca_cert = amqp_tls_fixture::tls_file("ca.pem")}});
+  const auto e = connect_error({.url = tls_url("localhost", plain.port),
+                                .tls = {.ca_cert = amqp_tls_fixture::tls_file("ca.pem")}});
   check_refusal(e, outbox::errc::misconfigured, "TLS handshake failed");
 }
 

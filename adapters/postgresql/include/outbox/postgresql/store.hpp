@@ -196,15 +196,13 @@ class store {
       batch.messages.reserve(static_cast<std::size_t>(r.rows()));
       for (int i = 0; i < r.rows(); ++i) batch.messages.push_back(read_message(r, i));
       if (locking && batch.messages.empty()) rollback_claim(c);  // nothing held: end it now
-      std::sort(batch.messages.begin(), batch.messages.end(),
-                [](const message& a, const message& b) { return a.sequence < b.sequence; });
+      batch.sort_by_sequence();
       return batch;
     });
   }
 
   settle_result settle(const claimed_batch& batch, std::span<const settlement> fates) {
-    if (fates.size() != batch.messages.size())
-      throw error(errc::misconfigured, "postgresql", {}, "settle: one fate per message is required");
+    batch.require_one_fate_each(fates.size(), "postgresql");
     return run("settle", [&](PGconn* c) {
       if (options_.policy == claim_policy::locking && !in_claim_)
         throw error(errc::transient, "postgresql", {},

@@ -187,15 +187,12 @@ class store {
     }
     st.reset();
     tx.commit();
-    // RETURNING gives no order guarantee; the relay relies on store order.
-    std::sort(batch.messages.begin(), batch.messages.end(),
-              [](const message& a, const message& b) { return a.sequence < b.sequence; });
+    batch.sort_by_sequence();  // RETURNING gives no order guarantee
     return batch;
   }
 
   settle_result settle(const claimed_batch& batch, std::span<const settlement> fates) {
-    if (fates.size() != batch.messages.size())
-      throw error(errc::misconfigured, "sqlite", {}, "settle: one fate per message is required");
+    batch.require_one_fate_each(fates.size(), "sqlite");
     prepare();
     settle_result r;
     std::string published = "[";
