@@ -143,7 +143,9 @@ void pg_drop() {
 struct rates {
   std::vector<double> v;
   void add(const outbox::bench::result& r) { v.push_back(r.rate()); }
-  [[nodiscard]] double best() const { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); }
+  [[nodiscard]] double best() const {
+    return v.empty() ? 0 : *std::max_element(v.begin(), v.end());
+  }
   [[nodiscard]] double median() const {
     if (v.empty()) return 0;
     std::vector<double> s = v;
@@ -263,7 +265,8 @@ int main(int argc, char** argv) try {
     with_pg = true;
   }
 #endif
-  if (!with_pg) std::cout << "(no PostgreSQL row: built without it or OUTBOX_TEST_POSTGRESQL unset)\n";
+  if (!with_pg)
+    std::cout << "(no PostgreSQL row: built without it or OUTBOX_TEST_POSTGRESQL unset)\n";
   const auto report = [](const std::string& name, const outbox::bench::result& r) {
     std::printf("%-56s %10.0f events/s  (%.2f s)\n", name.c_str(), r.rate(), r.seconds);
   };

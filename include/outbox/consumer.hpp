@@ -38,8 +38,8 @@ enum class dead_letter_route {
 
 /// Options of a consumer.
 struct consumer_options {
-  std::string name = "default";                  ///< Deduplication scope: one inbox per name.
-  std::chrono::milliseconds poll_timeout{100};   ///< How long one `poll_once` waits.
+  std::string name = "default";                 ///< Deduplication scope: one inbox per name.
+  std::chrono::milliseconds poll_timeout{100};  ///< How long one `poll_once` waits.
   dead_letter_route dead_letters = dead_letter_route::store;  ///< See dead_letter_route.
 };
 
@@ -63,8 +63,9 @@ struct consumer_stats {
 /// For each delivery: begin a transaction, record (name, event id) in the inbox; if it was new,
 /// run the handler on the same transaction; commit; then ack. A handler that throws rolls the
 /// transaction back and the delivery is retried (nack with requeue, after a backoff), then
-/// dead-lettered (in the store, or by the transport: see dead_letter_route). Effect: exactly once per consumer name under at-least-once
-/// delivery, as long as the inbox keeps records longer than the longest redelivery path.
+/// dead-lettered (in the store, or by the transport: see dead_letter_route). Effect: exactly once
+/// per consumer name under at-least-once delivery, as long as the inbox keeps records longer than
+/// the longest redelivery path.
 ///
 /// @tparam Store a `concepts::inbox_store`.
 /// @tparam Receiver a `concepts::receiver`.

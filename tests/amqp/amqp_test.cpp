@@ -19,7 +19,6 @@
 #include "../support/amqp_fixture.hpp"
 #include "../support/sqlite_fixture.hpp"
 
-
 namespace {
 
 using namespace std::chrono_literals;
@@ -180,10 +179,8 @@ BOOST_AUTO_TEST_CASE(a_plain_client_sees_properties_headers_and_routing_key) {
     BOOST_TEST(e.value.kind == AMQP_FIELD_KIND_UTF8);
     headers[outbox::amqp::to_string(e.key)] = outbox::amqp::to_string(e.value.value.bytes);
   }
-  const std::map<std::string, std::string> expected{{"aggregate_type", "order"},
-                                                    {"aggregate_id", "7"},
-                                                    {"tenant", "acme"},
-                                                    {"trace", "t-1"}};
+  const std::map<std::string, std::string> expected{
+      {"aggregate_type", "order"}, {"aggregate_id", "7"}, {"tenant", "acme"}, {"trace", "t-1"}};
   BOOST_TEST((headers == expected));
   amqp_destroy_message(&msg);
   // The url in error texts never carries the credentials.
@@ -219,9 +216,8 @@ BOOST_AUTO_TEST_CASE(a_rejected_delivery_goes_to_the_configured_dead_letter_exch
   const std::string dlx = fx.exchange() + "-dlx";
   const std::string dead_queue = fx.queue() + "-dead";
   // The dead-letter side: an exchange and a queue that keeps what lands there.
-  outbox::amqp::receiver dead({.connection = {.url = amqp_fixture::url()},
-                               .queue = dead_queue,
-                               .exchange = dlx});
+  outbox::amqp::receiver dead(
+      {.connection = {.url = amqp_fixture::url()}, .queue = dead_queue, .exchange = dlx});
   dead.connect();
   const std::string queue = fx.queue() + "-with-dlx";
   outbox::amqp::receiver rcv({.connection = {.url = amqp_fixture::url()},
@@ -260,10 +256,10 @@ BOOST_AUTO_TEST_CASE(a_bad_url_or_a_refused_login_is_misconfigured_without_the_p
     BOOST_TEST(std::string(e.what()).find("wrong-secret") == std::string::npos, e.what());
   }
   // A required exchange that does not exist.
-  outbox::amqp::publisher strict({.connection = {.url = amqp_fixture::url()},
-                                  .exchange = "outbox-test-missing-" +
-                                              outbox::make_uuid_v7().to_string(),
-                                  .declare_exchange = false});
+  outbox::amqp::publisher strict(
+      {.connection = {.url = amqp_fixture::url()},
+       .exchange = "outbox-test-missing-" + outbox::make_uuid_v7().to_string(),
+       .declare_exchange = false});
   try {
     strict.connect();
     BOOST_ERROR("expected a missing exchange");
@@ -275,7 +271,8 @@ BOOST_AUTO_TEST_CASE(a_bad_url_or_a_refused_login_is_misconfigured_without_the_p
 
 BOOST_AUTO_TEST_CASE(a_broker_that_stops_answering_is_noticed_by_every_kind_of_call) {
   const pid_t pid = broker_pid();
-  BOOST_TEST_REQUIRE(pid > 0, "needs the RabbitMQ node of scripts/services.sh (OUTBOX_SERVICES_DIR)");
+  BOOST_TEST_REQUIRE(pid > 0,
+                     "needs the RabbitMQ node of scripts/services.sh (OUTBOX_SERVICES_DIR)");
   amqp_fixture fx;
   const outbox::amqp::connection_options opts{.url = amqp_fixture::url(),
                                               .connect_timeout = 500ms,

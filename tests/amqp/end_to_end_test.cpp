@@ -44,8 +44,8 @@ void run_through_a_fault(Fault fault, bool client_cut) {
     auto tx = outbox::test::sqlite_fixture::begin(*w.app_sql);
     std::vector<outbox::event> events;
     for (int i = 0; i < n; ++i)
-      events.push_back({"order", std::to_string(i % 13), "placed",
-                        R"({"i":)" + std::to_string(i) + "}", {}});
+      events.push_back(
+          {"order", std::to_string(i % 13), "placed", R"({"i":)" + std::to_string(i) + "}", {}});
     w.writer.enqueue(*w.app_sql, events);
     tx->commit();
   }
@@ -159,23 +159,24 @@ BOOST_AUTO_TEST_CASE(a_failing_event_goes_to_the_dead_letter_exchange_after_max_
                               .exchange = w.net.exchange(),
                               .dead_letter_exchange = dlx});
   rcv.connect();
-  using consumer_type = outbox::consumer<outbox::sqlite::store, outbox::amqp::receiver,
-                                         outbox::exponential_backoff, outbox::testing::manual_clock>;
+  using consumer_type =
+      outbox::consumer<outbox::sqlite::store, outbox::amqp::receiver, outbox::exponential_backoff,
+                       outbox::testing::manual_clock>;
   const auto handler = [](soci::session& sql, const outbox::message& m) {
     if (m.aggregate_id == "broken") throw std::runtime_error("broken handler");
     outbox::test::sqlite_fixture::record_applied(sql, "billing", m.id.to_string(), m.aggregate_id);
   };
-  const outbox::exponential_backoff three{.initial = 1ms, .max_delay = 5ms, .jitter = 0,
-                                          .max_attempts = 3};
+  const outbox::exponential_backoff three{
+      .initial = 1ms, .max_delay = 5ms, .jitter = 0, .max_attempts = 3};
   // Without a dead-letter exchange the route would drop failed deliveries: refused.
   outbox::amqp::receiver plain({.connection = {.url = amqp_fixture::url()},
                                 .queue = queue + "-plain",
                                 .exchange = w.net.exchange()});
-  BOOST_CHECK_THROW(consumer_type(*w.consumer_store, plain, handler,
-                                  {.name = "billing",
-                                   .dead_letters = outbox::dead_letter_route::transport},
-                                  three, w.clock),
-                    outbox::error);
+  BOOST_CHECK_THROW(
+      consumer_type(*w.consumer_store, plain, handler,
+                    {.name = "billing", .dead_letters = outbox::dead_letter_route::transport},
+                    three, w.clock),
+      outbox::error);
 
   consumer_type consumer(*w.consumer_store, rcv, handler,
                          {.name = "billing",

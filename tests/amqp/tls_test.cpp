@@ -35,8 +35,9 @@ std::string tls_url(const std::string& host, int port = 0) {
 
 /// Connects a publisher with `c`; returns the error it throws (fails the test if none).
 outbox::error connect_error(outbox::amqp::connection_options c) {
-  outbox::amqp::publisher pub({.connection = std::move(c),
-                               .exchange = "outbox-test-tls-" + outbox::make_uuid_v7().to_string()});
+  outbox::amqp::publisher pub(
+      {.connection = std::move(c),
+       .exchange = "outbox-test-tls-" + outbox::make_uuid_v7().to_string()});
   try {
     pub.connect();
   } catch (const outbox::error& e) {
@@ -114,9 +115,8 @@ BOOST_AUTO_TEST_CASE(without_a_ca_file_a_ca_in_the_system_trust_store_is_trusted
 }
 
 BOOST_AUTO_TEST_CASE(a_broker_certificate_from_another_ca_is_refused) {
-  const auto e = connect_error(
-      {.url = amqp_tls_fixture::url(),
-       .tls = {.ca_cert = amqp_tls_fixture::tls_file("other-ca.pem")}});
+  const auto e = connect_error({.url = amqp_tls_fixture::url(),
+                                .tls = {.ca_cert = amqp_tls_fixture::tls_file("other-ca.pem")}});
   check_refusal(e, outbox::errc::misconfigured, "the broker's certificate is not trusted: ");
 }
 
@@ -125,8 +125,8 @@ BOOST_AUTO_TEST_CASE(a_certificate_for_another_host_name_is_refused_unless_told_
   const auto ca = amqp_tls_fixture::tls_file("ca.pem");
   const auto e = connect_error({.url = tls_url("127.0.0.1"), .tls = {.ca_cert = ca}});
   check_refusal(e, outbox::errc::misconfigured, "not issued for 127.0.0.1");
-  BOOST_TEST(publishes({.url = tls_url("127.0.0.1"),
-                        .tls = {.ca_cert = ca, .verify_hostname = false}}));
+  BOOST_TEST(
+      publishes({.url = tls_url("127.0.0.1"), .tls = {.ca_cert = ca, .verify_hostname = false}}));
 }
 
 BOOST_AUTO_TEST_CASE(verification_turned_off_accepts_the_broker_without_a_ca) {
@@ -135,37 +135,39 @@ BOOST_AUTO_TEST_CASE(verification_turned_off_accepts_the_broker_without_a_ca) {
 
 BOOST_AUTO_TEST_CASE(the_ca_alone_without_a_client_certificate_is_enough_for_this_broker) {
   // The broker verifies client certificates when shown (verify_peer) but does not require one.
-  BOOST_TEST(publishes({.url = amqp_tls_fixture::url(),
-                        .tls = {.ca_cert = amqp_tls_fixture::tls_file("ca.pem")}}));
+  BOOST_TEST(publishes(
+      {.url = amqp_tls_fixture::url(), .tls = {.ca_cert = amqp_tls_fixture::tls_file("ca.pem")}}));
 }
 
 BOOST_AUTO_TEST_CASE(a_client_certificate_the_broker_does_not_trust_is_refused) {
-  const auto e = connect_error({.url = amqp_tls_fixture::url(),
-                                .tls = {.ca_cert = amqp_tls_fixture::tls_file("ca.pem"),
-                                        .client_cert = amqp_tls_fixture::tls_file("other-client.pem"),
-                                        .client_key = amqp_tls_fixture::tls_file("other-client.key")}});
+  const auto e =
+      connect_error({.url = amqp_tls_fixture::url(),
+                     .tls = {.ca_cert = amqp_tls_fixture::tls_file("ca.pem"),
+                             .client_cert = amqp_tls_fixture::tls_file("other-client.pem"),
+                             .client_key = amqp_tls_fixture::tls_file("other-client.key")}});
   // The broker's alert names the reason (TLS 1.3: it arrives after the handshake, at the login).
   check_refusal(e, outbox::errc::misconfigured, "unknown ca");
 }
 
 BOOST_AUTO_TEST_CASE(bad_tls_files_are_misconfigured_before_anything_is_sent) {
   const auto ca = amqp_tls_fixture::tls_file("ca.pem");
-  check_refusal(connect_error({.url = amqp_tls_fixture::url(),
-                               .tls = {.ca_cert = ca + ".missing"}}),
-                outbox::errc::misconfigured, "cannot load the CA file");
+  check_refusal(
+      connect_error({.url = amqp_tls_fixture::url(), .tls = {.ca_cert = ca + ".missing"}}),
+      outbox::errc::misconfigured, "cannot load the CA file");
   // A passphrase-protected key fails (it must not prompt on the terminal).
-  check_refusal(connect_error({.url = amqp_tls_fixture::url(),
-                               .tls = {.ca_cert = ca,
-                                       .client_cert = amqp_tls_fixture::tls_file("client.pem"),
-                                       .client_key =
-                                           amqp_tls_fixture::tls_file("client-encrypted.key")}}),
-                outbox::errc::misconfigured, "cannot load the client certificate");
+  check_refusal(
+      connect_error({.url = amqp_tls_fixture::url(),
+                     .tls = {.ca_cert = ca,
+                             .client_cert = amqp_tls_fixture::tls_file("client.pem"),
+                             .client_key = amqp_tls_fixture::tls_file("client-encrypted.key")}}),
+      outbox::errc::misconfigured, "cannot load the client certificate");
   // A key that does not belong to the certificate.
-  check_refusal(connect_error({.url = amqp_tls_fixture::url(),
-                               .tls = {.ca_cert = ca,
-                                       .client_cert = amqp_tls_fixture::tls_file("client.pem"),
-                                       .client_key = amqp_tls_fixture::tls_file("other-client.key")}}),
-                outbox::errc::misconfigured, "cannot load the client certificate");
+  check_refusal(
+      connect_error({.url = amqp_tls_fixture::url(),
+                     .tls = {.ca_cert = ca,
+                             .client_cert = amqp_tls_fixture::tls_file("client.pem"),
+                             .client_key = amqp_tls_fixture::tls_file("other-client.key")}}),
+      outbox::errc::misconfigured, "cannot load the client certificate");
 }
 
 BOOST_AUTO_TEST_CASE(contradictory_options_are_refused_at_construction) {
@@ -179,9 +181,8 @@ BOOST_AUTO_TEST_CASE(contradictory_options_are_refused_at_construction) {
     check_refusal(e, outbox::errc::misconfigured, "not amqps://");
   }
   try {
-    outbox::amqp::receiver rcv({.connection = {.url = amqp_tls_fixture::url(),
-                                               .tls = {.client_cert = ca}},
-                                .queue = "q"});
+    outbox::amqp::receiver rcv(
+        {.connection = {.url = amqp_tls_fixture::url(), .tls = {.client_cert = ca}}, .queue = "q"});
     BOOST_ERROR("a client certificate without its key must be refused");
   } catch (const outbox::error& e) {
     check_refusal(e, outbox::errc::misconfigured, "go together");

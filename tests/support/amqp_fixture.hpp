@@ -21,7 +21,8 @@ namespace outbox::test {
 class amqp_admin {
  public:
   explicit amqp_admin(const outbox::amqp::connection_options& c) : conn_(c) { conn_.ensure(); }
-  explicit amqp_admin(const std::string& url) : amqp_admin(outbox::amqp::connection_options{.url = url}) {}
+  explicit amqp_admin(const std::string& url)
+      : amqp_admin(outbox::amqp::connection_options{.url = url}) {}
   outbox::amqp::connection& conn() { return conn_; }
 
   /// Ready messages in `queue` (not those handed out and unacknowledged).
@@ -34,8 +35,8 @@ class amqp_admin {
   }
   void delete_queue(const std::string& queue) {
     conn_.ensure();
-    amqp_queue_delete(conn_.state(), outbox::amqp::connection::channel,
-                      outbox::amqp::bytes(queue), 0, 0);
+    amqp_queue_delete(conn_.state(), outbox::amqp::connection::channel, outbox::amqp::bytes(queue),
+                      0, 0);
     conn_.check(amqp_get_rpc_reply(conn_.state()), "queue.delete");
   }
   void delete_exchange(const std::string& exchange) {

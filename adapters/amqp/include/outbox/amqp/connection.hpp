@@ -253,8 +253,9 @@ class connection {
       case AMQP_RESPONSE_SERVER_EXCEPTION:
         if (r.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
           const auto* m = static_cast<const amqp_connection_close_t*>(r.reply.decoded);
-          fail(classify_reply(m->reply_code), std::to_string(m->reply_code),
-               std::string(what) + ": connection closed by the broker: " + to_string(m->reply_text));
+          fail(
+              classify_reply(m->reply_code), std::to_string(m->reply_code),
+              std::string(what) + ": connection closed by the broker: " + to_string(m->reply_text));
         }
         if (r.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
           const auto* m = static_cast<const amqp_channel_close_t*>(r.reply.decoded);
@@ -295,9 +296,10 @@ class connection {
     const unsigned long e = ERR_peek_last_error();
     if (e == 0)
       fail(errc::transient, native,
-           what + (options_.tls.client_cert.empty()
-                       ? " (if the broker requires a client certificate, set tls_options.client_cert)"
-                       : " (if the broker checks client certificates, it may have refused this one)"));
+           what +
+               (options_.tls.client_cert.empty()
+                    ? " (if the broker requires a client certificate, set tls_options.client_cert)"
+                    : " (if the broker checks client certificates, it may have refused this one)"));
     char reason[256];
     ERR_error_string_n(e, reason, sizeof reason);
     errc kind = errc::transient;
@@ -377,9 +379,8 @@ class connection {
         return ok;
       });
     }
-    if (!t.client_cert.empty() &&
-        amqp_ssl_socket_set_key(sock, t.client_cert.c_str(), t.client_key.c_str()) !=
-            AMQP_STATUS_OK) {
+    if (!t.client_cert.empty() && amqp_ssl_socket_set_key(sock, t.client_cert.c_str(),
+                                                          t.client_key.c_str()) != AMQP_STATUS_OK) {
       fail(errc::misconfigured, "",
            "TLS: cannot load the client certificate " + t.client_cert + " with the key " +
                t.client_key + " (missing, not PEM, not matching, or passphrase-protected)");

@@ -10,9 +10,9 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <span>
 #include <string>
-#include <map>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -30,8 +30,8 @@ inline constexpr std::string_view aggregate_id_header = "aggregate_id";
 
 /// Options of a publisher. Fill with designated initialisers.
 struct publisher_options {
-  connection_options connection{};     ///< URL, timeouts, TLS.
-  std::string exchange = "outbox";     ///< Where events are published.
+  connection_options connection{};  ///< URL, timeouts, TLS.
+  std::string exchange = "outbox";  ///< Where events are published.
   std::string exchange_type = "topic";
   /// true: declare the exchange (durable, not auto-deleted) on connect; false: require that it
   /// exists (a passive declare; missing = `misconfigured`).
@@ -130,9 +130,9 @@ class publisher {
         lost(results, "the broker stopped reading: nothing could be written by the deadline");
         return results;
       }
-      const int rc = amqp_basic_publish(conn_.state(), connection::channel,
-                                        bytes(options_.exchange), bytes(key), 1, 0, &props,
-                                        bytes(m.payload));
+      const int rc =
+          amqp_basic_publish(conn_.state(), connection::channel, bytes(options_.exchange),
+                             bytes(key), 1, 0, &props, bytes(m.payload));
       if (rc != AMQP_STATUS_OK) {
         lost(results, std::string("publish failed: ") + amqp_error_string2(rc));
         return results;
@@ -171,8 +171,8 @@ class publisher {
     amqp_confirm_select(s, connection::channel);
     conn_.check(amqp_get_rpc_reply(s), "confirm.select");
     amqp_exchange_declare(s, connection::channel, bytes(options_.exchange),
-                          bytes(options_.exchange_type), options_.declare_exchange ? 0 : 1,
-                          1, 0, 0, amqp_empty_table);
+                          bytes(options_.exchange_type), options_.declare_exchange ? 0 : 1, 1, 0, 0,
+                          amqp_empty_table);
     conn_.check(amqp_get_rpc_reply(s),
                 options_.declare_exchange ? "exchange.declare" : "exchange.declare (passive)");
   }
@@ -250,11 +250,10 @@ class publisher {
         }
         case AMQP_BASIC_RETURN_METHOD: {
           const auto* r = static_cast<const amqp_basic_return_t*>(frame.payload.method.decoded);
-          const std::string reason = "unroutable: returned by the broker with " +
-                                     std::to_string(r->reply_code) + " " +
-                                     to_string(r->reply_text) + " (exchange " +
-                                     to_string(r->exchange) + ", routing key " +
-                                     to_string(r->routing_key) + ")";
+          const std::string reason =
+              "unroutable: returned by the broker with " + std::to_string(r->reply_code) + " " +
+              to_string(r->reply_text) + " (exchange " + to_string(r->exchange) + ", routing key " +
+              to_string(r->routing_key) + ")";
           // The returned content (header and body frames) follows; its message_id names it.
           amqp_message_t returned{};
           const amqp_rpc_reply_t rr = amqp_read_message(s, frame.channel, &returned, 0);
@@ -290,10 +289,11 @@ class publisher {
             text = to_string(c->reply_text);
           }
           // A vanished exchange that this publisher declares comes back with the reconnect.
-          const errc cls = code == 404 && options_.declare_exchange ? errc::transient
-                                                                      : classify_reply(code);
-          lost(results, std::string(channel ? "channel" : "connection") +
-                            " closed by the broker: " + std::to_string(code) + " " + text,
+          const errc cls =
+              code == 404 && options_.declare_exchange ? errc::transient : classify_reply(code);
+          lost(results,
+               std::string(channel ? "channel" : "connection") +
+                   " closed by the broker: " + std::to_string(code) + " " + text,
                cls);
           return false;
         }
@@ -323,8 +323,8 @@ class publisher {
   bool heard_ = false;  ///< A frame arrived during the last wait for confirms.
   std::uint64_t next_tag_ = 0;
   std::map<std::uint64_t, std::size_t> pending_;        // delivery tag -> batch index
-  std::unordered_map<std::string, std::size_t> by_id_;      // message_id -> batch index
-  std::unordered_set<std::size_t> returned_;                // batch indexes returned
+  std::unordered_map<std::string, std::size_t> by_id_;  // message_id -> batch index
+  std::unordered_set<std::size_t> returned_;            // batch indexes returned
 };
 
 static_assert(concepts::transport<publisher>);

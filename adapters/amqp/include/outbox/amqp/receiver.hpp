@@ -33,10 +33,11 @@ struct receiver_options {
   /// The queue's `x-dead-letter-exchange`, where RabbitMQ sends what is nacked without requeue
   /// (malformed deliveries; failed ones with `consumer_options::dead_letters = transport`);
   /// empty: they are dropped. It must exist when the receiver connects (a passive declare;
-  /// missing = `misconfigured`, native code 404). Set as a queue argument when `declare_queue` (a queue that exists
-  /// with other arguments makes the declare fail: 406, `misconfigured`); with `declare_queue`
-  /// false, name the exchange the queue's policy sets, so `has_dead_letter_route()` says so.
-  /// RabbitMQ dead-letters from classic queues at most once: bind a queue to this exchange.
+  /// missing = `misconfigured`, native code 404). Set as a queue argument when `declare_queue` (a
+  /// queue that exists with other arguments makes the declare fail: 406, `misconfigured`); with
+  /// `declare_queue` false, name the exchange the queue's policy sets, so `has_dead_letter_route()`
+  /// says so. RabbitMQ dead-letters from classic queues at most once: bind a queue to this
+  /// exchange.
   std::string dead_letter_exchange{};
 };
 
@@ -97,8 +98,7 @@ class receiver {
         d.tag = encode(d.tag);
         return d;
       }
-      if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
-          r.library_error == AMQP_STATUS_TIMEOUT)
+      if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION && r.library_error == AMQP_STATUS_TIMEOUT)
         return std::nullopt;
       if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
           r.library_error == AMQP_STATUS_UNEXPECTED_STATE) {
@@ -110,7 +110,8 @@ class receiver {
         if (frame.frame_type == AMQP_FRAME_METHOD) {
           switch (frame.payload.method.id) {
             case AMQP_CHANNEL_CLOSE_METHOD: {
-              const auto* c = static_cast<const amqp_channel_close_t*>(frame.payload.method.decoded);
+              const auto* c =
+                  static_cast<const amqp_channel_close_t*>(frame.payload.method.decoded);
               conn_.fail(classify_reply(c->reply_code), std::to_string(c->reply_code),
                          "channel closed by the broker: " + to_string(c->reply_text));
             }
@@ -210,11 +211,12 @@ class receiver {
     if (!conn_.open() || (d.tag >> 48) != (conn_.generation() & 0xFFFF)) return;
     const std::uint64_t tag = d.tag & ((std::uint64_t{1} << 48) - 1);
     if (unacked_.erase(tag) == 0) return;
-    const int rc = ack ? amqp_basic_ack(conn_.state(), connection::channel, tag, 0)
-                       : amqp_basic_nack(conn_.state(), connection::channel, tag, 0,
-                                         requeue ? 1 : 0);
+    const int rc =
+        ack ? amqp_basic_ack(conn_.state(), connection::channel, tag, 0)
+            : amqp_basic_nack(conn_.state(), connection::channel, tag, 0, requeue ? 1 : 0);
     if (rc != AMQP_STATUS_OK)
-      conn_.fail(errc::transient, amqp_error_string2(rc), ack ? "basic.ack failed" : "basic.nack failed");
+      conn_.fail(errc::transient, amqp_error_string2(rc),
+                 ack ? "basic.ack failed" : "basic.nack failed");
   }
 
   /// A receiver calls rabbitmq-c at least every poll: heartbeats on unless asked otherwise.
@@ -233,13 +235,13 @@ class receiver {
     if (!options_.dead_letter_exchange.empty()) {
       // A dead-letter exchange that does not exist would drop what is rejected: passive
       // declare (missing = 404, `misconfigured`).
-      amqp_exchange_declare(s, ch, bytes(options_.dead_letter_exchange), bytes("topic"), 1, 0, 0,
-                            0, amqp_empty_table);
+      amqp_exchange_declare(s, ch, bytes(options_.dead_letter_exchange), bytes("topic"), 1, 0, 0, 0,
+                            amqp_empty_table);
       conn_.check(amqp_get_rpc_reply(s), "exchange.declare (passive) of the dead-letter exchange");
     }
     if (options_.declare_queue) {
-      amqp_exchange_declare(s, ch, bytes(options_.exchange), bytes(options_.exchange_type), 0, 1,
-                            0, 0, amqp_empty_table);
+      amqp_exchange_declare(s, ch, bytes(options_.exchange), bytes(options_.exchange_type), 0, 1, 0,
+                            0, amqp_empty_table);
       conn_.check(amqp_get_rpc_reply(s), "exchange.declare");
       amqp_table_entry_t dlx{};
       dlx.key = bytes("x-dead-letter-exchange");
