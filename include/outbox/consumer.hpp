@@ -4,9 +4,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <mutex>
+#include <optional>
 #include <random>
 #include <stop_token>
 #include <string>
@@ -38,9 +41,14 @@ enum class dead_letter_route {
 
 /// Options of a consumer.
 struct consumer_options {
-  std::string name = "default";                 ///< Deduplication scope: one inbox per name.
+  /// Required: the deduplication scope, one inbox per name. Two services that share a database
+  /// need two names, or each skips the other's events as duplicates; so there is no default.
+  std::string name{};
   std::chrono::milliseconds poll_timeout{100};  ///< How long one `poll_once` waits.
   dead_letter_route dead_letters = dead_letter_route::store;  ///< See dead_letter_route.
+  /// Called by `run` with every error it backs off from (for logs and metrics), on the
+  /// consumer's thread; must not throw.
+  std::function<void(const error&)> on_error{};
 };
 
 /// The default retry policy of a consumer: short delays, five attempts.
@@ -58,6 +66,7 @@ struct consumer_stats {
   std::uint64_t duplicates_skipped = 0;  ///< Already in the inbox: acked without the handler.
   std::uint64_t retried = 0;             ///< Handler or store failed; nacked for redelivery.
   std::uint64_t dead_lettered = 0;       ///< Failed `max_attempts` times; dead-lettered.
+  std::uint64_t errors = 0;              ///< Errors the run loop backed off from.
 };
 
 /// For each delivery: begin a transaction, record (name, event id) in the inbox; if it was new,
@@ -91,7 +100,9 @@ class consumer {
         rng_(std::random_device{}()) {
     if (!handler_) throw error(errc::misconfigured, "core", {}, "consumer needs a handler");
     if (options_.name.empty())
-      throw error(errc::misconfigured, "core", {}, "consumer_options.name must not be empty");
+      throw error(errc::misconfigured, "core", {},
+                  "consumer_options.name is required: it is the deduplication scope (services "
+                  "that share a database need different names)");
     if constexpr (requires(const Receiver& r) {
                     { r.has_dead_letter_route() } -> std::convertible_to<bool>;
                   }) {
@@ -111,11 +122,19 @@ class consumer {
   }
 
   /// Processes one delivery (ack, or nack after a backoff, or dead-letter).
+  ///
+  /// Failures are told apart by class. A `transient` or `in_doubt` one (the database busy or
+  /// away, a deadlock or serialization failure in the handler's own statements, classified by
+  /// the store's `classify` when it has one) is not the event's fault: it spends no attempt,
+  /// and the delivery is nacked after a delay that grows with each consecutive such failure.
+  /// Anything else the handler throws spends one of the retry policy's attempts; the last one
+  /// dead-letters the delivery.
   /// @throws outbox::error when acknowledging fails after the commit (the delivery will come
-  ///         again and the inbox absorbs it), or when a failed delivery can be neither
-  ///         dead-lettered nor nacked.
+  ///         again and the inbox absorbs it), when a failed delivery can be neither
+  ///         dead-lettered nor nacked, and `misconfigured` from the store (nacked first).
   outcome process(const delivery& d) {
     std::string failure;
+    errc kind = errc::permanent;
     bool fresh = false;
     bool committed = false;
     try {
@@ -125,10 +144,10 @@ class consumer {
       tx.commit();
       committed = true;
     } catch (const error& e) {
-      // The database was busy or unreachable: not the handler's fault, so no attempt is spent.
-      if (e.kind() == errc::transient) return requeue(d, 1);
+      kind = e.kind();
       failure = e.what();
     } catch (const std::exception& e) {
+      kind = classify(e);
       failure = e.what();
     } catch (...) {
       failure = "non-standard exception from the handler";
@@ -136,10 +155,20 @@ class consumer {
     if (committed) {
       // Committed: count it now; a failing ack below only means a redelivery the inbox absorbs.
       attempts_.erase(d.msg.id);
+      transient_streak_ = 0;
       (fresh ? applied_ : duplicates_).fetch_add(1, std::memory_order_relaxed);
       receiver_->ack(d);
       return fresh ? outcome::applied : outcome::duplicate;
     }
+    if (kind == errc::misconfigured) {
+      receiver_->nack(d, true);
+      throw error(errc::misconfigured, "core", {}, "consumer: " + sanitize_text(failure));
+    }
+    if (kind == errc::transient || kind == errc::in_doubt) {
+      // Not the event's fault: no attempt spent, but never a tight loop either.
+      return requeue(d, ++transient_streak_);
+    }
+    transient_streak_ = 0;
     if (attempts_.size() >= max_tracked) attempts_.clear();  // bounded; worst case: more retries
     const int attempt = ++attempts_[d.msg.id];
     if (retry_.exhausted(attempt)) {
@@ -151,9 +180,13 @@ class consumer {
       }
       try {
         store_->dead_letter_delivery(options_.name, d.msg, sanitize_text(failure), clock_.now());
-      } catch (...) {
+      } catch (const error&) {
         receiver_->nack(d, true);  // keep it; a later attempt dead-letters it
         throw;
+      } catch (const std::exception& e) {
+        receiver_->nack(d, true);
+        throw error(errc::permanent, "core", {},
+                    std::string("consumer: dead-lettering failed: ") + sanitize_text(e.what()));
       }
       attempts_.erase(d.msg.id);
       receiver_->ack(d);
@@ -163,25 +196,33 @@ class consumer {
     return requeue(d, attempt);
   }
 
-  /// Polls until `stop` is requested. Transient errors (e.g. the database is busy past its
-  /// timeout while acknowledging) are absorbed: the delivery comes again.
-  /// @throws outbox::error for anything but a transient error.
+  /// Polls until `stop` is requested.
+  ///
+  /// Errors: every `outbox::error` except `misconfigured` (the broker or the database away, an
+  /// ack that failed after the commit, a dead letter that could not be written yet) is reported
+  /// to `consumer_options::on_error`, counted in `stats().errors`, and backed off from (the
+  /// retry policy's delay, growing with each consecutive failure); the delivery comes again.
+  /// Waits are cut short by `stop`.
+  /// @throws outbox::error `misconfigured` (retrying cannot help: stop the service and say so).
+  ///         Exceptions that are not `outbox::error` are not caught.
   void run(std::stop_token stop) {
+    stop_ = stop;
     int failures = 0;
     while (!stop.stop_requested()) {
       try {
         poll_once();
         failures = 0;
       } catch (const error& e) {
-        if (e.kind() != errc::transient) throw;
-        // Back off while the broker or the database is away instead of spinning.
-        std::this_thread::sleep_for(retry_.delay(++failures, rng_));
+        if (e.kind() == errc::misconfigured) throw;
+        errors_.fetch_add(1, std::memory_order_relaxed);
+        if (options_.on_error) options_.on_error(e);
+        pause(retry_.delay(++failures, rng_));
       }
     }
   }
 
   [[nodiscard]] consumer_stats stats() const noexcept {
-    return {applied_.load(), duplicates_.load(), retried_.load(), dead_.load()};
+    return {applied_.load(), duplicates_.load(), retried_.load(), dead_.load(), errors_.load()};
   }
   [[nodiscard]] const consumer_options& options() const noexcept { return options_; }
 
@@ -194,15 +235,34 @@ class consumer {
   Clock clock_;
   std::mt19937_64 rng_;
   outcome requeue(const delivery& d, int attempt) {
-    std::this_thread::sleep_for(retry_.delay(attempt, rng_));
+    pause(retry_.delay(attempt, rng_));
     receiver_->nack(d, true);
     retried_.fetch_add(1, std::memory_order_relaxed);
     return outcome::retrying;
   }
 
+  /// The class of a foreign exception (the handler's own statement failed): the store's
+  /// verdict by native code where it has one, else a handler failure.
+  errc classify(const std::exception& e) const {
+    if constexpr (concepts::classifying_store<Store>) {
+      if (auto c = store_->classify(e)) return *c;
+    }
+    return errc::permanent;
+  }
+
+  /// Sleeps `d`, cut short when the stop token `run` was given is requested.
+  void pause(std::chrono::milliseconds d) {
+    std::unique_lock lock(pause_mutex_);
+    pause_cv_.wait_for(lock, stop_, d, [] { return false; });
+  }
+
   static constexpr std::size_t max_tracked = 100'000;
   std::unordered_map<uuid, int> attempts_;  // failed attempts per event id, since start
-  std::atomic<std::uint64_t> applied_{0}, duplicates_{0}, retried_{0}, dead_{0};
+  int transient_streak_ = 0;                 // consecutive failures that spent no attempt
+  std::stop_token stop_;                     // run's, so that waits end on a stop request
+  std::mutex pause_mutex_;
+  std::condition_variable_any pause_cv_;
+  std::atomic<std::uint64_t> applied_{0}, duplicates_{0}, retried_{0}, dead_{0}, errors_{0};
 };
 
 }  // namespace outbox

@@ -66,6 +66,10 @@ struct claimed_batch {
   std::int64_t token = 0;
   time_point lease_until{};
   std::vector<message> messages{};  ///< In store order (sequence), oldest first.
+  /// Rows the claim could not read (e.g. headers written by another program that are not a JSON
+  /// object of strings): the store dead-lettered them with the reason instead of returning
+  /// them, so one bad row never stops the rest of the batch. Counted by the relay as dead.
+  std::size_t unreadable = 0;
 
   [[nodiscard]] bool empty() const noexcept { return messages.empty(); }
   [[nodiscard]] std::size_t size() const noexcept { return messages.size(); }

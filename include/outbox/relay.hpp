@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <random>
@@ -33,12 +34,18 @@ namespace outbox {
 
 /// Options of a relay. Fill with designated initialisers: `relay_options{.batch_size = 1000}`.
 struct relay_options {
+  /// The largest `batch_size` accepted: a batch is held in memory and published as one unit.
+  static constexpr std::size_t max_batch_size = 100'000;
+
   std::size_t batch_size = 500;                      ///< Messages claimed per batch.
   std::chrono::milliseconds lease{30'000};           ///< How long a claim holds (leasing stores).
   std::chrono::milliseconds publish_timeout{10'000}; ///< Confirms not in by then are failures.
   std::chrono::milliseconds idle_poll_min{5};        ///< First sleep after an empty batch.
   std::chrono::milliseconds idle_poll_max{1'000};    ///< Idle sleeps double up to this.
   std::string owner{};                               ///< Lease owner; default "relay-<uuid>".
+  /// Called by `run` with every error it backs off from (for logs and metrics), on the relay's
+  /// thread; must not throw. Empty: errors are only counted (`relay_stats::errors`).
+  std::function<void(const error&)> on_error{};
 };
 
 /// Counters of one relay (a snapshot; the relay updates them as it goes).
@@ -49,7 +56,7 @@ struct relay_stats {
   std::uint64_t dead_lettered = 0;
   std::uint64_t released = 0;
   std::uint64_t fenced = 0;  ///< Confirmed but no longer ours to settle (lease lost).
-  std::uint64_t errors = 0;  ///< Transient errors the run loop backed off from.
+  std::uint64_t errors = 0;  ///< Errors the run loop backed off from (see `relay::run`).
 };
 
 /// Claims batches from `Store`, publishes them through `Transport`, and settles each message by
@@ -76,8 +83,11 @@ class relay {
         retry_(std::move(retry)),
         clock_(std::move(clock)),
         rng_(std::random_device{}()) {
-    if (options_.batch_size == 0)
-      throw error(errc::misconfigured, "core", {}, "relay_options.batch_size must be > 0");
+    if (options_.batch_size == 0 || options_.batch_size > relay_options::max_batch_size)
+      throw error(errc::misconfigured, "core", {},
+                  "relay_options.batch_size must be between 1 and " +
+                      std::to_string(relay_options::max_batch_size) + ", got " +
+                      std::to_string(options_.batch_size));
     if (options_.lease <= options_.publish_timeout)
       throw error(errc::misconfigured, "core", {},
                   "relay_options.lease must exceed publish_timeout, or a slow confirm would let "
@@ -94,10 +104,26 @@ class relay {
   std::size_t run_once(std::stop_token stop = {}) {
     claimed_batch batch = store_->claim(
         claim_request{options_.owner, options_.batch_size, clock_.now(), options_.lease});
-    if (batch.empty()) return 0;
+    dead_.fetch_add(batch.unreadable, std::memory_order_relaxed);
+    if (batch.empty()) return batch.unreadable;
     const std::size_t n = batch.size();
     std::vector<settlement> fates(n);
-    const auto waves = arrange_waves(batch.messages);
+    // A message whose earlier attempts never settled (the relay died, or was killed, while
+    // publishing it: a message that crashes the relay looks exactly like that) has used up its
+    // attempts without a publish result. It is dead-lettered before it is sent again, or it
+    // would take down every relay that claims it, forever. Such messages go to the end of the
+    // batch and out of the waves; a dead letter does not hold its aggregate back.
+    const auto spent = std::stable_partition(
+        batch.messages.begin(), batch.messages.end(),
+        [&](const message& m) { return !retry_.exhausted(m.attempts - 1); });
+    const auto sendable = static_cast<std::size_t>(spent - batch.messages.begin());
+    for (std::size_t i = sendable; i < n; ++i) {
+      fates[i].what = settlement::kind::dead;
+      fates[i].error = "gave up after " + std::to_string(batch.messages[i].attempts - 1) +
+                       " attempts that never settled (a relay stopped or crashed while "
+                       "publishing it)";
+    }
+    const auto waves = arrange_waves(batch.messages, sendable);
     const auto until = publish_deadline(batch);
     std::unordered_set<std::string> failed_aggregates;
 
@@ -142,13 +168,21 @@ class relay {
     released_.fetch_add(r.released, std::memory_order_relaxed);
     fenced_.fetch_add(r.fenced, std::memory_order_relaxed);
     if (transport_failure) std::rethrow_exception(transport_failure);
-    return n;
+    return n + batch.unreadable;
   }
 
   /// Runs until `stop` is requested: never sleeps after a full batch, sleeps adaptively (from
-  /// `idle_poll_min` doubling to `idle_poll_max`) when idle, backs off on transient errors.
-  /// `wake()` cuts a sleep short.
-  /// @throws outbox::error for anything but a transient error.
+  /// `idle_poll_min` doubling to `idle_poll_max`) when idle. `wake()` cuts a sleep short.
+  ///
+  /// Errors: every `outbox::error` except `misconfigured` is reported to
+  /// `relay_options::on_error`, counted in `stats().errors`, and backed off from (the relay's
+  /// retry policy, growing with each consecutive failure; a claimed batch was settled or left
+  /// to its lease first), then `run` carries on: a database or broker away for minutes, a
+  /// statement refused by a server in a bad state. Nothing is lost by carrying on: a row is
+  /// marked published only on its confirm.
+  /// @throws outbox::error `misconfigured` (wrong options, credentials, schema, certificates:
+  ///         retrying cannot help, so the service should stop and say so). Exceptions that are
+  ///         not `outbox::error` (e.g. `std::bad_alloc`) are not caught either.
   void run(std::stop_token stop) {
     auto idle = options_.idle_poll_min;
     int failures = 0;
@@ -158,8 +192,9 @@ class relay {
         n = run_once(stop);
         failures = 0;
       } catch (const error& e) {
-        if (e.kind() != errc::transient) throw;
+        if (e.kind() == errc::misconfigured) throw;
         errors_.fetch_add(1, std::memory_order_relaxed);
+        if (options_.on_error) options_.on_error(e);
         sleep_for(stop, std::max(retry_.delay(++failures, rng_), options_.idle_poll_min));
         continue;
       }
@@ -226,7 +261,9 @@ class relay {
   /// published one after another, so a later message of an aggregate is sent only after the
   /// earlier one was confirmed. Almost every batch is a single wave.
   static std::vector<std::pair<std::size_t, std::size_t>> arrange_waves(
-      std::vector<message>& msgs) {
+      std::vector<message>& all, std::size_t count) {
+    const std::span<message> msgs(all.data(), count);
+    if (count == 0) return {};
     std::vector<std::uint32_t> wave(msgs.size());
     // Keys view the messages' own strings: no allocation per message on this hot path.
     struct key_hash {
@@ -251,7 +288,7 @@ class relay {
     std::vector<message> sorted;
     sorted.reserve(msgs.size());
     for (auto i : order) sorted.push_back(std::move(msgs[i]));
-    msgs = std::move(sorted);
+    std::move(sorted.begin(), sorted.end(), msgs.begin());
     std::vector<std::pair<std::size_t, std::size_t>> ranges;
     std::size_t start = 0;
     for (std::size_t i = 1; i <= order.size(); ++i) {

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -19,6 +20,9 @@ struct validation_limits {
   std::size_t max_name_bytes = 255;            ///< aggregate_type, aggregate_id, event_type.
   std::size_t max_payload_bytes = 1 << 20;     ///< 1 MiB of JSON text.
   std::size_t max_header_bytes = 64 * 1024;    ///< All header names and values together.
+  /// Deepest nesting of arrays and objects a payload may have. 100 is what MySQL's JSON type
+  /// accepts; the limit also keeps a consumer's recursive JSON code safe from hostile depth.
+  std::size_t max_json_depth = 100;
 };
 
 /// True when `s` is well-formed UTF-8 (no overlongs, no surrogates, nothing above U+10FFFF).
@@ -60,20 +64,70 @@ struct validation_limits {
 }
 
 namespace detail {
-/// True when a JSON value holds a NUL character in a string or key (valid JSON, but no SQL
-/// text or jsonb column can store it).
-inline bool holds_nul(const nlohmann::json& j) {
-  if (j.is_string()) return j.get_ref<const std::string&>().find('\0') != std::string::npos;
-  if (j.is_object()) {
-    for (const auto& [k, v] : j.items())
-      if (k.find('\0') != std::string::npos || holds_nul(v)) return true;
+/// A SAX handler that validates JSON without building it: counts nesting (refusing past
+/// `max_depth`) and looks for NUL characters in strings and keys ("\u0000" is valid JSON, but
+/// no SQL text or jsonb column can store it). nlohmann's SAX parser keeps its own state on the
+/// heap, so nothing here recurses, however deep the input.
+struct json_checker {
+  using json = nlohmann::json;
+  enum class verdict { ok, syntax, too_deep, nul };
+
+  std::size_t max_depth;
+  std::size_t depth = 0;
+  verdict found = verdict::ok;
+
+  bool refuse(verdict v) {
+    found = v;
     return false;
   }
-  if (j.is_array()) {
-    for (const auto& v : j)
-      if (holds_nul(v)) return true;
+  bool text(const std::string& s) {
+    return s.find('\0') == std::string::npos || refuse(verdict::nul);
   }
-  return false;
+  bool open() { return ++depth <= max_depth || refuse(verdict::too_deep); }
+  bool close() {
+    --depth;
+    return true;
+  }
+
+  bool null() { return true; }
+  bool boolean(bool) { return true; }
+  bool number_integer(json::number_integer_t) { return true; }
+  bool number_unsigned(json::number_unsigned_t) { return true; }
+  bool number_float(json::number_float_t, const json::string_t&) { return true; }
+  bool string(json::string_t& s) { return text(s); }
+  bool binary(json::binary_t&) { return true; }
+  bool start_object(std::size_t) { return open(); }
+  bool key(json::string_t& s) { return text(s); }
+  bool end_object() { return close(); }
+  bool start_array(std::size_t) { return open(); }
+  bool end_array() { return close(); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) {
+    return refuse(verdict::syntax);
+  }
+};
+
+/// Checks a JSON payload over its whole length.
+/// @throws outbox::error `invalid_input` naming `field`.
+inline void check_json(std::string_view field, std::string_view text, std::size_t max_depth) {
+  // nlohmann's lexer takes a NUL byte for the end of the input, so "{}\0garbage" would pass:
+  // a raw NUL is never valid JSON anyway (outside strings it is no token; inside, a control
+  // character), so refuse it before parsing. The bytes validated are the bytes stored.
+  if (text.find('\0') != std::string_view::npos)
+    throw_invalid(std::string(field), "contains a NUL byte, which JSON does not allow");
+  json_checker checker{max_depth};
+  const bool ok = nlohmann::json::sax_parse(text.begin(), text.end(), &checker);
+  if (ok) return;
+  switch (checker.found) {
+    case json_checker::verdict::too_deep:
+      throw_invalid(std::string(field), "nests deeper than " + std::to_string(max_depth) +
+                                            " levels (validation_limits.max_json_depth)");
+    case json_checker::verdict::nul:
+      throw_invalid(std::string(field),
+                    "contains a NUL character (\\u0000), which no store can keep");
+    default:
+      // nlohmann's parser also rejects invalid UTF-8 inside JSON strings.
+      throw_invalid(std::string(field), "is not valid JSON");
+  }
 }
 
 inline void check_name(std::string_view field, std::string_view value, std::size_t max) {
@@ -96,13 +150,7 @@ inline void validate(const event& e, const validation_limits& limits = {}) {
   if (e.payload.size() > limits.max_payload_bytes)
     throw_invalid("payload", "is " + std::to_string(e.payload.size()) + " bytes, limit " +
                                  std::to_string(limits.max_payload_bytes));
-  // nlohmann's parser also rejects invalid UTF-8 inside JSON strings.
-  if (!nlohmann::json::accept(e.payload)) throw_invalid("payload", "is not valid JSON");
-  // "\u0000" is valid JSON but cannot be stored (PostgreSQL jsonb refuses it): look closer only
-  // when the escape appears at all.
-  if (e.payload.find("\\u0000") != std::string::npos &&
-      detail::holds_nul(nlohmann::json::parse(e.payload)))
-    throw_invalid("payload", "contains a NUL character (\\u0000), which no store can keep");
+  detail::check_json("payload", e.payload, limits.max_json_depth);
   std::size_t header_bytes = 0;
   for (const auto& [name, value] : e.headers) {
     if (name.empty()) throw_invalid("headers", "a header name is empty");
@@ -142,12 +190,15 @@ inline void validate(const event& e, const validation_limits& limits = {}) {
   return out;
 }
 
-/// Renders headers as a JSON object ("{}" when empty). Inputs must be valid UTF-8.
+/// Renders headers as a JSON object ("{}" when empty). Never throws on content: bytes that are
+/// not valid UTF-8 (a header from a peer, on the dead-letter path) become U+FFFD, so keeping a
+/// delivery can never fail on what it keeps. The writer validates its headers first, so what it
+/// stores is exact.
 [[nodiscard]] inline std::string headers_to_json(const header_map& headers) {
   if (headers.empty()) return "{}";
   nlohmann::json j = nlohmann::json::object();
   for (const auto& [name, value] : headers) j[name] = value;
-  return j.dump();
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 /// Parses a JSON object of string values back into headers.
@@ -156,12 +207,33 @@ inline void validate(const event& e, const validation_limits& limits = {}) {
   header_map out;
   if (text.empty() || text == "{}") return out;
   const auto j = nlohmann::json::parse(text, nullptr, false);
-  if (!j.is_object()) throw error(errc::permanent, "core", {}, "stored headers are not an object");
+  if (!j.is_object())
+    throw error(errc::permanent, "core", {}, "stored headers are not a JSON object of strings");
   for (const auto& [k, v] : j.items()) {
-    if (!v.is_string()) throw error(errc::permanent, "core", {}, "stored header is not a string");
+    if (!v.is_string())
+      throw error(errc::permanent, "core", {},
+                  "stored header '" + sanitize_text(k, 255) + "' is not a string but " +
+                      v.type_name());
     out.emplace(k, v.get<std::string>());
   }
   return out;
+}
+
+/// Why a message read back from a store cannot be published, or an empty string when it can.
+/// The writer never stores such a row; another program writing into the outbox may: empty
+/// names, names that are not UTF-8. Stores dead-letter such a row with this reason instead of
+/// returning it (see `claimed_batch::unreadable`).
+[[nodiscard]] inline std::string unpublishable_reason(const message& m) {
+  const std::pair<const char*, const std::string*> names[] = {
+      {"aggregate_type", &m.aggregate_type},
+      {"aggregate_id", &m.aggregate_id},
+      {"event_type", &m.event_type}};
+  for (const auto& [field, value] : names) {
+    if (value->empty()) return std::string("stored ") + field + " is empty";
+    if (!is_valid_utf8(*value)) return std::string("stored ") + field + " is not valid UTF-8";
+  }
+  if (m.id.is_nil()) return "stored event_id is not a UUID";
+  return {};
 }
 
 }  // namespace outbox

@@ -184,7 +184,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_relay_whose_backend_is_terminated_mid_batch_reco
   auto relay_store = fx.make_store(*relay_sql);
   const int pid = relay_store->backend_pid();
   // Slow confirms keep each batch in flight long enough to be cut in the middle.
-  outbox::testing::memory_transport t({.confirm_latency = 300ms});
+  outbox::testing::memory_transport t({.confirm_latency = 300ms, .record = true});
   outbox::relay relay(*relay_store, t,
                       {.batch_size = 50, .lease = 5s, .publish_timeout = 2s, .idle_poll_min = 5ms,
                        .idle_poll_max = 50ms},
@@ -219,7 +219,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(four_relays_drain_20000_events_each_published_once
   Fixture fx;
   constexpr int n = 20'000;
   enqueue_many(fx, n, 1000);
-  outbox::testing::memory_transport t({.confirm_latency = 100us, .deliver = false});
+  outbox::testing::memory_transport t({.confirm_latency = 100us, .deliver = false, .record = true});
   std::vector<std::thread> relays;
   std::atomic<std::uint64_t> published{0};
   for (int r = 0; r < 4; ++r) {

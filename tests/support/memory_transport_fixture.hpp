@@ -11,7 +11,7 @@ struct memory_transport_fixture {
   static constexpr bool confirms_on_consumer_ack = false;
   /// Capability: one publisher may be shared by concurrent relays.
   static constexpr bool thread_safe_publisher = true;
-  outbox::testing::memory_transport transport;
+  outbox::testing::memory_transport transport{{.record = true}};
   outbox::testing::memory_transport& publisher() { return transport; }
   outbox::testing::memory_transport& receiver() { return transport; }
 

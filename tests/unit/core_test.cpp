@@ -177,6 +177,51 @@ BOOST_AUTO_TEST_CASE(refuses_invalid_json_and_payloads_over_the_limit) {
   BOOST_TEST(refused_field(e).empty());
 }
 
+BOOST_AUTO_TEST_CASE(refuses_a_payload_nested_past_the_depth_limit_without_recursing) {
+  // 30,000 levels in 60 KB, well under the size limit: the old NUL check recursed once per
+  // level and overflowed the stack (SIGSEGV inside enqueue).
+  auto e = good();
+  constexpr int deep = 30'000;
+  e.payload = std::string(deep, '[') + R"("\u0000")" + std::string(deep, ']');
+  BOOST_TEST(refused_field(e) == "payload");
+  e.payload = std::string(deep, '[') + std::string(deep, ']');
+  BOOST_TEST(refused_field(e) == "payload");
+  // The limit is exact and configurable; objects count like arrays.
+  const outbox::validation_limits limits{.max_json_depth = 5};
+  e.payload = std::string(5, '[') + std::string(5, ']');
+  BOOST_TEST(refused_field(e, limits).empty());
+  e.payload = std::string(6, '[') + std::string(6, ']');
+  BOOST_TEST(refused_field(e, limits) == "payload");
+  e.payload = R"({"a":{"b":{"c":{"d":{"e":1}}}}})";
+  BOOST_TEST(refused_field(e, limits).empty());
+  e.payload = R"({"a":{"b":{"c":{"d":{"e":[1]}}}}})";
+  BOOST_TEST(refused_field(e, limits) == "payload");
+  // The default (100, what MySQL's JSON type takes) accepts 100 levels and refuses 101.
+  e.payload = std::string(100, '[') + std::string(100, ']');
+  BOOST_TEST(refused_field(e).empty());
+  e.payload = std::string(101, '[') + std::string(101, ']');
+  BOOST_TEST(refused_field(e) == "payload");
+  try {
+    outbox::validate(e);
+  } catch (const outbox::error& err) {
+    BOOST_TEST(std::string(err.what()).find("max_json_depth") != std::string::npos);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(refuses_a_nul_byte_anywhere_in_the_payload) {
+  // nlohmann's parser stops at a NUL byte as if the input ended there: {"a":1}\0garbage was
+  // accepted, then stored and published as bytes that are not JSON (or cut at the NUL).
+  auto e = good();
+  for (const std::string& bad : {std::string("{\"a\":1}\0garbage", 15), std::string("{\"a\":1}\0", 8),
+                                std::string("\0{\"a\":1}", 8),
+                                std::string("{\"s\":\"a\0b\"}", 11)}) {
+    e.payload = bad;
+    BOOST_TEST(refused_field(e) == "payload", "payload of " << bad.size() << " bytes");
+  }
+  e.payload = "{\"a\":1}  \n";  // trailing white space is JSON
+  BOOST_TEST(refused_field(e).empty());
+}
+
 BOOST_AUTO_TEST_CASE(refuses_headers_that_are_not_utf8_or_too_large) {
   auto e = good();
   e.headers = {{"ok", "caf\xc3\xa9"}};
@@ -211,6 +256,18 @@ BOOST_AUTO_TEST_CASE(sanitize_text_makes_any_bytes_storable) {
   BOOST_TEST(outbox::is_valid_utf8(outbox::sanitize_text("\xed\xa0\x80\xc0\xaf")));
   BOOST_TEST(outbox::sanitize_text(std::string(5000, 'x')).size() == 2048u);
   BOOST_TEST(outbox::sanitize_text("\xc3\xa9\xc3\xa9", 3) == "\xc3\xa9");  // on a boundary
+}
+
+BOOST_AUTO_TEST_CASE(headers_that_are_not_utf8_render_without_throwing) {
+  // The dead-letter path renders headers a peer sent (AMQP header values may be bytes): it
+  // must not fail on what it keeps.
+  const outbox::header_map h{{"ok", "v"}, {"bad", "caf\xe9 \xff"}, {"k\xc0", "x"}};
+  std::string text;
+  BOOST_CHECK_NO_THROW(text = outbox::headers_to_json(h));
+  BOOST_TEST(outbox::is_valid_utf8(text));
+  const auto back = outbox::headers_from_json(text);
+  BOOST_TEST(back.at("ok") == "v");
+  BOOST_TEST(back.size() == 3u);
 }
 
 BOOST_AUTO_TEST_CASE(headers_round_trip_through_json) {
@@ -278,10 +335,217 @@ BOOST_AUTO_TEST_CASE(relay_refuses_contradictory_options) {
   outbox::testing::memory_transport t;
   using relay = outbox::relay<nothing_store, outbox::testing::memory_transport>;
   BOOST_CHECK_THROW(relay(st, t, {.batch_size = 0}), outbox::error);
+  // A batch is held in memory: 2^40 used to be reserved up front (std::bad_alloc out of run).
+  try {
+    relay(st, t, {.batch_size = std::size_t{1} << 40});
+    BOOST_ERROR("a batch of 2^40 was accepted");
+  } catch (const outbox::error& e) {
+    BOOST_TEST((e.kind() == outbox::errc::misconfigured));
+  }
+  BOOST_CHECK_NO_THROW(relay(st, t, {.batch_size = outbox::relay_options::max_batch_size}));
   BOOST_CHECK_THROW(relay(st, t, {.lease = 5s, .publish_timeout = 10s}), outbox::error);
   relay ok(st, t, {});
   BOOST_TEST(ok.options().owner.rfind("relay-", 0) == 0u);
   BOOST_TEST(ok.run_once() == 0u);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---- long-running loops: what they back off from, what stops them -----------------------------
+
+namespace {
+/// An inbox store whose `begin` fails as `transient` the first `failures` times.
+struct flaky_inbox {
+  using session_type = int;
+  struct transaction {
+    void commit() {}
+  };
+  int session_ = 0;
+  int failures = 0;
+  int dead = 0;
+  session_type& session() { return session_; }
+  transaction begin() {
+    if (failures > 0) {
+      --failures;
+      throw outbox::error(outbox::errc::transient, "test", {}, "database is busy");
+    }
+    return {};
+  }
+  bool record_delivery(std::string_view, const outbox::uuid&, outbox::time_point) { return true; }
+  void dead_letter_delivery(std::string_view, const outbox::message&, std::string_view,
+                            outbox::time_point) {
+    ++dead;
+  }
+};
+
+/// A database client's own exception type, and a store that knows it.
+struct deadlock_detected : std::runtime_error {
+  deadlock_detected() : std::runtime_error("deadlock detected") {}
+};
+struct classifying_inbox : flaky_inbox {
+  std::optional<outbox::errc> classify(const std::exception& e) const {
+    if (dynamic_cast<const deadlock_detected*>(&e)) return outbox::errc::transient;
+    return std::nullopt;
+  }
+};
+static_assert(outbox::concepts::classifying_store<classifying_inbox>);
+static_assert(!outbox::concepts::classifying_store<flaky_inbox>);
+
+/// A retry policy that records which delays were asked for, and waits for none.
+struct recording_retry {
+  std::vector<int>* asked;
+  int max_attempts = 3;
+  template <class Rng>
+  std::chrono::milliseconds delay(int attempt, Rng&) const {
+    asked->push_back(attempt);
+    return 0ms;
+  }
+  bool exhausted(int attempt) const noexcept { return attempt >= max_attempts; }
+};
+
+/// A receiver whose `receive` throws `kind` a number of times, then asks `stop` to stop.
+struct failing_receiver {
+  outbox::errc kind;
+  int failures;
+  std::stop_source* stop;
+  std::optional<outbox::delivery> receive(std::chrono::milliseconds) {
+    if (failures-- > 0) throw outbox::error(kind, "test", {}, "receive failed");
+    stop->request_stop();
+    return std::nullopt;
+  }
+  void ack(const outbox::delivery&) {}
+  void nack(const outbox::delivery&, bool) {}
+};
+
+outbox::message one_message() {
+  outbox::message m;
+  m.id = outbox::make_uuid_v7();
+  m.aggregate_type = "order";
+  m.aggregate_id = "1";
+  m.event_type = "placed";
+  m.payload = "{}";
+  return m;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(loops)
+
+BOOST_AUTO_TEST_CASE(consumer_backs_off_more_after_each_transient_failure_and_spends_no_attempt) {
+  // The database away for 8 tries: each retry waits longer than the one before (it waited the
+  // first-attempt delay every time: 579 retries in 5 s), and none of them spends an attempt
+  // (max_attempts is 3: the old code never dead-lettered these either, but for the wrong reason).
+  flaky_inbox st;
+  st.failures = 8;
+  outbox::testing::memory_transport t;
+  (void)t.publish(std::vector{one_message()}, std::chrono::steady_clock::now() + 1s);
+  std::vector<int> asked;
+  outbox::consumer c(st, t, [](int&, const outbox::message&) {}, {.name = "c"},
+                     recording_retry{&asked});
+  using outcome = decltype(c)::outcome;
+  outcome last = outcome::idle;
+  for (int i = 0; i < 20 && last != outcome::applied; ++i) last = c.poll_once();
+  BOOST_TEST((last == outcome::applied));
+  BOOST_TEST((asked == std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8}));
+  BOOST_TEST(st.dead == 0);
+  BOOST_TEST(c.stats().retried == 8u);
+}
+
+BOOST_AUTO_TEST_CASE(consumer_classifies_a_handler_sql_error_by_the_store_and_retries_it) {
+  // A deadlock in the handler's own statement is transient: retried, never a dead letter after
+  // max_attempts (it was a "handler bug", dead after 3 quick attempts).
+  classifying_inbox st;
+  outbox::testing::memory_transport t;
+  (void)t.publish(std::vector{one_message()}, std::chrono::steady_clock::now() + 1s);
+  std::vector<int> asked;
+  int calls = 0;
+  outbox::consumer c(
+      st, t,
+      [&](int&, const outbox::message&) {
+        if (++calls <= 6) throw deadlock_detected();
+      },
+      {.name = "c"}, recording_retry{&asked});
+  using outcome = decltype(c)::outcome;
+  outcome last = outcome::idle;
+  for (int i = 0; i < 20 && last != outcome::applied; ++i) last = c.poll_once();
+  BOOST_TEST((last == outcome::applied));
+  BOOST_TEST(calls == 7);
+  BOOST_TEST(st.dead == 0);
+  // The same failure from a store that cannot classify it spends attempts: dead after 3.
+  flaky_inbox plain;
+  (void)t.publish(std::vector{one_message()}, std::chrono::steady_clock::now() + 1s);
+  outbox::consumer d(plain, t, [](int&, const outbox::message&) { throw deadlock_detected(); },
+                     {.name = "d"}, recording_retry{&asked});
+  using outcome_d = decltype(d)::outcome;
+  outcome_d last_d = outcome_d::idle;
+  for (int i = 0; i < 20 && last_d != outcome_d::dead_lettered; ++i) last_d = d.poll_once();
+  BOOST_TEST((last_d == outcome_d::dead_lettered));
+  BOOST_TEST(plain.dead == 1);
+}
+
+BOOST_AUTO_TEST_CASE(consumer_requires_a_name) {
+  flaky_inbox st;
+  outbox::testing::memory_transport t;
+  try {
+    outbox::consumer c(st, t, [](int&, const outbox::message&) {});
+    BOOST_ERROR("a consumer without a name was accepted");
+  } catch (const outbox::error& e) {
+    BOOST_TEST((e.kind() == outbox::errc::misconfigured));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(consumer_run_backs_off_from_every_error_but_misconfigured) {
+  flaky_inbox st;
+  std::stop_source stop;
+  failing_receiver r{outbox::errc::permanent, 3, &stop};
+  std::vector<int> asked;
+  int reported = 0;
+  outbox::consumer c(st, r, [](int&, const outbox::message&) {},
+                     {.name = "c", .on_error = [&](const outbox::error&) { ++reported; }},
+                     recording_retry{&asked});
+  BOOST_CHECK_NO_THROW(c.run(stop.get_token()));  // a permanent error used to escape run
+  BOOST_TEST(reported == 3);
+  BOOST_TEST(c.stats().errors == 3u);
+  BOOST_TEST((asked == std::vector<int>{1, 2, 3}));
+
+  std::stop_source stop2;
+  failing_receiver bad{outbox::errc::misconfigured, 1, &stop2};
+  outbox::consumer c2(st, bad, [](int&, const outbox::message&) {}, {.name = "c"},
+                      recording_retry{&asked});
+  BOOST_CHECK_THROW(c2.run(stop2.get_token()), outbox::error);
+}
+
+BOOST_AUTO_TEST_CASE(relay_run_backs_off_from_every_error_but_misconfigured) {
+  struct failing_store {
+    outbox::errc kind;
+    int failures;
+    std::stop_source* stop;
+    outbox::claimed_batch claim(const outbox::claim_request&) {
+      if (failures-- > 0) throw outbox::error(kind, "test", {}, "claim failed");
+      stop->request_stop();
+      return {};
+    }
+    outbox::settle_result settle(const outbox::claimed_batch&, std::span<const outbox::settlement>) {
+      return {};
+    }
+    void release(const outbox::claimed_batch&) {}
+  };
+  outbox::testing::memory_transport t;
+  const outbox::exponential_backoff quick{.initial = 1ms, .max_delay = 2ms, .jitter = 0};
+  std::stop_source stop;
+  failing_store st{outbox::errc::permanent, 3, &stop};
+  int reported = 0;
+  outbox::relay r(st, t,
+                  {.idle_poll_min = 1ms, .idle_poll_max = 2ms,
+                   .on_error = [&](const outbox::error&) { ++reported; }},
+                  quick);
+  BOOST_CHECK_NO_THROW(r.run(stop.get_token()));  // a permanent error used to escape run
+  BOOST_TEST(reported == 3);
+  BOOST_TEST(r.stats().errors == 3u);
+
+  std::stop_source stop2;
+  failing_store bad{outbox::errc::misconfigured, 1, &stop2};
+  outbox::relay r2(bad, t, {.idle_poll_min = 1ms, .idle_poll_max = 2ms}, quick);
+  BOOST_CHECK_THROW(r2.run(stop2.get_token()), outbox::error);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -52,8 +52,15 @@ BOOST_AUTO_TEST_CASE(a_crashed_consumer_gets_its_unacked_deliveries_again_in_ord
   BOOST_TEST(again[0].redelivered);
 }
 
+BOOST_AUTO_TEST_CASE(records_nothing_unless_asked) {
+  outbox::testing::memory_transport t;  // the embedding default: no copy kept
+  (void)t.publish(make_messages(3), deadline());
+  BOOST_TEST(t.wire().empty());
+  BOOST_TEST(t.published_count() == 3u);
+}
+
 BOOST_AUTO_TEST_CASE(redeliver_injects_a_duplicate) {
-  outbox::testing::memory_transport t;
+  outbox::testing::memory_transport t({.record = true});
   const auto batch = make_messages(1);
   (void)t.publish(batch, deadline());
   BOOST_TEST(t.redeliver(batch[0].id));

@@ -6,11 +6,13 @@
 #include <chrono>
 #include <concepts>
 #include <cstddef>
+#include <exception>
 #include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
 
+#include <outbox/error.hpp>
 #include <outbox/message.hpp>
 
 namespace outbox::concepts {
@@ -97,6 +99,20 @@ template <class S>
 concept waking_store = requires(S& s, std::chrono::milliseconds d) {
   { s.wait_for_work(d) } -> std::same_as<bool>;
   { s.interrupt() } -> std::same_as<void>;
+};
+
+/// A store that can classify the exceptions of its own database client, so the consumer treats
+/// a handler's failed statement by its native code rather than as a handler bug (a PostgreSQL
+/// deadlock, 40P01, is retried without spending an attempt; a check violation is not).
+/// Optional: without it, anything a handler throws that is not an `outbox::error` spends an
+/// attempt.
+///
+/// | operation        | returns               | guarantees                                       |
+/// |------------------|-----------------------|--------------------------------------------------|
+/// | `s.classify(e)`  | `std::optional<errc>` | the class of `e` when it is an error of the store's client library, by its native code; `nullopt` for any other exception; never throws |
+template <class S>
+concept classifying_store = requires(const S& s, const std::exception& e) {
+  { s.classify(e) } -> std::same_as<std::optional<errc>>;
 };
 
 /// Everything: what an adapter of a database provides.

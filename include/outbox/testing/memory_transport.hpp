@@ -27,7 +27,9 @@ struct memory_transport_options {
   /// as with a real broker). 100 microseconds is the order of a broker on loopback.
   std::chrono::microseconds confirm_latency{0};
   bool deliver = true;  ///< Queue published messages for `receive`; false = a sink (benchmarks).
-  bool record = true;   ///< Keep a copy of every published message for `wire()`.
+  /// Keep a copy of every published message for `wire()` and `redeliver` (tests). Off by
+  /// default: an embedded transport must not grow without bound.
+  bool record = false;
 };
 
 /// A broker in a box: `publish` confirms every message (after the simulated latency) and queues

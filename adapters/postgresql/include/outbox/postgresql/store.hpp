@@ -21,6 +21,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <exception>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -33,6 +35,7 @@
 #include <outbox/message.hpp>
 #include <outbox/postgresql/detail/native.hpp>
 #include <outbox/postgresql/schema.hpp>
+#include <outbox/time.hpp>
 #include <outbox/validate.hpp>
 
 namespace outbox::postgresql {
@@ -102,23 +105,73 @@ class store {
   using session_type = ::soci::session;
 
   /// A transaction on the store's session; rolls back on destruction unless committed.
+  ///
+  /// It belongs to the connection that began it: if that connection is lost (and the store
+  /// reconnects), `commit` fails instead of sending COMMIT on a new session where it would
+  /// commit nothing and report success.
   class transaction {
    public:
-    explicit transaction(store& s) : s_(&s) { s_->run("begin", [&](PGconn* c) { detail::exec(c, "BEGIN"); }); }
-    transaction(transaction&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
+    explicit transaction(store& s) : s_(&s) {
+      s_->run("begin", [&](PGconn* c) { detail::exec(c, "BEGIN"); });
+      generation_ = s_->generation_;
+    }
+    transaction(transaction&& o) noexcept
+        : s_(std::exchange(o.s_, nullptr)), generation_(o.generation_) {}
     transaction& operator=(transaction&&) = delete;
     ~transaction() {
-      if (s_ && PQstatus(s_->conn_) == CONNECTION_OK) PQclear(PQexec(s_->conn_, "ROLLBACK"));
+      if (s_ && still_ours()) PQclear(PQexec(s_->conn_, "ROLLBACK"));
     }
-    /// @throws outbox::error `transient` (connection lost: the outcome is unknown to us, but
-    ///         the inbox makes a redelivery harmless), `permanent`.
+
+    /// Commits, after checking that the transaction is the one this object began and that no
+    /// statement in it failed. A handler that caught a SQL error and carried on leaves the
+    /// transaction aborted; PostgreSQL then answers COMMIT with the tag ROLLBACK and no error,
+    /// which would report an effect as applied that was thrown away.
+    /// @throws outbox::error `transient` (the connection was lost before COMMIT: nothing was
+    ///         committed), `in_doubt` (lost during COMMIT: the inbox makes a redelivery
+    ///         harmless), `permanent` (a statement failed inside the transaction: rolled back).
     void commit() {
-      s_->run("commit", [&](PGconn* c) { detail::exec(c, "COMMIT"); });
-      s_ = nullptr;
+      store* s = std::exchange(s_, nullptr);
+      if (s->generation_ != generation_ || s->broken_ || PQstatus(s->conn_) != CONNECTION_OK) {
+        s->broken_ = true;
+        throw error(errc::transient, "postgresql", {},
+                    "commit: the connection of this transaction was lost; nothing was committed");
+      }
+      PGconn* c = s->conn_;
+      const auto status = PQtransactionStatus(c);
+      if (status != PQTRANS_INTRANS) {
+        const bool failed = status == PQTRANS_INERROR;
+        if (failed) PQclear(PQexec(c, "ROLLBACK"));
+        throw error(errc::permanent, "postgresql", {},
+                    failed ? "commit: a statement failed inside the transaction (its error was "
+                             "caught and not rethrown), so PostgreSQL rolled it back; nothing "
+                             "was committed"
+                           : "commit: no transaction is open on the session (it was ended "
+                             "behind the store's back); nothing was committed");
+      }
+      detail::result r(PQexec(c, "COMMIT"));
+      const auto rs = r.get() ? PQresultStatus(r.get()) : PGRES_FATAL_ERROR;
+      if (rs != PGRES_COMMAND_OK) {
+        if (PQstatus(c) != CONNECTION_OK) {
+          s->broken_ = true;
+          throw error(errc::in_doubt, "postgresql", {},
+                      "commit: the connection was lost during COMMIT; the outcome is unknown");
+        }
+        detail::throw_pg(c, r, "commit");  // e.g. a deferred constraint: rolled back
+      }
+      if (std::string_view(PQcmdStatus(r.get())) != "COMMIT")
+        throw error(errc::permanent, "postgresql", {},
+                    std::string("commit: the server answered ") + PQcmdStatus(r.get()) +
+                        "; nothing was committed");
     }
 
    private:
+    [[nodiscard]] bool still_ours() const noexcept {
+      return s_->generation_ == generation_ && !s_->broken_ && s_->conn_ != nullptr &&
+             PQstatus(s_->conn_) == CONNECTION_OK;
+    }
+
     store* s_;
+    std::uint64_t generation_ = 0;
   };
 
   explicit store(::soci::session& sql, store_options options = {})
@@ -130,7 +183,8 @@ class store {
   store(const store&) = delete;
   store& operator=(const store&) = delete;
   ~store() {
-    if (in_claim_ && PQstatus(conn_) == CONNECTION_OK) PQclear(PQexec(conn_, "ROLLBACK"));
+    if (in_claim_ && !broken_ && conn_ && PQstatus(conn_) == CONNECTION_OK)
+      PQclear(PQexec(conn_, "ROLLBACK"));
     ::close(wake_fd_);
   }
 
@@ -194,8 +248,49 @@ class store {
       p.add(detail::to_us(req.now)).add(static_cast<std::int64_t>(req.limit));
       auto r = detail::exec_prepared(c, "outbox_claim", p, "claim");
       batch.messages.reserve(static_cast<std::size_t>(r.rows()));
-      for (int i = 0; i < r.rows(); ++i) batch.messages.push_back(read_message(r, i));
-      if (locking && batch.messages.empty()) rollback_claim(c);  // nothing held: end it now
+      std::string bad_seqs = "{";
+      std::string bad_errors = "{";
+      for (int i = 0; i < r.rows(); ++i) {
+        std::string why;
+        message m = read_message(r, i, why);
+        if (why.empty()) {
+          batch.messages.push_back(std::move(m));
+          continue;
+        }
+        if (bad_seqs.size() > 1) {
+          bad_seqs += ',';
+          bad_errors += ',';
+        }
+        bad_seqs += std::to_string(m.sequence);
+        append_array_element(bad_errors, "unreadable row: " + why);
+      }
+      if (bad_seqs.size() > 1) {
+        // A row that cannot be read (written by another program) is dead-lettered with the
+        // reason, in the claim's transaction (locking) or fenced by the claim's token
+        // (leasing); the rest of the batch flows.
+        detail::params bad;
+        bad.add(bad_seqs + "}").add(bad_errors + "}").add(std::int64_t{locking ? 1 : 0});
+        if (locking) bad.add_null();
+        else bad.add(batch.token);
+        batch.unreadable = static_cast<std::size_t>(
+            detail::exec(c,
+                         "UPDATE outbox o SET state = 2, dead_at = now(), last_error = u.err, "
+                         "attempts = o.attempts + $3, lease_owner = NULL, lease_token = NULL "
+                         "FROM unnest($1::bigint[], $2::text[]) AS u(seq, err) "
+                         "WHERE o.seq = u.seq AND o.state = 0 "
+                         "AND ($4::bigint IS NULL OR o.lease_token = $4::bigint)",
+                         bad, "claim: dead-letter unreadable rows")
+                .affected());
+      }
+      // Nothing held: end the claim transaction now (or commit its dead letters).
+      if (locking && batch.messages.empty()) {
+        if (batch.unreadable > 0) {
+          detail::exec(c, "COMMIT");
+          in_claim_ = false;
+        } else {
+          rollback_claim(c);
+        }
+      }
       batch.sort_by_sequence();
       return batch;
     });
@@ -326,6 +421,15 @@ class store {
 
   [[nodiscard]] transaction begin() { return transaction(*this); }
 
+  /// Classifies an error of SOCI's postgresql backend (a handler's own statement) by its
+  /// SQLSTATE: 40001 and 40P01 transient, 23505 duplicate, and so on (see `detail::classify`;
+  /// `concepts::classifying_store`).
+  [[nodiscard]] std::optional<errc> classify(const std::exception& e) const {
+    if (const auto* p = dynamic_cast<const ::soci::postgresql_soci_error*>(&e))
+      return detail::classify(p->sqlstate());
+    return std::nullopt;
+  }
+
   bool record_delivery(std::string_view consumer, const uuid& id, time_point now) {
     return run("record_delivery", [&](PGconn* c) {
       auto r = detail::exec_prepared(
@@ -344,18 +448,20 @@ class store {
         detail::exec(c,
                      "INSERT INTO outbox_inbox_dead (consumer, event_id, aggregate_type, "
                      "aggregate_id, event_type, payload, headers, error, failed_at) VALUES "
-                     "($1, $2::uuid, $3, $4, $5, $6::jsonb, $7::jsonb, $8, outbox_ts($9::bigint)) "
+                     "($1, $2::uuid, $3, $4, $5, $6::bytea, $7, $8, outbox_ts($9::bigint)) "
                      "ON CONFLICT (consumer, event_id) DO UPDATE SET error = EXCLUDED.error, "
                      "failed_at = EXCLUDED.failed_at",
+                     // What a peer delivered is kept whatever it is: the payload as bytes (hex
+                     // input of bytea: exact, NUL bytes included), the texts made storable.
                      detail::params()
                          .add(consumer)
                          .add(m.id.to_string())
-                         .add(m.aggregate_type)
-                         .add(m.aggregate_id)
-                         .add(m.event_type)
-                         .add(m.payload)
-                         .add(headers_to_json(m.headers))
-                         .add(why)
+                         .add(sanitize_text(m.aggregate_type))
+                         .add(sanitize_text(m.aggregate_id))
+                         .add(sanitize_text(m.event_type))
+                         .add(bytea_hex(m.payload))
+                         .add(sanitize_text(headers_to_json(m.headers), max_dead_header_bytes))
+                         .add(sanitize_text(why))
                          .add(detail::to_us(now)),
                      "dead_letter_delivery");
         detail::exec_prepared(
@@ -407,7 +513,8 @@ class store {
       std::vector<dead_letter> out;
       for (int i = 0; i < r.rows(); ++i) {
         dead_letter d;
-        d.msg = read_message(r, i);
+        std::string why;  // listed as far as it can be read; the claim kept the reason
+        d.msg = read_message(r, i, why);
         d.last_error = r.text(i, 9);
         d.dead_at = detail::from_us(r.int64(i, 10));
         out.push_back(std::move(d));
@@ -460,6 +567,14 @@ class store {
   /// into a hash anti-join over a scan of the whole outbox (55 ms per claim of 500 on 100,000
   /// rows); as a scalar subquery it stays one index probe per candidate.
   ///
+  /// Before its LIMIT, `c` already leaves out rows behind an earlier row of their aggregate
+  /// that waits (for a retry, or under another relay's lease): otherwise a long run of such rows
+  /// fills every batch and is then filtered away, and the claim comes back empty while other
+  /// aggregates further down wait (migration 0003). That probe goes to the small partial index
+  /// `outbox_waiting_by_aggregate`, hence the literal `available_at > '-infinity'`. Under
+  /// locking, a row whose earlier row is locked by another relay's batch is still left to the
+  /// post-filter; it waits at most for that batch, and rows further down are reached.
+  ///
   /// - leasing: $1 lease expiry (us), $2 owner, $3 fencing token, $4 now (us), $5 limit; the
   ///   kept rows are stamped (expiry, owner, token, attempts + 1) and returned.
   /// - locking: $1 now (us), $2 limit; nothing is written (the row locks are the claim, and a
@@ -468,21 +583,23 @@ class store {
     const bool lease = policy == claim_policy::leasing;
     const std::string now = lease ? "$4" : "$1";
     const std::string limit = lease ? "$5" : "$2";
+    const std::string claimable =
+        " FROM outbox o WHERE o.state = 0 AND o.available_at <= outbox_ts(" + now + "::bigint)"
+        " AND (SELECT 1 FROM outbox w WHERE w.state = 0 AND w.available_at > '-infinity'"
+        " AND w.aggregate_type = o.aggregate_type AND w.aggregate_id = o.aggregate_id"
+        " AND w.seq < o.seq AND w.available_at > outbox_ts(" + now + "::bigint) LIMIT 1) IS NULL"
+        " ORDER BY o.seq LIMIT " + limit + " FOR UPDATE SKIP LOCKED";
     const std::string first_in_aggregate =
         "(SELECT p.seq FROM outbox p WHERE p.state = 0 AND p.aggregate_type = c.aggregate_type"
         " AND p.aggregate_id = c.aggregate_id AND p.seq < c.seq"
         " AND NOT EXISTS (SELECT 1 FROM c c2 WHERE c2.seq = p.seq) LIMIT 1) IS NULL";
     if (!lease)
-      return "WITH c AS (SELECT seq, event_id, aggregate_type, aggregate_id, event_type, payload,"
-             " headers, attempts, created_at FROM outbox"
-             " WHERE state = 0 AND available_at <= outbox_ts(" + now + "::bigint)"
-             " ORDER BY seq LIMIT " + limit + " FOR UPDATE SKIP LOCKED)"
+      return "WITH c AS (SELECT o.seq, o.event_id, o.aggregate_type, o.aggregate_id,"
+             " o.event_type, o.payload, o.headers, o.attempts, o.created_at" + claimable + ")"
              " SELECT c.seq, c.event_id, c.aggregate_type, c.aggregate_id, c.event_type,"
              " c.payload::text, c.headers::text, c.attempts + 1, outbox_us(c.created_at)"
              " FROM c WHERE " + first_in_aggregate;
-    return "WITH c AS (SELECT seq, aggregate_type, aggregate_id FROM outbox"
-           " WHERE state = 0 AND available_at <= outbox_ts(" + now + "::bigint)"
-           " ORDER BY seq LIMIT " + limit + " FOR UPDATE SKIP LOCKED),"
+    return "WITH c AS (SELECT o.seq, o.aggregate_type, o.aggregate_id" + claimable + "),"
            " ok AS (SELECT c.seq FROM c WHERE " + first_in_aggregate + ")"
            " UPDATE outbox o SET available_at = outbox_ts($1::bigint), lease_owner = $2,"
            " lease_token = $3, attempts = o.attempts + 1 FROM ok WHERE o.seq = ok.seq"
@@ -533,8 +650,9 @@ class store {
  private:
   /// Row `i` of a result whose first nine columns are seq, event_id, aggregate_type,
   /// aggregate_id, event_type, payload, headers, attempts, created_at (us): claim and
-  /// dead_letters both select them in this order.
-  static message read_message(const detail::result& r, int i) {
+  /// dead_letters both select them in this order. Never throws on content: what cannot be
+  /// read (a row written by another program) is left empty and `why` says what it was.
+  static message read_message(const detail::result& r, int i, std::string& why) {
     message m;
     m.sequence = r.int64(i, 0);
     m.id = uuid::parse(r.text(i, 1)).value_or(uuid{});
@@ -542,10 +660,32 @@ class store {
     m.aggregate_id = r.text(i, 3);
     m.event_type = r.text(i, 4);
     m.payload = r.text(i, 5);
-    m.headers = headers_from_json(r.text(i, 6));
+    try {
+      m.headers = headers_from_json(r.text(i, 6));
+    } catch (const error& e) {
+      why = e.what();
+    }
     m.attempts = static_cast<int>(r.int64(i, 7));
-    m.created_at = detail::from_us(r.int64(i, 8));
+    m.created_at = from_unix_clamped<std::micro>(r.int64(i, 8));
+    if (why.empty()) why = unpublishable_reason(m);
     return m;
+  }
+
+  /// Headers of a consumer's dead letter are cut to this many bytes (they came from a peer).
+  static constexpr std::size_t max_dead_header_bytes = 1 << 20;
+
+  /// `bytes` in bytea's hex input form ("\x..."): any bytes, exactly.
+  static std::string bytea_hex(std::string_view bytes) {
+    static constexpr char digits[] = "0123456789abcdef";
+    std::string out;
+    out.reserve(2 + bytes.size() * 2);
+    out += "\\x";
+    for (const char ch : bytes) {
+      const auto b = static_cast<unsigned char>(ch);
+      out += digits[b >> 4];
+      out += digits[b & 0xF];
+    }
+    return out;
   }
 
   static int kind_code(settlement::kind k) {
@@ -581,22 +721,33 @@ class store {
   }
 
   /// The connection, re-established after a loss and with its statements prepared.
+  ///
+  /// SOCI's `reconnect` closes the old backend before it opens the new one, so a reconnect
+  /// that fails (the server still away) leaves the session with no backend at all. That is
+  /// still our lost connection, not a misconfiguration: each call tries again, and fails as
+  /// `transient` until the server is back.
   PGconn* connection() {
-    PGconn* c = detail::handle(*sql_);
-    if (broken_ || PQstatus(c) != CONNECTION_OK) {
+    const bool gone = sql_->get_backend() == nullptr;
+    if (broken_ || gone || PQstatus(detail::handle(*sql_)) != CONNECTION_OK) {
+      broken_ = true;
+      in_claim_ = false;
+      listening_ = false;
+      conn_ = nullptr;  // freed by the reconnect below, whether it succeeds or not
       try {
         sql_->reconnect();
       } catch (const std::exception& e) {
-        broken_ = true;
-        throw error(errc::transient, "postgresql", {}, std::string("reconnect: ") + e.what());
+        throw error(errc::transient, "postgresql", {},
+                    std::string("reconnect: ") + sanitize_text(e.what()));
       }
-      c = detail::handle(*sql_);
       broken_ = false;
       // A new connection, even if the allocator handed back the same address: nothing of the
       // old one (prepared statements, LISTEN, an open claim) exists on it.
       prepared_ = false;
+      ++generation_;
     }
+    PGconn* c = detail::handle(*sql_);
     if (c != conn_ || !prepared_) {
+      if (c != conn_) ++generation_;
       conn_ = c;
       prepared_ = false;
       listening_ = false;
@@ -639,7 +790,8 @@ class store {
   }
 
   ::soci::session* sql_;
-  PGconn* conn_;
+  PGconn* conn_;  // the connection statements were prepared on; null while it is lost
+  std::uint64_t generation_ = 0;  // counts connections: a transaction belongs to one
   store_options options_;
   std::mt19937_64 rng_;
   int wake_fd_;

@@ -13,6 +13,8 @@
 #include <charconv>
 #include <chrono>
 #include <cstdint>
+#include <exception>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -24,6 +26,7 @@
 #include <outbox/message.hpp>
 #include <outbox/sqlite/detail/native.hpp>
 #include <outbox/sqlite/schema.hpp>
+#include <outbox/time.hpp>
 #include <outbox/validate.hpp>
 
 namespace outbox::sqlite {
@@ -178,14 +181,28 @@ class store {
         .bind(3, batch.token)
         .bind(4, now)
         .bind(5, static_cast<std::int64_t>(req.limit));
-    batch.messages.reserve(req.limit);
+    // Not reserve(req.limit): the limit is the caller's number, the rows are what exists.
+    batch.messages.reserve(std::min<std::size_t>(req.limit, 1024));
+    std::vector<std::pair<std::int64_t, std::string>> unreadable;
     try {
-      while (st.step()) batch.messages.push_back(read_message(st, /*strict_id=*/true));
+      while (st.step()) {
+        std::string why;
+        message m = read_message(st, why);
+        if (why.empty()) batch.messages.push_back(std::move(m));
+        else unreadable.emplace_back(m.sequence, std::move(why));
+      }
     } catch (...) {
       st.reset();
       throw;
     }
     st.reset();
+    // A row that cannot be read is dead-lettered in the claim's own transaction, with the
+    // reason; the rest of the batch flows.
+    for (const auto& [seq, why] : unreadable) {
+      const auto text = sanitize_text("unreadable row: " + why);
+      batch.unreadable += static_cast<std::size_t>(
+          dead_.bind(1, now).bind(2, text).bind(3, seq).bind(4, batch.token).run());
+    }
     tx.commit();
     batch.sort_by_sequence();  // RETURNING gives no order guarantee
     return batch;
@@ -256,6 +273,14 @@ class store {
     return transaction(db_);
   }
 
+  /// Classifies an error of SOCI's sqlite3 backend (a handler's own statement) by its result
+  /// code: busy or locked -> transient, and so on (`concepts::classifying_store`).
+  [[nodiscard]] std::optional<errc> classify(const std::exception& e) const noexcept {
+    if (const auto* s = dynamic_cast<const ::soci::sqlite3_soci_error*>(&e))
+      return detail::classify(s->result());
+    return std::nullopt;
+  }
+
   bool record_delivery(std::string_view consumer, const uuid& id, time_point now) {
     prepare();
     const auto text = id.to_string();
@@ -313,7 +338,8 @@ class store {
     std::vector<dead_letter> out;
     while (st.step()) {
       dead_letter d;
-      d.msg = read_message(st, /*strict_id=*/false);
+      std::string why;  // listed as far as it can be read; the claim kept the reason
+      d.msg = read_message(st, why);
       d.last_error = st.column_text(9);
       d.dead_at = detail::from_ms(st.column_int64(10));
       out.push_back(std::move(d));
@@ -365,22 +391,24 @@ class store {
  private:
   /// The current row of a statement whose first nine columns are seq, event_id, aggregate_type,
   /// aggregate_id, event_type, payload, headers, attempts, created_at (ms): claim and
-  /// dead_letters both select them in this order. `strict_id`: an event_id that is not a UUID
-  /// is an error (claim) rather than a nil id (listing for operators).
-  static message read_message(const detail::statement& st, bool strict_id) {
+  /// dead_letters both select them in this order. Never throws on content: what cannot be
+  /// read (a row written by another program) is left empty and `why` says what it was.
+  static message read_message(const detail::statement& st, std::string& why) {
     message m;
     m.sequence = st.column_int64(0);
-    const auto id = uuid::parse(st.column_view(1));
-    if (!id && strict_id)
-      throw error(errc::permanent, "sqlite", {}, "stored event_id is not a UUID");
-    m.id = id.value_or(uuid{});
+    m.id = uuid::parse(st.column_view(1)).value_or(uuid{});
     m.aggregate_type = st.column_text(2);
     m.aggregate_id = st.column_text(3);
     m.event_type = st.column_text(4);
     m.payload = st.column_text(5);
-    m.headers = headers_from_json(st.column_view(6));
+    try {
+      m.headers = headers_from_json(st.column_view(6));
+    } catch (const error& e) {
+      why = e.what();
+    }
     m.attempts = static_cast<int>(st.column_int64(7));
-    m.created_at = detail::from_ms(st.column_int64(8));
+    m.created_at = from_unix_clamped<std::milli>(st.column_int64(8));
+    if (why.empty()) why = unpublishable_reason(m);
     return m;
   }
 

@@ -22,18 +22,22 @@ namespace outbox::sqlite::detail {
 
 namespace sq = ::sqlite_api;
 
-/// Translates an sqlite3 result code into an `outbox::error`.
-[[noreturn]] inline void throw_sqlite(sq::sqlite3* db, int rc, std::string_view what) {
+/// Classifies an sqlite3 result code (primary or extended).
+inline errc classify(int rc) noexcept {
   const int primary = rc & 0xFF;
-  errc kind = errc::permanent;
   if (primary == SQLITE_BUSY || primary == SQLITE_LOCKED || primary == SQLITE_PROTOCOL ||
       primary == SQLITE_FULL || primary == SQLITE_IOERR || primary == SQLITE_NOMEM)
-    kind = errc::transient;  // may pass: lock released, disk space freed, memory available
-  else if (primary == SQLITE_READONLY || primary == SQLITE_CANTOPEN || primary == SQLITE_PERM ||
-           primary == SQLITE_AUTH || primary == SQLITE_NOTADB)
-    kind = errc::misconfigured;
-  else if (rc == SQLITE_CONSTRAINT_UNIQUE || rc == SQLITE_CONSTRAINT_PRIMARYKEY)
-    kind = errc::duplicate;
+    return errc::transient;  // may pass: lock released, disk space freed, memory available
+  if (primary == SQLITE_READONLY || primary == SQLITE_CANTOPEN || primary == SQLITE_PERM ||
+      primary == SQLITE_AUTH || primary == SQLITE_NOTADB)
+    return errc::misconfigured;
+  if (rc == SQLITE_CONSTRAINT_UNIQUE || rc == SQLITE_CONSTRAINT_PRIMARYKEY) return errc::duplicate;
+  return errc::permanent;
+}
+
+/// Translates an sqlite3 result code into an `outbox::error`.
+[[noreturn]] inline void throw_sqlite(sq::sqlite3* db, int rc, std::string_view what) {
+  const errc kind = classify(rc);
   std::string msg(what);
   msg += ": ";
   msg += db ? sq::sqlite3_errmsg(db) : sq::sqlite3_errstr(rc);
@@ -172,8 +176,17 @@ class immediate_transaction {
   ~immediate_transaction() {
     if (db_) sq::sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
   }
-  /// @throws outbox::error `transient` when the commit is refused as busy (still rolled back).
+  /// @throws outbox::error `transient` when the commit is refused as busy (still rolled back);
+  ///         `permanent` when the transaction is already gone: a statement rolled it back
+  ///         (e.g. `INSERT OR ROLLBACK`, or SQLite's own rollback on a full disk) and the caller
+  ///         carried on, so nothing it wrote since BEGIN would be committed.
   void commit() {
+    if (sq::sqlite3_get_autocommit(db_) != 0) {
+      db_ = nullptr;
+      throw error(errc::permanent, "sqlite", {},
+                  "commit: the transaction was rolled back by a failed statement before the "
+                  "commit (an error was swallowed); nothing was committed");
+    }
     exec(db_, "COMMIT");
     db_ = nullptr;
   }
