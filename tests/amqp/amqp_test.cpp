@@ -11,8 +11,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <fstream>
+#include <limits>
 #include <map>
+#include <optional>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -80,6 +84,86 @@ class frozen_broker {
   pid_t pid_;
   pid_t watchdog_ = -1;
 };
+
+/// Publishes `batch` by `pub` (bound to the fixture's exchange) and checks the rule for a message
+/// the transport cannot carry: the message at `bad` alone fails, `permanent`, its error holding
+/// each of `words` (the field, the limit); the others are confirmed and delivered; the connection
+/// is kept (the next batch goes out on it, without a reconnect).
+void only_that_message_fails(amqp_fixture& fx, outbox::amqp::publisher& pub,
+                             const std::vector<outbox::message>& batch, std::size_t bad,
+                             const std::vector<std::string>& words) {
+  pub.connect();
+  const auto connections = pub.connections();
+  const auto results = pub.publish(batch, std::chrono::steady_clock::now() + 10s);
+  BOOST_TEST_REQUIRE(results.size() == batch.size());
+  std::set<std::string> expected;
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    BOOST_TEST(results[i].id == batch[i].id);
+    if (i == bad) {
+      BOOST_TEST(!results[i].confirmed);
+      BOOST_TEST((results[i].error_class == outbox::errc::permanent), results[i].error);
+      for (const auto& w : words)
+        BOOST_TEST(results[i].error.find(w) != std::string::npos, w << ": " << results[i].error);
+    } else {
+      BOOST_TEST(results[i].confirmed, results[i].error);
+      expected.insert(batch[i].id.to_string());
+    }
+  }
+  BOOST_TEST(pub.native_handle() != nullptr);  // not dropped
+  const auto next = sample("next");
+  const auto again = pub.publish(std::span(&next, 1), std::chrono::steady_clock::now() + 10s);
+  BOOST_TEST_REQUIRE(again.size() == 1u);
+  BOOST_TEST(again[0].confirmed, again[0].error);
+  BOOST_TEST(pub.connections() == connections);  // the same connection all along
+  expected.insert(next.id.to_string());
+  std::set<std::string> got;
+  for (int i = 0; i < 50 && got.size() < expected.size(); ++i) {
+    if (auto d = fx.receiver().receive(200ms)) {
+      got.insert(d->msg.id.to_string());
+      fx.receiver().ack(*d);
+    }
+  }
+  BOOST_TEST((got == expected));
+  BOOST_TEST(!fx.receiver().receive(300ms).has_value());  // the failed one never went out
+  BOOST_TEST(fx.receiver().malformed() == 0u);
+}
+
+/// The AMQP content header's properties as the publisher fills them for `m`, in bytes: what
+/// rabbitmq-c encodes into one frame of at most frame_max - 20 bytes (frame header 7, class,
+/// weight and body size 12, frame end 1).
+std::size_t properties_bytes(const outbox::message& m) {
+  std::size_t table = 4;
+  auto entry = [&](std::size_t k, std::size_t v) { table += 1 + k + 1 + 4 + v; };
+  entry(std::string_view("aggregate_type").size(), m.aggregate_type.size());
+  entry(std::string_view("aggregate_id").size(), m.aggregate_id.size());
+  for (const auto& [k, v] : m.headers) entry(k.size(), v.size());
+  return 2 + (1 + std::string_view("application/json").size()) + table + 1 + (1 + 36) + 8 +
+         (1 + m.event_type.size());
+}
+
+/// Publishes through `admin` a delivery that is an outbox event in every way but its timestamp.
+void publish_with_timestamp(outbox::test::amqp_admin& admin, const std::string& exchange,
+                            std::uint64_t timestamp) {
+  const std::string id = outbox::make_uuid_v7().to_string();
+  amqp_table_entry_t headers[2]{};
+  headers[0].key = outbox::amqp::bytes("aggregate_type");
+  headers[0].value.kind = AMQP_FIELD_KIND_UTF8;
+  headers[0].value.value.bytes = outbox::amqp::bytes("order");
+  headers[1].key = outbox::amqp::bytes("aggregate_id");
+  headers[1].value.kind = AMQP_FIELD_KIND_UTF8;
+  headers[1].value.value.bytes = outbox::amqp::bytes("ts");
+  amqp_basic_properties_t props{};
+  props._flags = AMQP_BASIC_MESSAGE_ID_FLAG | AMQP_BASIC_TYPE_FLAG | AMQP_BASIC_HEADERS_FLAG |
+                 AMQP_BASIC_TIMESTAMP_FLAG;
+  props.message_id = outbox::amqp::bytes(id);
+  props.type = outbox::amqp::bytes("order_placed");
+  props.headers = amqp_table_t{2, headers};
+  props.timestamp = timestamp;
+  BOOST_TEST_REQUIRE(amqp_basic_publish(admin.conn().state(), outbox::amqp::connection::channel,
+                                        outbox::amqp::bytes(exchange),
+                                        outbox::amqp::bytes("order.order_placed"), 0, 0, &props,
+                                        outbox::amqp::bytes("{}")) == AMQP_STATUS_OK);
+}
 
 }  // namespace
 
@@ -386,6 +470,219 @@ BOOST_AUTO_TEST_CASE(a_missing_dead_letter_exchange_is_misconfigured) {
     BOOST_TEST((e.kind() == outbox::errc::misconfigured), e.what());
     BOOST_TEST(e.native_code() == "404");
   }
+}
+
+BOOST_AUTO_TEST_CASE(a_timestamp_beyond_the_time_range_makes_a_delivery_malformed) {
+  amqp_fixture fx;
+  outbox::test::amqp_admin admin(amqp_fixture::url());
+  // uint64 on the wire: past INT64_MAX, at INT64_MAX + 1, and a count of seconds that fits
+  // int64 but not time_point's nanoseconds (year 33658).
+  publish_with_timestamp(admin, fx.exchange(), std::numeric_limits<std::uint64_t>::max());
+  publish_with_timestamp(admin, fx.exchange(), std::uint64_t{1} << 63);
+  publish_with_timestamp(admin, fx.exchange(), 1'000'000'000'000ULL);
+  const auto m = sample("ts-ok");
+  BOOST_TEST_REQUIRE(fx.redeliver(m));
+  auto d = fx.receiver().receive(5s);
+  BOOST_TEST_REQUIRE(d.has_value());
+  BOOST_TEST(d->msg.id == m.id);  // the others are skipped, whenever they come
+  BOOST_TEST(
+      (d->msg.created_at == std::chrono::time_point_cast<std::chrono::seconds>(m.created_at)));
+  fx.receiver().ack(*d);
+  for (int i = 0; i < 25 && fx.receiver().malformed() < 3u; ++i)
+    BOOST_TEST(!fx.receiver().receive(200ms).has_value());
+  BOOST_TEST(fx.receiver().malformed() == 3u);
+  BOOST_TEST(fx.outstanding() == 0u);  // rejected, not requeued
+}
+
+BOOST_AUTO_TEST_CASE(a_created_at_before_1970_fails_only_its_message_as_permanent) {
+  amqp_fixture fx;
+  auto bad = sample("before-1970");
+  bad.created_at = outbox::time_point(std::chrono::seconds(-100));  // AMQP's timestamp: unsigned
+  only_that_message_fails(fx, fx.publisher(), {sample("first"), bad, sample("third")}, 1,
+                          {"created_at", "1970"});
+}
+
+BOOST_AUTO_TEST_CASE(a_routing_key_over_255_bytes_fails_only_its_message_as_permanent) {
+  amqp_fixture fx;
+  // <aggregate_type>.<event_type>: each within the writer's 255 bytes, together 301.
+  auto bad = sample("long-key");
+  bad.aggregate_type = std::string(200, 'a');
+  bad.event_type = std::string(100, 'e');
+  only_that_message_fails(fx, fx.publisher(), {sample("first"), bad, sample("third")}, 1,
+                          {"routing key", "301 bytes", "255"});
+  // Exactly 255 bytes is fine.
+  auto edge = sample("edge-key");
+  edge.aggregate_type = std::string(200, 'a');
+  edge.event_type = std::string(54, 'e');
+  BOOST_TEST_REQUIRE(fx.redeliver(edge));
+  auto d = fx.receiver().receive(5s);
+  BOOST_TEST_REQUIRE(d.has_value());
+  BOOST_TEST(d->msg.id == edge.id);
+  fx.receiver().ack(*d);
+  // The same from a routing_key function.
+  outbox::amqp::publisher keyed({.connection = {.url = amqp_fixture::url()},
+                                 .exchange = fx.exchange(),
+                                 .routing_key = [](const outbox::message& m) {
+                                   return m.aggregate_id == "custom" ? std::string(256, 'k')
+                                                                     : std::string("order.x");
+                                 }});
+  only_that_message_fails(fx, keyed, {sample("first"), sample("custom"), sample("third")}, 1,
+                          {"routing key", "256 bytes", "255"});
+}
+
+BOOST_AUTO_TEST_CASE(an_event_type_over_255_bytes_fails_only_its_message_as_permanent) {
+  amqp_fixture fx;
+  // A short routing key, so that only the `type` property is over the limit.
+  outbox::amqp::publisher pub({.connection = {.url = amqp_fixture::url()},
+                               .exchange = fx.exchange(),
+                               .routing_key = [](const outbox::message&) { return "order.x"; }});
+  auto bad = sample("long-type");
+  bad.event_type = std::string(300, 't');
+  only_that_message_fails(fx, pub, {sample("first"), bad, sample("third")}, 1,
+                          {"event_type", "300 bytes", "255"});
+}
+
+BOOST_AUTO_TEST_CASE(a_header_name_over_255_bytes_fails_only_its_message_as_permanent) {
+  amqp_fixture fx;
+  auto bad = sample("long-header");
+  bad.headers.emplace(std::string(300, 'h'), "v");  // a field-table key: one length byte
+  only_that_message_fails(fx, fx.publisher(), {sample("first"), bad, sample("third")}, 1,
+                          {"header name", "300 bytes", "255"});
+  // Exactly 255 bytes is carried.
+  auto edge = sample("edge-header");
+  edge.headers.emplace(std::string(255, 'h'), "v");
+  BOOST_TEST_REQUIRE(fx.redeliver(edge));
+  auto d = fx.receiver().receive(5s);
+  BOOST_TEST_REQUIRE(d.has_value());
+  BOOST_TEST(d->msg.id == edge.id);
+  BOOST_TEST((d->msg.headers == edge.headers));
+  fx.receiver().ack(*d);
+}
+
+BOOST_AUTO_TEST_CASE(headers_that_do_not_fit_in_a_frame_fail_only_their_message_as_permanent) {
+  amqp_fixture fx;
+  // The content header (properties with the headers table) is one frame: 131072 bytes here.
+  auto bad = sample("big-headers");
+  bad.headers.emplace("big", std::string(140'000, 'v'));
+  only_that_message_fails(fx, fx.publisher(), {sample("first"), bad, sample("third")}, 1,
+                          {"frame_max", "131072"});
+  // At the limit of a connection with frame_max 4096 (the broker agrees to the client's lower
+  // value): one byte less than too much is carried, one byte more fails.
+  outbox::amqp::publisher small(
+      {.connection = {.url = amqp_fixture::url(), .frame_max = 4096}, .exchange = fx.exchange()});
+  small.connect();
+  BOOST_TEST_REQUIRE(amqp_get_frame_max(small.native_handle()) == 4096);
+  auto fits = sample("fits");
+  fits.headers.emplace("pad", "");
+  fits.headers["pad"] = std::string(4096 - 20 - properties_bytes(fits), 'p');
+  BOOST_TEST_REQUIRE(properties_bytes(fits) == 4096u - 20u);
+  auto over = sample("over");
+  over.headers.emplace("pad", fits.headers["pad"] + "p");
+  only_that_message_fails(fx, small, {fits, over, sample("third")}, 1,
+                          {"frame_max", "4096", "4077 bytes"});
+}
+
+BOOST_AUTO_TEST_CASE(headers_named_cc_or_bcc_fail_only_their_message_as_permanent) {
+  amqp_fixture fx;
+  // RabbitMQ reads CC and BCC as lists of extra routing keys and closes the channel (406) for a
+  // string there: the whole batch would fail and the relay stop.
+  for (const char* name : {"CC", "BCC"}) {
+    auto bad = sample(name);
+    bad.headers.emplace(name, "order.other");
+    only_that_message_fails(fx, fx.publisher(), {sample("first"), bad, sample("third")}, 1,
+                            {name, "406"});
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_payload_over_max_message_bytes_fails_only_its_message_as_permanent) {
+  amqp_fixture fx;
+  // RabbitMQ closes the channel (406) for a body over its max_message_size (128 MiB by default);
+  // the publisher refuses it first. A small limit here, so that the test stays light.
+  auto opts = fx.publisher_options();
+  opts.max_message_bytes = 1000;
+  outbox::amqp::publisher pub(std::move(opts));
+  auto bad = sample("big-payload");
+  bad.payload = "\"" + std::string(1000, 'x') + "\"";
+  only_that_message_fails(fx, pub, {sample("first"), bad, sample("third")}, 1,
+                          {"max_message_bytes", "1002 bytes", "(1000)"});
+}
+
+BOOST_AUTO_TEST_CASE(names_in_the_options_over_255_bytes_are_misconfigured) {
+  const std::string url = amqp_fixture::url();
+  const std::string long_name(256, 'n');
+  auto refused = [](auto make, const char* field) {
+    try {
+      make();
+      BOOST_ERROR("expected misconfigured for " << field);
+    } catch (const outbox::error& e) {
+      BOOST_TEST((e.kind() == outbox::errc::misconfigured), e.what());
+      BOOST_TEST(std::string(e.what()).find(field) != std::string::npos, e.what());
+    }
+  };
+  refused([&] { outbox::amqp::publisher p({.connection = {.url = url}, .exchange = long_name}); },
+          "exchange");
+  refused(
+      [&] { outbox::amqp::publisher p({.connection = {.url = url}, .exchange_type = long_name}); },
+      "exchange_type");
+  refused([&] { outbox::amqp::receiver r({.connection = {.url = url}, .queue = long_name}); },
+          "queue");
+  refused(
+      [&] {
+        outbox::amqp::receiver r(
+            {.connection = {.url = url}, .queue = "q", .binding_key = long_name});
+      },
+      "binding_key");
+  refused(
+      [&] {
+        outbox::amqp::receiver r(
+            {.connection = {.url = url}, .queue = "q", .dead_letter_exchange = long_name});
+      },
+      "dead_letter_exchange");
+}
+
+BOOST_AUTO_TEST_CASE(destroying_connections_to_a_frozen_broker_returns_promptly) {
+  const pid_t pid = broker_pid();
+  BOOST_TEST_REQUIRE(pid > 0,
+                     "needs the RabbitMQ node of scripts/services.sh (OUTBOX_SERVICES_DIR)");
+  amqp_fixture fx;
+  // The default rpc_timeout (10 s for each RPC of a polite close), and none at all.
+  std::optional<outbox::amqp::publisher> pub(std::in_place, fx.publisher_options());
+  pub->connect();
+  auto forever = fx.receiver_options();
+  forever.connection.rpc_timeout = 0ms;
+  std::optional<outbox::amqp::receiver> rcv(std::in_place, forever);
+  rcv->connect();
+  std::optional<outbox::test::amqp_admin> admin(std::in_place, forever.connection);
+  auto destroy = [](auto& object) {
+    const auto t0 = std::chrono::steady_clock::now();
+    object.reset();
+    return std::chrono::steady_clock::now() - t0;
+  };
+  {
+    frozen_broker frozen(pid);
+    // Generous bounds (close_timeout is 1 s; the machine is noisy): without one, each took 10 s
+    // per RPC (channel.close, connection.close), or until the broker thawed.
+    const auto ms = [](auto d) {
+      return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+    };
+    const auto p = destroy(pub);
+    BOOST_TEST((p < 5s), "publisher: " << ms(p) << " ms");
+    const auto r = destroy(rcv);
+    BOOST_TEST((r < 5s), "receiver without rpc_timeout: " << ms(r) << " ms");
+    const auto a = destroy(admin);
+    BOOST_TEST((a < 5s), "connection without rpc_timeout: " << ms(a) << " ms");
+  }
+  // Thawed: the broker is usable again (the fixture cleans up after it).
+  bool confirmed = false;
+  for (int attempt = 0; attempt < 20 && !confirmed; ++attempt) {
+    try {
+      confirmed = fx.redeliver(sample("thawed"));
+    } catch (const outbox::error& e) {
+      BOOST_TEST_REQUIRE((e.kind() == outbox::errc::transient), e.what());
+    }
+    if (!confirmed) std::this_thread::sleep_for(250ms);
+  }
+  BOOST_TEST(confirmed);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

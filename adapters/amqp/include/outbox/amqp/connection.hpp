@@ -8,7 +8,9 @@
 #include <poll.h>
 #include <sys/time.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -36,6 +38,21 @@ inline amqp_bytes_t bytes(std::string_view s) noexcept {
 /// AMQP bytes as a string (copied).
 inline std::string to_string(amqp_bytes_t b) {
   return b.len == 0 ? std::string() : std::string(static_cast<const char*>(b.bytes), b.len);
+}
+
+/// The longest AMQP short string: routing keys, exchange and queue names, the `type`,
+/// `message_id` and `content_type` properties, field-table keys (header names). Its length is one
+/// byte on the wire; rabbitmq-c refuses longer values in methods and properties, and truncates
+/// the length of a longer table key (a malformed frame, the broker closes the connection).
+inline constexpr std::size_t max_short_string = 255;
+
+/// Refuses an option that goes on the wire as a short string when it is longer than one can be.
+/// @throws outbox::error `misconfigured`, naming `option`.
+inline void require_short_string(std::string_view value, const char* option) {
+  if (value.size() > max_short_string)
+    throw error(errc::misconfigured, "amqp", {},
+                std::string(option) + " is " + std::to_string(value.size()) +
+                    " bytes: AMQP carries at most " + std::to_string(max_short_string));
 }
 
 /// How an AMQP reply code is handled: access refused, not found, precondition failed, command
@@ -136,6 +153,11 @@ struct connection_options {
   /// (a relay may idle between batches; a dead connection shows as a publish without confirms,
   /// which drops it).
   std::optional<std::chrono::seconds> heartbeat{};
+  /// The polite close (connection.close, which closes the channel with it, and the broker's
+  /// close-ok) when a connection is closed or destroyed: at most this long, and never longer than
+  /// `rpc_timeout` when that is set; the socket is closed after it whatever the broker did. 0: no
+  /// handshake, the socket is just closed (the broker logs an abrupt close).
+  std::chrono::milliseconds close_timeout{1000};
   tls_options tls{};  ///< Used by amqps:// URLs only (set with an amqp:// URL: `misconfigured`).
   int frame_max = 131072;
 };
@@ -170,6 +192,7 @@ class connection {
     if (endpoint_.host.empty())
       throw error(errc::misconfigured, "amqp", {}, "the amqp:// URL names no host");
   }
+  /// Closes politely, within `connection_options::close_timeout` (see `close`).
   ~connection() { close(); }
   connection(const connection&) = delete;
   connection& operator=(const connection&) = delete;
@@ -275,11 +298,20 @@ class connection {
     throw error(kind, "amqp", native, what + " (" + endpoint_.redacted + ")");
   }
 
-  /// Closes politely (channel, connection), ignoring failures.
+  /// Closes politely, within `close_timeout`, ignoring failures. (A connection known to be broken
+  /// was dropped when the failure was seen: it has nothing left to close.)
   void close() noexcept {
     if (!state_) return;
-    amqp_channel_close(state_, channel, AMQP_REPLY_SUCCESS);
-    amqp_connection_close(state_, AMQP_REPLY_SUCCESS);
+    std::chrono::milliseconds wait = options_.close_timeout;
+    if (options_.rpc_timeout.count() > 0) wait = std::min(wait, options_.rpc_timeout);
+    if (wait.count() > 0) {
+      // A broker that stopped answering must not hold a destructor for the RPC timeout (or
+      // forever, with none): the close gets its own short deadline, for the write and the reply.
+      // connection.close closes channel 1 too: one round trip, not two.
+      const timeval tv = to_timeval(wait);
+      if (amqp_set_rpc_timeout(state_, &tv) == AMQP_STATUS_OK)
+        (void)amqp_connection_close(state_, AMQP_REPLY_SUCCESS);
+    }
     drop();
   }
   /// Forgets the connection at once (after a failure: no handshake).

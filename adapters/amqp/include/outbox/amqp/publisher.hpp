@@ -11,8 +11,10 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <ratio>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -21,12 +23,15 @@
 #include <outbox/amqp/connection.hpp>
 #include <outbox/concepts/transport.hpp>
 #include <outbox/message.hpp>
+#include <outbox/time.hpp>
 
 namespace outbox::amqp {
 
 /// Header names the transport itself uses in the AMQP headers table.
 inline constexpr std::string_view aggregate_type_header = "aggregate_type";
 inline constexpr std::string_view aggregate_id_header = "aggregate_id";
+/// The `content_type` property of every message.
+inline constexpr std::string_view payload_content_type = "application/json";
 
 /// Options of a publisher. Fill with designated initialisers.
 struct publisher_options {
@@ -40,6 +45,10 @@ struct publisher_options {
   std::function<std::string(const message&)> routing_key{};
   /// Publishing this many messages without reading, it reads the confirms that came in.
   std::size_t drain_every = 256;
+  /// The largest payload sent, in bytes; a larger one is that message's `permanent` failure.
+  /// RabbitMQ closes the channel (406) for a body over its `max_message_size` (128 MiB unless
+  /// configured), which would fail the whole batch: set this to the broker's value if it is lower.
+  std::size_t max_message_bytes = 128 * 1024 * 1024;
 };
 
 /// A `concepts::transport` over AMQP 0-9-1. `publish` puts the whole batch on the wire
@@ -48,7 +57,10 @@ struct publisher_options {
 /// an ack = confirmed; a nack = `transient` failure; a message returned as unroutable (RabbitMQ
 /// sends basic.return before the basic.ack of the same delivery tag) = `transient` failure with
 /// the reply code (the relay retries it, then dead-letters it). A lost connection fails the
-/// messages still unconfirmed (`transient`); the next `publish` reconnects.
+/// messages still unconfirmed (`transient`); the next `publish` reconnects. A message that AMQP
+/// cannot carry (a routing key, `type` or header name over 255 bytes, headers that do not fit in
+/// a frame, see `unsendable`) is that message's `permanent` failure, found before any byte of it
+/// is written: the rest of the batch goes out on the same connection.
 ///
 /// Threading: one connection, not thread-safe; use it from one thread (or behind a lock).
 class publisher {
@@ -61,6 +73,8 @@ class publisher {
       throw error(errc::misconfigured, "amqp", {},
                   "publisher_options.exchange must not be empty (the default exchange cannot "
                   "route by <aggregate_type>.<event_type>)");
+    require_short_string(options_.exchange, "publisher_options.exchange");
+    require_short_string(options_.exchange_type, "publisher_options.exchange_type");
   }
 
   publisher(const publisher&) = delete;
@@ -97,16 +111,17 @@ class publisher {
     }
     std::string key;
     std::vector<amqp_table_entry_t> entries;
+    const auto frame_max = static_cast<std::size_t>(amqp_get_frame_max(conn_.state()));
     std::size_t sent = 0;
     for (; sent < batch.size(); ++sent) {
       const message& m = batch[sent];
-      if (m.headers.contains(aggregate_type_header) || m.headers.contains(aggregate_id_header)) {
+      key = options_.routing_key ? options_.routing_key(m) : m.aggregate_type + "." + m.event_type;
+      if (std::string why = unsendable(m, key, frame_max); !why.empty()) {
         results[sent].error_class = errc::permanent;
-        results[sent].error = "a user header is named aggregate_type or aggregate_id";
+        results[sent].error = std::move(why);
         continue;
       }
       const std::string id = m.id.to_string();
-      key = options_.routing_key ? options_.routing_key(m) : m.aggregate_type + "." + m.event_type;
       entries.clear();
       entries.push_back(utf8_entry(aggregate_type_header, m.aggregate_type));
       entries.push_back(utf8_entry(aggregate_id_header, m.aggregate_id));
@@ -115,13 +130,12 @@ class publisher {
       props._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG |
                      AMQP_BASIC_MESSAGE_ID_FLAG | AMQP_BASIC_TYPE_FLAG | AMQP_BASIC_HEADERS_FLAG |
                      AMQP_BASIC_TIMESTAMP_FLAG;
-      props.content_type = bytes("application/json");
+      props.content_type = bytes(payload_content_type);
       props.delivery_mode = 2;  // persistent
       props.message_id = bytes(id);
       props.type = bytes(m.event_type);
-      props.timestamp = static_cast<std::uint64_t>(
-          std::chrono::duration_cast<std::chrono::seconds>(m.created_at.time_since_epoch())
-              .count());
+      // Not before 1970: `unsendable` checked it (AMQP's timestamp is unsigned).
+      props.timestamp = static_cast<std::uint64_t>(to_unix<std::ratio<1>>(m.created_at));
       props.headers.num_entries = static_cast<int>(entries.size());
       props.headers.entries = entries.data();
       // rabbitmq-c writes without a time limit: a broker that stops reading (an alarm, frozen,
@@ -134,6 +148,14 @@ class publisher {
           amqp_basic_publish(conn_.state(), connection::channel, bytes(options_.exchange),
                              bytes(key), 1, 0, &props, bytes(m.payload));
       if (rc != AMQP_STATUS_OK) {
+        if (rc == AMQP_STATUS_BAD_AMQP_DATA || rc == AMQP_STATUS_TABLE_TOO_BIG) {
+          // rabbitmq-c could not encode this message after all (`unsendable` should have said
+          // so): it is this message's failure. Its basic.publish may already be on the wire
+          // without its content, so the connection cannot be used any further.
+          results[sent].error_class = errc::permanent;
+          results[sent].error =
+              std::string("rabbitmq-c cannot encode this message: ") + amqp_error_string2(rc);
+        }
         lost(results, std::string("publish failed: ") + amqp_error_string2(rc));
         return results;
       }
@@ -156,6 +178,62 @@ class publisher {
   }
 
  private:
+  /// Why `m` (with routing key `key`) cannot be carried on a connection of `frame_max`; empty when
+  /// it can. Checked before any byte of it is written, since rabbitmq-c refuses a short string
+  /// over 255 bytes (in a property only after the basic.publish method went out: the connection is
+  /// then unusable), truncates the length byte of a longer header name (a malformed frame: the
+  /// broker closes the connection with 541), and fails a content header larger than a frame.
+  [[nodiscard]] std::string unsendable(const message& m, std::string_view key,
+                                       std::size_t frame_max) const {
+    const auto too_long = [](const std::string& what, std::size_t size) {
+      return what + " is " + std::to_string(size) + " bytes: over AMQP's limit of " +
+             std::to_string(max_short_string) + " for a short string";
+    };
+    if (key.size() > max_short_string)
+      return too_long(options_.routing_key ? "the routing key (publisher_options::routing_key)"
+                                           : "the routing key <aggregate_type>.<event_type>",
+                      key.size());
+    if (m.event_type.size() > max_short_string)
+      return too_long("event_type (the `type` property)", m.event_type.size());
+    if (m.headers.contains(aggregate_type_header) || m.headers.contains(aggregate_id_header))
+      return "a user header is named aggregate_type or aggregate_id";
+    if (m.headers.contains("CC") || m.headers.contains("BCC"))
+      return "a header is named CC or BCC: RabbitMQ reads those as lists of extra routing keys and "
+             "closes the channel for a string (406)";
+    // Each header is a table entry: name (short string), kind, long string (4-byte length).
+    const auto entry_bytes = [](std::string_view k, std::string_view v) {
+      return 1 + k.size() + 1 + 4 + v.size();
+    };
+    std::size_t table = 4 + entry_bytes(aggregate_type_header, m.aggregate_type) +
+                        entry_bytes(aggregate_id_header, m.aggregate_id);
+    for (const auto& [k, v] : m.headers) {
+      if (k.size() > max_short_string) {
+        std::size_t cut = std::min<std::size_t>(k.size(), 32);
+        while (cut > 0 && (static_cast<unsigned char>(k[cut]) & 0xC0) == 0x80) --cut;  // UTF-8
+        return too_long("the header name \"" + k.substr(0, cut) + "...\"", k.size());
+      }
+      table += entry_bytes(k, v);
+    }
+    if (to_unix<std::ratio<1>>(m.created_at) < 0)
+      return "created_at is before 1970: the AMQP timestamp property (unsigned seconds since "
+             "1970) cannot carry it";
+    if (m.payload.size() > options_.max_message_bytes)
+      return "the payload is " + std::to_string(m.payload.size()) +
+             " bytes: over publisher_options::max_message_bytes (" +
+             std::to_string(options_.max_message_bytes) + ")";
+    // The content header is one frame: 7 bytes of frame header, 12 of class, weight and body
+    // size, the properties (flags, then content_type, headers, delivery_mode, message_id (a UUID:
+    // 36 bytes), timestamp, type, in wire order), 1 frame-end byte.
+    const std::size_t properties = 2 + (1 + payload_content_type.size()) + table + 1 + (1 + 36) +
+                                   8 + (1 + m.event_type.size());
+    if (properties + 20 > frame_max)
+      return "the properties with the headers take " + std::to_string(properties) +
+             " bytes: over what one content header frame holds (" + std::to_string(frame_max - 20) +
+             " of the connection's frame_max " + std::to_string(frame_max) +
+             "; header names and values, aggregate_type, aggregate_id and event_type count)";
+    return {};
+  }
+
   static amqp_table_entry_t utf8_entry(std::string_view k, std::string_view v) {
     amqp_table_entry_t e{};
     e.key = bytes(k);

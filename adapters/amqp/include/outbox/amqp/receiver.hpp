@@ -5,7 +5,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <optional>
+#include <ratio>
 #include <string>
 #include <string_view>
 #include <unordered_set>
@@ -15,6 +17,7 @@
 #include <outbox/amqp/publisher.hpp>
 #include <outbox/concepts/transport.hpp>
 #include <outbox/message.hpp>
+#include <outbox/time.hpp>
 #include <outbox/uuid.hpp>
 
 namespace outbox::amqp {
@@ -29,7 +32,10 @@ struct receiver_options {
   std::string exchange = "outbox";      ///< Bound to when `declare_queue`.
   std::string exchange_type = "topic";  ///< Declared (durable) when `declare_queue`.
   std::string binding_key = "#";        ///< `#`: every event of the exchange.
-  std::uint16_t prefetch = 100;         ///< basic.qos: unacknowledged deliveries held at most.
+  /// basic.qos: unacknowledged deliveries held at most. Above 1 (or with several consumers on
+  /// the queue) a delivery nacked for a retry can be overtaken by a later event of its aggregate
+  /// already delivered: for strict per-aggregate order, 1 and one consumer per queue.
+  std::uint16_t prefetch = 100;
   /// The queue's `x-dead-letter-exchange`, where RabbitMQ sends what is nacked without requeue
   /// (malformed deliveries; failed ones with `consumer_options::dead_letters = transport`);
   /// empty: they are dropped. It must exist when the receiver connects (a passive declare;
@@ -46,7 +52,8 @@ struct receiver_options {
 /// aggregate_id, the other string headers as headers (except the broker's dead-lettering
 /// headers `x-death`, `x-first-death-*`, `x-last-death-*`), body = payload); `redelivered` is the
 /// broker's flag. A malformed delivery (no valid message_id, missing aggregate headers, a
-/// non-string header) is rejected without requeue and counted (`malformed()`).
+/// non-string header, a timestamp outside what `time_point` represents) is rejected without
+/// requeue and counted (`malformed()`).
 /// `ack` = basic.ack, `nack(requeue)` = basic.nack. A lost connection is `transient`; the next
 /// `receive` reconnects, and the broker redelivers what was not acknowledged (acks of deliveries
 /// from the old connection are ignored: their tags died with it).
@@ -61,6 +68,11 @@ class receiver {
       throw error(errc::misconfigured, "amqp", {}, "receiver_options.queue must not be empty");
     if (options_.prefetch == 0)
       throw error(errc::misconfigured, "amqp", {}, "receiver_options.prefetch must be > 0");
+    require_short_string(options_.queue, "receiver_options.queue");
+    require_short_string(options_.exchange, "receiver_options.exchange");
+    require_short_string(options_.exchange_type, "receiver_options.exchange_type");
+    require_short_string(options_.binding_key, "receiver_options.binding_key");
+    require_short_string(options_.dead_letter_exchange, "receiver_options.dead_letter_exchange");
   }
   receiver(const receiver&) = delete;
   receiver& operator=(const receiver&) = delete;
@@ -157,7 +169,8 @@ class receiver {
   /// Connections opened so far.
   [[nodiscard]] std::uint64_t connections() const noexcept { return conn_.generation(); }
 
-  /// Parses an AMQP message into `m`; false when it is not an outbox event.
+  /// Parses an AMQP message into `m`; false when it is not an outbox event (or carries a
+  /// timestamp that `time_point` cannot represent: any publisher can put any uint64 there).
   static bool parse(const amqp_message_t& in, message& m) {
     const amqp_basic_properties_t& p = in.properties;
     if (!(p._flags & AMQP_BASIC_MESSAGE_ID_FLAG) || !(p._flags & AMQP_BASIC_TYPE_FLAG) ||
@@ -189,8 +202,13 @@ class receiver {
     }
     if (!has_type || !has_id || m.aggregate_type.empty() || m.aggregate_id.empty()) return false;
     m.payload = to_string(in.body);
-    if (p._flags & AMQP_BASIC_TIMESTAMP_FLAG)
-      m.created_at = time_point(std::chrono::seconds(static_cast<std::int64_t>(p.timestamp)));
+    if (p._flags & AMQP_BASIC_TIMESTAMP_FLAG) {
+      if (p.timestamp > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+        return false;
+      const auto t = from_unix<std::ratio<1>>(static_cast<std::int64_t>(p.timestamp));
+      if (!t) return false;
+      m.created_at = *t;
+    }
     return true;
   }
 
