@@ -1,8 +1,11 @@
 // End-to-end: the SQLite store with the ZeroMQ transport (relay and consumer on real sockets),
-// plus a consumer that dies between its commit and its ack.
+// plus a consumer that dies between its commit and its ack, and a relay running while no
+// consumer is connected.
 #define BOOST_TEST_MODULE zeromq end to end
 #include <boost/test/unit_test.hpp>
 
+#include <optional>
+#include <thread>
 #include <tuple>
 
 #include "../support/combo.hpp"
@@ -81,6 +84,75 @@ BOOST_AUTO_TEST_CASE(
   BOOST_TEST(w.count("SELECT count(*) FROM applied WHERE event_id = '" + id.to_string() + "'") ==
              1);
   BOOST_TEST(w.app_store->stats(w.clock.now()).pending == 0);
+}
+
+BOOST_AUTO_TEST_CASE(a_consumer_outage_spends_no_attempts_and_everything_is_applied_after_it) {
+  outbox::test::sqlite_fixture db;
+  auto app_sql = db.open_session();
+  auto app_store = db.make_store(*app_sql);
+  auto relay_sql = db.open_session();
+  auto relay_store = db.make_store(*relay_sql);
+  auto consumer_sql = db.open_session();
+  auto consumer_store = db.make_store(*consumer_sql);
+  outbox::writer<outbox::sqlite::store> writer(*app_store);
+  constexpr int events = 5;
+  for (int i = 0; i < events; ++i) {
+    auto tx = outbox::test::sqlite_fixture::begin(*app_sql);
+    writer.enqueue(*app_sql,
+                   outbox::event{"order", "outage-" + std::to_string(i), "order_placed", "{}", {}});
+    tx->commit();
+  }
+
+  outbox::zeromq::publisher pub({.endpoint = "tcp://127.0.0.1:*"});
+  // Four attempts and an event is dead: a relay that spent one per publish with nobody there
+  // would dead-letter everything within about 1.5 s (4 x 300 ms + backoff).
+  constexpr outbox::exponential_backoff retry{
+      .initial = 20ms, .multiplier = 2.0, .max_delay = 100ms, .jitter = 0, .max_attempts = 4};
+  outbox::relay relay(
+      *relay_store, pub,
+      {.lease = 5s, .publish_timeout = 300ms, .idle_poll_min = 5ms, .idle_poll_max = 50ms}, retry);
+  std::optional<outbox::zeromq::receiver> rcv;
+  std::optional<outbox::consumer<outbox::sqlite::store, outbox::zeromq::receiver>> shipping;
+  std::jthread relay_thread([&](std::stop_token st) { relay.run(st); });
+
+  // The outage: no consumer for well over max_attempts publish attempts.
+  std::this_thread::sleep_for(2500ms);
+  BOOST_TEST(relay.stats().errors >= 4u);  // publish gave up on the consumer, transiently
+  BOOST_TEST(relay.stats().retried == 0u);
+  BOOST_TEST(relay.stats().dead_lettered == 0u);
+  BOOST_TEST(app_store->stats(outbox::system_clock{}.now()).dead == 0);
+
+  // The consumer comes (back): everything is applied, once, and nothing was dead-lettered.
+  rcv.emplace(outbox::zeromq::receiver_options{.endpoint = pub.endpoint(), .name = "back"});
+  shipping.emplace(
+      *consumer_store, *rcv,
+      [](soci::session& sql, const outbox::message& m) {
+        outbox::test::sqlite_fixture::record_applied(sql, "shipping", m.id.to_string(),
+                                                     m.aggregate_id);
+      },
+      outbox::consumer_options{.name = "shipping", .poll_timeout = 50ms});
+  {
+    std::jthread consumer_thread([&](std::stop_token st) { shipping->run(st); });
+    const auto applied = [&] {
+      return outbox::test::sqlite_fixture::count(*app_sql, "SELECT count(*) FROM applied");
+    };
+    for (int i = 0; i < 1000 && (applied() < events || relay.stats().published < events); ++i)
+      std::this_thread::sleep_for(10ms);
+    relay_thread.request_stop();
+    relay_thread.join();
+  }
+  BOOST_TEST(outbox::test::sqlite_fixture::count(*app_sql, "SELECT count(*) FROM applied") ==
+             events);
+  BOOST_TEST(outbox::test::sqlite_fixture::count(
+                 *app_sql, "SELECT count(DISTINCT event_id) FROM applied") == events);
+  BOOST_TEST(relay.stats().published == static_cast<std::uint64_t>(events));
+  BOOST_TEST(relay.stats().dead_lettered == 0u);
+  const auto s = app_store->stats(outbox::system_clock{}.now());
+  BOOST_TEST(s.pending == 0);
+  BOOST_TEST(s.dead == 0);
+  BOOST_TEST(app_store->dead_letters(10).empty());
+  BOOST_TEST(outbox::test::sqlite_fixture::count(*app_sql, "SELECT max(attempts) FROM outbox") <
+             retry.max_attempts);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

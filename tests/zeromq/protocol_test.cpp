@@ -17,6 +17,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include <outbox/time.hpp>
 #include <outbox/zeromq/zeromq.hpp>
 
 namespace zq = outbox::zeromq;
@@ -56,6 +57,41 @@ template <class Pred, class Step>
 bool eventually(Pred pred, Step step) {
   for (int i = 0; i < 500 && !pred(); ++i) step();
   return pred();
+}
+
+/// The next message a raw relay socket receives from a receiver whose command is `command`
+/// (HELLOs and LIMITs, which a receiver sends on its own, are skipped); frames include the
+/// routing id. Empty when none came within ~10 s.
+std::vector<zmq::message_t> await_command(zmq::socket_t& relay, std::string_view command) {
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  std::vector<zmq::message_t> in;
+  while (std::chrono::steady_clock::now() < until) {
+    zmq::pollitem_t item{relay.handle(), 0, ZMQ_POLLIN, 0};
+    zmq::poll(&item, 1, 50ms);
+    in.clear();
+    if (!zmq::recv_multipart(relay, std::back_inserter(in), zmq::recv_flags::dontwait)) continue;
+    if (in.size() >= 3 && in[2].to_string_view() == command) return in;
+  }
+  return {};
+}
+
+/// A raw relay (ROUTER) with one receiver connected to it: the receiver's routing id, read from
+/// its first HELLO.
+std::string await_hello(zmq::socket_t& relay) {
+  const auto hello = await_command(relay, "HELLO");
+  BOOST_TEST_REQUIRE(hello.size() == 5u);
+  return hello[0].to_string();
+}
+
+/// Acks on its own thread every event `r` receives, until stopped; counts them in `n` if given.
+std::jthread acker(zq::receiver& r, std::atomic<std::size_t>* n = nullptr) {
+  return std::jthread([&r, n](std::stop_token st) {
+    while (!st.stop_requested())
+      if (auto d = r.receive(20ms)) {
+        r.ack(*d);
+        if (n) ++*n;
+      }
+  });
 }
 
 }  // namespace
@@ -158,7 +194,13 @@ BOOST_AUTO_TEST_CASE(the_consumer_counts_and_drops_malformed_events) {
   relay.bind("tcp://127.0.0.1:*");
   zq::receiver rcv({.endpoint = relay.get(zmq::sockopt::last_endpoint), .max_frame_bytes = 1024});
   std::vector<zmq::message_t> in;
-  BOOST_TEST_REQUIRE(zmq::recv_multipart(relay, std::back_inserter(in)).has_value());  // HELLO
+  // LIMIT (the receiver's max_frame_bytes), then HELLO.
+  BOOST_TEST_REQUIRE(zmq::recv_multipart(relay, std::back_inserter(in)).has_value());
+  BOOST_TEST_REQUIRE(in.size() == 4u);
+  BOOST_TEST(in[2].to_string() == "LIMIT");
+  BOOST_TEST(in[3].to_string() == "1024");
+  in.clear();
+  BOOST_TEST_REQUIRE(zmq::recv_multipart(relay, std::back_inserter(in)).has_value());
   BOOST_TEST_REQUIRE(in.size() == 5u);
   BOOST_TEST(in[2].to_string() == "HELLO");
   const std::string rid = in[0].to_string();
@@ -201,20 +243,23 @@ BOOST_AUTO_TEST_CASE(the_consumer_counts_and_drops_malformed_events) {
   BOOST_TEST(s.received == 1u);
   BOOST_TEST(rcv.held() == 1u);
 
-  // Its ack goes back, and only its ack (hellos may come in between).
+  // The events refused for their content with a readable id are nacked, in order (the relay
+  // fails them at once); the others (frame count, version, id, direction) are only dropped. Then
+  // its ack goes back, and nothing else (hellos and limits may come in between).
   rcv.ack(*d);
-  bool acked = false;
-  for (int i = 0; i < 100 && !acked; ++i) {
+  const std::vector<std::pair<std::string, outbox::uuid>> expected = {
+      {"NACK", ms[2].id}, {"NACK", ms[3].id}, {"NACK", ms[5].id}, {"ACK", ms[7].id}};
+  std::size_t seen = 0;
+  for (int i = 0; i < 100 && seen < expected.size(); ++i) {
     in.clear();
     if (!zmq::recv_multipart(relay, std::back_inserter(in))) break;
-    if (in.size() == 4 && in[2].to_string() == "ACK") {
-      acked = true;
-      BOOST_TEST(in[3].to_string() == id_bytes(ms[7].id));
-    } else {
-      BOOST_TEST(in[2].to_string() == "HELLO");
-    }
+    const auto cmd = in[2].to_string();
+    if (cmd == "HELLO" || cmd == "LIMIT") continue;
+    BOOST_TEST(cmd == expected[seen].first);
+    BOOST_TEST(in[3].to_string() == id_bytes(expected[seen].second));
+    ++seen;
   }
-  BOOST_TEST(acked);
+  BOOST_TEST(seen == expected.size());
   BOOST_TEST(rcv.held() == 0u);
 }
 
@@ -406,15 +451,247 @@ BOOST_AUTO_TEST_CASE(a_bad_endpoint_is_misconfigured_and_an_address_in_use_is_tr
   }
 }
 
-BOOST_AUTO_TEST_CASE(with_no_consumer_publish_returns_transient_failures_by_the_deadline) {
+BOOST_AUTO_TEST_CASE(
+    with_no_consumer_publish_throws_transient_by_the_deadline_and_fails_no_message) {
+  // Nobody to receive is back-pressure, not a failure of these messages: a throw makes the relay
+  // release the batch without counting an attempt (results would count one each).
   zq::publisher pub({.endpoint = "tcp://127.0.0.1:*"});
   const auto batch = transport_conformance::make_messages(2);
-  const auto r = pub.publish(batch, std::chrono::steady_clock::now() + 50ms);
-  BOOST_TEST_REQUIRE(r.size() == 2u);
-  for (const auto& x : r) {
-    BOOST_TEST(!x.confirmed);
-    BOOST_TEST((x.error_class == outbox::errc::transient));
+  try {
+    const auto r = pub.publish(batch, std::chrono::steady_clock::now() + 50ms);
+    BOOST_ERROR("publish returned " << r.size() << " results with no consumer connected");
+  } catch (const outbox::error& e) {
+    BOOST_TEST((e.kind() == outbox::errc::transient));
+    BOOST_TEST(e.adapter() == "zeromq");
+    BOOST_TEST(std::string(e.what()).find("no consumer") != std::string::npos, e.what());
   }
+  BOOST_TEST(pub.stats().sent == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_hello_with_an_empty_consumer_name_is_refused_as_bad_field) {
+  zq::publisher pub({.endpoint = "tcp://127.0.0.1:*"});
+  zmq::context_t ctx;
+  zmq::socket_t nameless(ctx, zmq::socket_type::dealer);
+  nameless.set(zmq::sockopt::linger, 0);
+  nameless.connect(pub.endpoint());
+  send_raw(nameless, {"outbox.zmq/1", "HELLO", "10", ""});
+  BOOST_TEST_REQUIRE(eventually([&] { return pub.stats().rejected() + pub.consumers() >= 1; },
+                                [&] { pub.poll(20ms); }));
+  BOOST_TEST(pub.stats().bad_field == 1u);
+  BOOST_TEST(pub.consumers() == 0u);
+
+  // A real consumer beside it gets the whole batch; the nameless peer is never served, so it
+  // cannot confirm events it never applied.
+  zq::receiver good({.endpoint = pub.endpoint(), .name = "good"});
+  BOOST_TEST_REQUIRE(eventually([&] { return pub.consumers() >= 1; }, [&] { pub.poll(20ms); }));
+  const auto batch = transport_conformance::make_messages(6);
+  std::vector<outbox::publish_result> results;
+  {
+    const auto a = acker(good);
+    results = pub.publish(batch, std::chrono::steady_clock::now() + 10s);
+  }
+  BOOST_TEST_REQUIRE(results.size() == batch.size());
+  for (const auto& r : results) BOOST_TEST(r.confirmed);
+  std::vector<zmq::message_t> in;
+  BOOST_TEST(!zmq::recv_multipart(nameless, std::back_inserter(in), zmq::recv_flags::dontwait));
+  BOOST_TEST(pub.consumers() == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(a_hello_with_an_over_long_consumer_name_is_refused_as_bad_field) {
+  zq::publisher pub({.endpoint = "tcp://127.0.0.1:*"});
+  zmq::context_t ctx;
+  zmq::socket_t raw(ctx, zmq::socket_type::dealer);
+  raw.set(zmq::sockopt::linger, 0);
+  raw.connect(pub.endpoint());
+  send_raw(raw, {"outbox.zmq/1", "HELLO", "10", std::string(256, 'n')});  // valid UTF-8
+  BOOST_TEST_REQUIRE(
+      eventually([&] { return pub.stats().rejected() >= 1; }, [&] { pub.poll(20ms); }));
+  BOOST_TEST(pub.stats().bad_field == 1u);
+  BOOST_TEST(pub.stats().bad_utf8 == 0u);
+  BOOST_TEST(pub.consumers() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(an_event_with_a_created_at_out_of_range_is_refused_as_bad_field_and_nacked) {
+  zmq::context_t ctx;
+  zmq::socket_t relay(ctx, zmq::socket_type::router);
+  relay.set(zmq::sockopt::linger, 0);
+  relay.bind("tcp://127.0.0.1:*");
+  zq::receiver rcv({.endpoint = relay.get(zmq::sockopt::last_endpoint)});
+  const std::string rid = await_hello(relay);
+
+  // Unix ms that time_point (64-bit nanoseconds) cannot hold: converting them naively is signed
+  // overflow.
+  const std::vector<std::string> out_of_range = {"9223372036854775807", "-9223372036854775808",
+                                                 "9223372036855", "-9223372036855"};
+  const auto ms = transport_conformance::make_messages(static_cast<int>(out_of_range.size()) + 1);
+  for (std::size_t i = 0; i < out_of_range.size(); ++i) {
+    auto f = event_frames(ms[i]);
+    f[9] = out_of_range[i];
+    send_raw(relay, f, &rid);
+  }
+  auto f = event_frames(ms.back());
+  f[9] = "1700000000123";
+  send_raw(relay, f, &rid);
+
+  auto d = rcv.receive(10s);
+  BOOST_TEST_REQUIRE(d.has_value());
+  BOOST_TEST(d->msg.id == ms.back().id);
+  BOOST_TEST((d->msg.created_at == outbox::from_unix<std::milli>(1700000000123)));
+  BOOST_TEST(!rcv.receive(50ms).has_value());
+  BOOST_TEST(rcv.stats().bad_field == out_of_range.size());
+  BOOST_TEST(rcv.stats().received == 1u);
+  BOOST_TEST(rcv.held() == 1u);
+
+  // Each refused event is nacked by its id, so the relay fails it at once (permanent: it will
+  // never be accepted) instead of waiting out its deadline and retrying it.
+  for (std::size_t i = 0; i < out_of_range.size(); ++i) {
+    const auto nack = await_command(relay, "NACK");
+    BOOST_TEST_REQUIRE(nack.size() == 5u);
+    BOOST_TEST(nack[3].to_string() == id_bytes(ms[i].id));
+    BOOST_TEST(nack[4].to_string().find("created_at") != std::string::npos, nack[4].to_string());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(refuses_to_send_an_event_whose_created_at_the_wire_cannot_carry) {
+  zq::publisher pub({.endpoint = "tcp://127.0.0.1:*"});
+  zq::receiver rcv({.endpoint = pub.endpoint()});
+  BOOST_TEST_REQUIRE(eventually([&] { return pub.consumers() == 1; }, [&] { pub.poll(20ms); }));
+  auto batch = transport_conformance::make_messages(3);
+  batch[1].created_at = outbox::time_point::max();  // what a clamped read of a bad row gives
+  std::vector<outbox::publish_result> results;
+  {
+    const auto a = acker(rcv);
+    results = pub.publish(batch, std::chrono::steady_clock::now() + 10s);
+  }
+  BOOST_TEST_REQUIRE(results.size() == batch.size());
+  for (const auto& r : results) {
+    if (r.id == batch[1].id) {
+      BOOST_TEST(!r.confirmed);
+      BOOST_TEST((r.error_class == outbox::errc::permanent));
+      BOOST_TEST(r.error.find("created_at") != std::string::npos, r.error);
+    } else {
+      BOOST_TEST(r.confirmed);
+    }
+  }
+  BOOST_TEST(pub.stats().sent == 2u);
+  BOOST_TEST(rcv.stats().rejected() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(an_event_over_the_consumers_frame_limit_fails_alone_and_at_once_as_permanent) {
+  // The publisher's own limit is 2 MiB; the consumer announces 1 KiB. The event it cannot take
+  // is that event's permanent failure, found before sending; the rest of the batch is confirmed.
+  zq::publisher pub({.endpoint = "tcp://127.0.0.1:*"});
+  zq::receiver small({.endpoint = pub.endpoint(), .name = "small", .max_frame_bytes = 1024});
+  BOOST_TEST_REQUIRE(eventually([&] { return pub.consumers() == 1; }, [&] { pub.poll(20ms); }));
+  auto batch = transport_conformance::make_messages(3);
+  batch[1].payload = "\"" + std::string(4096, 'x') + "\"";
+  std::vector<outbox::publish_result> results;
+  {
+    const auto a = acker(small);
+    // The deadline is far: without the limit the event would be dropped unacked and only this
+    // deadline would fail it (transient, retried until dead-lettered).
+    results = pub.publish(batch, std::chrono::steady_clock::now() + 5s);
+  }
+  BOOST_TEST_REQUIRE(results.size() == batch.size());
+  for (const auto& r : results) {
+    if (r.id == batch[1].id) {
+      BOOST_TEST(!r.confirmed);
+      BOOST_TEST((r.error_class == outbox::errc::permanent));
+      BOOST_TEST(r.error.find("max_frame_bytes") != std::string::npos, r.error);
+    } else {
+      BOOST_TEST(r.confirmed);
+    }
+  }
+  BOOST_TEST(pub.stats().sent == 2u);  // never sent
+  BOOST_TEST(small.stats().oversized == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(an_event_too_big_for_one_consumer_goes_to_one_with_room_for_it) {
+  zq::publisher pub({.endpoint = "tcp://127.0.0.1:*"});
+  zq::receiver small({.endpoint = pub.endpoint(), .name = "small", .max_frame_bytes = 1024});
+  zq::receiver large({.endpoint = pub.endpoint(), .name = "large"});
+  BOOST_TEST_REQUIRE(eventually([&] { return pub.consumers() == 2; }, [&] { pub.poll(20ms); }));
+  auto batch = transport_conformance::make_messages(4);
+  for (auto& m : batch) m.payload = "\"" + std::string(4096, 'x') + "\"";
+  std::vector<outbox::publish_result> results;
+  std::atomic<std::size_t> by_small{0}, by_large{0};
+  {
+    const auto a = acker(small, &by_small);
+    const auto b = acker(large, &by_large);
+    results = pub.publish(batch, std::chrono::steady_clock::now() + 10s);
+  }
+  BOOST_TEST_REQUIRE(results.size() == batch.size());
+  for (const auto& r : results) BOOST_TEST(r.confirmed);
+  BOOST_TEST(by_small == 0u);
+  BOOST_TEST(by_large == batch.size());
+  BOOST_TEST(small.stats().oversized == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(an_oversized_event_is_nacked_by_id_so_the_relay_fails_it_at_once) {
+  // A relay that does not know the consumer's limit (one that ignores LIMIT) sends it anyway;
+  // the consumer refuses it by id instead of dropping it silently.
+  zmq::context_t ctx;
+  zmq::socket_t relay(ctx, zmq::socket_type::router);
+  relay.set(zmq::sockopt::linger, 0);
+  relay.bind("tcp://127.0.0.1:*");
+  zq::receiver rcv({.endpoint = relay.get(zmq::sockopt::last_endpoint), .max_frame_bytes = 1024});
+  const std::string rid = await_hello(relay);
+  const auto ms = transport_conformance::make_messages(2);
+  auto f = event_frames(ms[0]);
+  f[7] = "\"" + std::string(2000, 'x') + "\"";
+  send_raw(relay, f, &rid);
+  send_raw(relay, event_frames(ms[1]), &rid);
+  auto d = rcv.receive(10s);
+  BOOST_TEST_REQUIRE(d.has_value());
+  BOOST_TEST(d->msg.id == ms[1].id);
+  BOOST_TEST(rcv.stats().oversized == 1u);
+  const auto nack = await_command(relay, "NACK");
+  BOOST_TEST_REQUIRE(nack.size() == 5u);
+  BOOST_TEST(nack[3].to_string() == id_bytes(ms[0].id));
+  BOOST_TEST(nack[4].to_string().find("max_frame_bytes") != std::string::npos, nack[4].to_string());
+}
+
+BOOST_AUTO_TEST_CASE(a_consumer_that_announces_no_limit_is_served_as_before) {
+  // A receiver of an earlier version sends HELLO only: the publisher's own limit applies.
+  zq::publisher pub({.endpoint = "tcp://127.0.0.1:*"});
+  zmq::context_t ctx;
+  zmq::socket_t old(ctx, zmq::socket_type::dealer);
+  old.set(zmq::sockopt::linger, 0);
+  old.set(zmq::sockopt::rcvtimeo, 10'000);
+  old.connect(pub.endpoint());
+  send_raw(old, {"outbox.zmq/1", "HELLO", "10", "old"});
+  BOOST_TEST_REQUIRE(eventually([&] { return pub.consumers() == 1; }, [&] { pub.poll(20ms); }));
+  auto batch = transport_conformance::make_messages(2);
+  batch[0].payload = "\"" + std::string(4096, 'x') + "\"";
+  std::vector<outbox::publish_result> results;
+  {
+    std::jthread consumer([&] {
+      for (std::size_t n = 0; n < batch.size(); ++n) {
+        std::vector<zmq::message_t> in;
+        if (!zmq::recv_multipart(old, std::back_inserter(in)) || in.size() != 11u) return;
+        send_raw(old, {"outbox.zmq/1", "ACK", in[2].to_string()});
+      }
+    });
+    results = pub.publish(batch, std::chrono::steady_clock::now() + 10s);
+  }
+  BOOST_TEST_REQUIRE(results.size() == batch.size());
+  for (const auto& r : results) BOOST_TEST(r.confirmed);
+}
+
+BOOST_AUTO_TEST_CASE(a_limit_announcement_with_a_bad_value_is_refused_as_bad_field) {
+  zq::publisher pub({.endpoint = "tcp://127.0.0.1:*"});
+  zmq::context_t ctx;
+  zmq::socket_t raw(ctx, zmq::socket_type::dealer);
+  raw.set(zmq::sockopt::linger, 0);
+  raw.connect(pub.endpoint());
+  send_raw(raw, {"outbox.zmq/1", "LIMIT", "0"});
+  send_raw(raw, {"outbox.zmq/1", "LIMIT", "-1"});
+  send_raw(raw, {"outbox.zmq/1", "LIMIT", "lots"});
+  send_raw(raw, {"outbox.zmq/1", "LIMIT"});
+  BOOST_TEST_REQUIRE(
+      eventually([&] { return pub.stats().rejected() >= 4; }, [&] { pub.poll(20ms); }));
+  BOOST_TEST(pub.stats().bad_field == 3u);
+  BOOST_TEST(pub.stats().bad_frame_count == 1u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

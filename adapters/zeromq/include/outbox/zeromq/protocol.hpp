@@ -2,12 +2,24 @@
 /// @file
 /// The wire protocol of the ZeroMQ transport (version 1), its validation, counters, CURVE keys and
 /// the translation of libzmq errors. See adapters/zeromq/README.md for the protocol description.
+///
+/// Additions within version 1 (each one ignored, as an unknown command or as before, by a peer
+/// that predates it, so either side may be upgraded first):
+/// - `LIMIT` (consumer -> relay): the receiver's `max_frame_bytes`, sent before each HELLO; the
+///   publisher fails an event that consumer cannot take as `permanent` before sending it (an
+///   earlier publisher counts LIMIT as `bad_field` and drops it).
+/// - A receiver NACKs an EVENT it refuses for its content (a frame over its limit, bad UTF-8, a
+///   bad field such as a `created_at` out of range) when its id frame is readable, so the
+///   publisher fails that event at once (`permanent`) instead of at its deadline. An EVENT with
+///   the wrong frame count or version is still dropped without a NACK (its layout is unknown).
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <ratio>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,6 +29,7 @@
 
 #include <outbox/error.hpp>
 #include <outbox/message.hpp>
+#include <outbox/time.hpp>
 #include <outbox/uuid.hpp>
 #include <outbox/validate.hpp>
 
@@ -32,6 +45,8 @@ inline constexpr std::string_view hello = "HELLO";  ///< consumer -> relay, 4 fr
 inline constexpr std::string_view ack = "ACK";      ///< consumer -> relay, 3 frames
 inline constexpr std::string_view nack = "NACK";    ///< consumer -> relay, 4 frames
 inline constexpr std::string_view ping = "PING";    ///< relay -> consumer, 2 frames (liveness)
+/// consumer -> relay, 3 frames: the receiver's `max_frame_bytes`, sent right before each HELLO.
+inline constexpr std::string_view limit = "LIMIT";
 }  // namespace command
 
 /// Frame counts per command (excluding the routing id a ROUTER prepends).
@@ -40,9 +55,14 @@ inline constexpr std::size_t hello_frames = 4;
 inline constexpr std::size_t ack_frames = 3;
 inline constexpr std::size_t nack_frames = 4;
 inline constexpr std::size_t ping_frames = 2;
+inline constexpr std::size_t limit_frames = 3;
+
+/// The longest consumer name a HELLO may carry (bytes; an empty name is refused too).
+inline constexpr std::size_t max_name_bytes = 255;
 
 /// Counters of one side of the protocol. Every rejected message is counted under exactly one
-/// reason and then dropped: it never crashes the peer and never confirms anything.
+/// reason and then dropped (a receiver NACKs a refused EVENT whose id it can read): it never
+/// crashes the peer and never confirms anything.
 struct wire_stats {
   std::uint64_t sent = 0;             ///< Protocol messages sent (events, or acks/nacks/hellos).
   std::uint64_t received = 0;         ///< Well-formed protocol messages received.
@@ -50,7 +70,7 @@ struct wire_stats {
   std::uint64_t bad_version = 0;      ///< Frame 0 is not `protocol_version`.
   std::uint64_t oversized = 0;        ///< A frame over `max_frame_bytes`.
   std::uint64_t bad_utf8 = 0;         ///< A name, header or payload that is not valid UTF-8.
-  std::uint64_t bad_field = 0;        ///< Unknown command, id not 16 bytes, bad number, bad JSON.
+  std::uint64_t bad_field = 0;        ///< Unknown command, bad id, number, name or JSON.
   std::uint64_t unknown_acks = 0;     ///< Ack/nack for an id not in flight to that peer.
   std::uint64_t unroutable = 0;       ///< Publisher: a peer that vanished (ROUTER_MANDATORY).
   std::uint64_t denied = 0;           ///< Publisher: a CURVE client key not on the allow list.
@@ -114,8 +134,10 @@ inline std::string_view view(const zmq::message_t& m) noexcept {
   return {static_cast<const char*>(m.data()), m.size()};
 }
 
-inline std::int64_t to_unix_ms(time_point t) noexcept {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+/// True when `t` survives the wire: `created_at` travels as Unix ms, and the receiver refuses a
+/// count that `time_point` cannot hold (`from_unix`), which includes the last ms of its range.
+inline bool wire_carries(time_point t) noexcept {
+  return from_unix<std::milli>(to_unix<std::milli>(t)).has_value();
 }
 
 inline std::optional<std::int64_t> parse_int(std::string_view s) noexcept {
@@ -152,17 +174,16 @@ inline frames encode_event(const message& m) {
   f.push_back(text_frame(headers_to_json(m.headers)));
   f.push_back(text_frame(m.payload));
   f.push_back(text_frame(std::to_string(m.attempts)));
-  f.push_back(text_frame(std::to_string(to_unix_ms(m.created_at))));
+  f.push_back(text_frame(std::to_string(to_unix<std::milli>(m.created_at))));
   f.push_back(text_frame(std::to_string(m.sequence)));
   return f;
 }
 
-/// The largest frame an encoded message would have (to refuse it before sending).
-inline std::size_t largest_frame(const message& m) {
-  std::size_t h = 2;
-  for (const auto& [k, v] : m.headers) h += k.size() + v.size() + 8;
-  return std::max(
-      {m.payload.size(), m.aggregate_type.size(), m.aggregate_id.size(), m.event_type.size(), h});
+/// The largest frame of `f` (an encoded message, to compare with a peer's limit before sending).
+inline std::size_t largest_frame(const frames& f) noexcept {
+  std::size_t n = 0;
+  for (const auto& part : f) n = std::max(n, part.size());
+  return n;
 }
 
 /// The outcome of checking frames 0 and 1 and the frame sizes of a received message.
@@ -211,30 +232,50 @@ inline verdict check_envelope(const frames& f, std::size_t first, std::size_t ma
     want = nack_frames;
   else if (cmd == command::ping)
     want = ping_frames;
+  else if (cmd == command::limit)
+    want = limit_frames;
   else
     return verdict::bad_field;
   return f.size() - first == want ? verdict::ok : verdict::bad_frame_count;
 }
 
+/// A name (aggregate_type, aggregate_id, event_type, consumer name): 1..255 bytes of UTF-8. Empty
+/// or too long is a bad field, whatever the bytes; only a name of a valid length is `bad_utf8`.
 inline verdict check_name(std::string_view s) {
-  if (s.empty() || s.size() > 255) return verdict::bad_field;
+  if (s.empty() || s.size() > max_name_bytes) return verdict::bad_field;
   return is_valid_utf8(s) ? verdict::ok : verdict::bad_utf8;
 }
 
-/// Decodes a checked EVENT (frames after any routing id; `f.size() == event_frames`).
-inline verdict decode_event(const frames& f, message& out) {
+/// Decodes a checked EVENT (frames after any routing id; `f.size() == event_frames`). On a
+/// refusal `why` names the offending frame (for the NACK's reason).
+inline verdict decode_event(const frames& f, message& out, std::string_view& why) {
+  static constexpr std::string_view names[] = {"aggregate_type", "aggregate_id", "event_type"};
   const auto id = parse_id(view(f[2]));
+  why = "id";
   if (!id) return verdict::bad_field;
-  for (std::size_t i = 3; i <= 5; ++i)
+  for (std::size_t i = 3; i <= 5; ++i) {
+    why = names[i - 3];
     if (auto v = check_name(view(f[i])); v != verdict::ok) return v;
+  }
   const auto headers = view(f[6]);
   const auto payload = view(f[7]);
-  if (!is_valid_utf8(headers) || !is_valid_utf8(payload)) return verdict::bad_utf8;
+  why = "headers";
+  if (!is_valid_utf8(headers)) return verdict::bad_utf8;
+  why = "payload";
+  if (!is_valid_utf8(payload)) return verdict::bad_utf8;
   const auto attempts = parse_int(view(f[8]));
+  why = "attempts";
+  if (!attempts || *attempts < 0 || *attempts > 1'000'000) return verdict::bad_field;
+  // Unix ms from the wire: range-checked, since a count beyond what time_point (64-bit ns)
+  // holds would be signed overflow in the conversion.
   const auto created = parse_int(view(f[9]));
+  const auto created_at = created ? from_unix<std::milli>(*created) : std::nullopt;
+  why = "created_at";
+  if (!created_at) return verdict::bad_field;
   const auto seq = parse_int(view(f[10]));
-  if (!attempts || !created || !seq || *attempts < 0 || *attempts > 1'000'000)
-    return verdict::bad_field;
+  why = "sequence";
+  if (!seq) return verdict::bad_field;
+  why = "headers";
   try {
     out.headers = headers_from_json(headers);
   } catch (const std::exception&) {
@@ -242,15 +283,25 @@ inline verdict decode_event(const frames& f, message& out) {
   }
   for (const auto& [k, v] : out.headers)
     if (k.empty()) return verdict::bad_field;
+  why = {};
   out.id = *id;
   out.aggregate_type = view(f[3]);
   out.aggregate_id = view(f[4]);
   out.event_type = view(f[5]);
   out.payload = payload;
   out.attempts = static_cast<int>(*attempts);
-  out.created_at = time_point(std::chrono::milliseconds(*created));
+  out.created_at = *created_at;
   out.sequence = *seq;
   return verdict::ok;
+}
+
+/// The id of an EVENT refused for its content, when the receiver can NACK it: the envelope is an
+/// EVENT of this version with the right frame count and a readable id (frames without a routing
+/// id). A message with another layout has no id one could trust: `nullopt`.
+inline std::optional<uuid> refusable_event_id(const frames& f) noexcept {
+  if (f.size() != event_frames || view(f[0]) != protocol_version || view(f[1]) != command::event)
+    return std::nullopt;
+  return parse_id(view(f[2]));
 }
 
 /// Sends `f` (optionally after a routing id) as one multipart message. Returns false when the

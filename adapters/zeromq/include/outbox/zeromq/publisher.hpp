@@ -103,11 +103,16 @@ class publisher {
   publisher(const publisher&) = delete;
   publisher& operator=(const publisher&) = delete;
 
-  /// Sends every message of `batch` in order, each to a consumer with credit (messages of one
-  /// aggregate to the same consumer), then waits until `until` for the consumers' acks.
-  /// Returns a confirmed result per acked message; a failed one per nacked (permanent), refused
-  /// (oversized: permanent) or unacknowledged message (transient).
-  /// @throws outbox::error (`transient`) when the socket itself fails.
+  /// Sends every message of `batch` in order, each to a consumer with credit that can take it
+  /// (messages of one aggregate to the same consumer), then waits until `until` for the
+  /// consumers' acks. Returns a confirmed result per acked message; a failed one per nacked
+  /// (permanent), refused (permanent: a frame over `max_frame_bytes` or over what every connected
+  /// consumer announced, a `created_at` the wire cannot carry) or unacknowledged message
+  /// (transient).
+  /// @throws outbox::error `transient` when nothing could be sent by `until` because no consumer
+  ///         was connected (or none had credit): back-pressure, not a failure of the messages,
+  ///         so the relay releases the batch without counting an attempt; `transient` too when
+  ///         the socket itself fails.
   std::vector<publish_result> publish(std::span<const message> batch,
                                       std::chrono::steady_clock::time_point until) {
     std::vector<publish_result> results;
@@ -116,26 +121,42 @@ class publisher {
     pending_.clear();
     pending_.reserve(batch.size());
     std::unordered_map<std::string, std::string> sticky;  // aggregate -> routing id
-    std::unordered_map<std::string, bool> lost;           // aggregates whose consumer vanished
+    // Aggregates whose remaining messages wait for the next call (their consumer vanished, or
+    // cannot take the next one), with the reason: sending them elsewhere could reorder them.
+    std::unordered_map<std::string, std::string> held;
     std::size_t settled = 0;  // acked or nacked (or failed by a probe) so far
     auto next_probe = std::chrono::steady_clock::now() + options_.probe_interval;
+    std::size_t i = 0;
     try {
       service(std::chrono::milliseconds(0));
-      std::size_t i = 0;
+      std::optional<detail::frames> encoded;  // batch[i], encoded once per send attempt
+      std::size_t largest = 0;                // its largest frame
+      const auto refuse = [&](std::string why) {
+        results.push_back({batch[i].id, false, errc::permanent, std::move(why)});
+        encoded.reset();
+        ++i;
+      };
       while (i < batch.size()) {
         const message& m = batch[i];
-        if (detail::largest_frame(m) > options_.max_frame_bytes) {
-          results.push_back({m.id, false, errc::permanent,
-                             "zeromq: a frame exceeds max_frame_bytes (" +
-                                 std::to_string(options_.max_frame_bytes) + ")"});
-          ++i;
+        if (!encoded) {
+          if (!detail::wire_carries(m.created_at)) {
+            refuse(
+                "zeromq: created_at is outside what the wire carries (Unix ms within +-292 "
+                "years of 1970)");
+            continue;
+          }
+          encoded = detail::encode_event(m);
+          largest = detail::largest_frame(*encoded);
+        }
+        if (largest > options_.max_frame_bytes) {
+          refuse("zeromq: a frame exceeds max_frame_bytes (" +
+                 std::to_string(options_.max_frame_bytes) + ")");
           continue;
         }
         std::string key = m.aggregate_type + '\0' + m.aggregate_id;
-        if (lost.contains(key)) {  // an earlier message of it went to a vanished consumer
-          results.push_back(
-              {m.id, false, errc::transient,
-               "zeromq: the consumer of an earlier event of this aggregate vanished"});
+        if (auto h = held.find(key); h != held.end()) {
+          results.push_back({m.id, false, errc::transient, h->second});
+          encoded.reset();
           ++i;
           continue;
         }
@@ -143,12 +164,26 @@ class publisher {
         if (auto s = sticky.find(key); s != sticky.end()) {
           p = find_peer(s->second);
           if (p == nullptr) {
-            lost.emplace(key, true);
+            held.emplace(std::move(key),
+                         "zeromq: the consumer of an earlier event of this aggregate vanished");
+            continue;
+          }
+          if (!p->carries(largest)) {
+            held.emplace(std::move(key),
+                         "zeromq: the consumer of an earlier event of this aggregate announced a "
+                         "smaller max_frame_bytes (" +
+                             std::to_string(p->max_frame) + ") than this event needs");
             continue;
           }
           if (p->credit <= 0) p = nullptr;
         } else {
-          p = next_peer();
+          if (const auto room = largest_room(); room && largest > *room) {
+            refuse("zeromq: a frame of " + std::to_string(largest) +
+                   " bytes exceeds the max_frame_bytes of every connected consumer (largest " +
+                   std::to_string(*room) + ")");
+            continue;
+          }
+          p = next_peer(largest);
         }
         if (p == nullptr) {
           const auto now = std::chrono::steady_clock::now();
@@ -164,17 +199,18 @@ class publisher {
                              &results);
           continue;
         }
-        auto frames = detail::encode_event(m);
         const std::string rid = p->routing_id;
         bool sent = false;
         try {
-          sent = detail::send_frames(router_, frames, &rid);
+          sent = detail::send_frames(router_, *encoded, &rid);
         } catch (const zmq::error_t& e) {
           if (e.num() != EHOSTUNREACH) throw;
           ++stats_.unroutable;
           drop_peer(rid);
+          encoded.reset();
           continue;  // the same message, to another consumer
         }
+        encoded.reset();
         if (!sent) {  // its pipe is full: no credit until it acks something
           p->credit = 0;
           continue;
@@ -184,6 +220,14 @@ class publisher {
         sticky.emplace(std::move(key), rid);
         pending_.emplace(m.id, inflight{rid, false});
         ++i;
+      }
+      if (i < batch.size() && pending_.empty()) {
+        // Nothing went on the wire: nobody is there to receive. Failing the messages would spend
+        // an attempt each, and a consumer outage would dead-letter the backlog; a throw makes the
+        // relay release the batch as it is and back off, as for a broker that is down.
+        throw error(errc::transient, "zeromq", {},
+                    peers_.empty() ? "publish: no consumer connected by the deadline"
+                                   : "publish: no consumer had credit by the deadline");
       }
       for (std::size_t k = i; k < batch.size(); ++k)
         results.push_back({batch[k].id, false, errc::transient,
@@ -239,6 +283,13 @@ class publisher {
     std::string name;
     int window = 0;
     int credit = 0;
+    /// The receiver's `max_frame_bytes` (LIMIT); 0 = not announced (a receiver that predates
+    /// LIMIT): only the publisher's own limit applies, and the receiver drops what it refuses.
+    std::size_t max_frame = 0;
+
+    [[nodiscard]] bool carries(std::size_t frame_bytes) const noexcept {
+      return max_frame == 0 || frame_bytes <= max_frame;
+    }
   };
   struct inflight {
     std::string routing_id;
@@ -253,16 +304,27 @@ class publisher {
   void drop_peer(const std::string& rid) {
     std::erase_if(peers_, [&](const peer& p) { return p.routing_id == rid; });
   }
-  /// Round robin among consumers with credit.
-  peer* next_peer() {
+  /// Round robin among consumers with credit that can take a frame of `frame_bytes`.
+  peer* next_peer(std::size_t frame_bytes) {
     for (std::size_t k = 0; k < peers_.size(); ++k) {
       peer& p = peers_[(next_ + k) % peers_.size()];
-      if (p.credit > 0) {
+      if (p.credit > 0 && p.carries(frame_bytes)) {
         next_ = (next_ + k + 1) % peers_.size();
         return &p;
       }
     }
     return nullptr;
+  }
+  /// The largest frame some connected consumer takes: `nullopt` when there is no consumer or
+  /// one announced no limit (nothing to refuse up front).
+  std::optional<std::size_t> largest_room() const noexcept {
+    if (peers_.empty()) return std::nullopt;
+    std::size_t room = 0;
+    for (const auto& p : peers_) {
+      if (p.max_frame == 0) return std::nullopt;
+      room = std::max(room, p.max_frame);
+    }
+    return room;
   }
 
   /// Waits up to `timeout` for input, then handles everything available. Returns how many
@@ -295,6 +357,21 @@ class publisher {
       return 0;
     }
     const std::string rid(detail::view(f[0]));
+    if (cmd == command::limit) {
+      const auto bytes = detail::parse_int(detail::view(f[3]));
+      if (!bytes || *bytes < 1) {
+        ++stats_.bad_field;
+        return 0;
+      }
+      ++stats_.received;
+      if (peer* p = find_peer(rid)) {
+        p->max_frame = static_cast<std::size_t>(*bytes);
+      } else {  // sent before the HELLO it belongs to; bounded, as anyone may send it
+        if (announced_limits_.size() >= max_announced_limits) announced_limits_.clear();
+        announced_limits_.insert_or_assign(rid, static_cast<std::size_t>(*bytes));
+      }
+      return 0;
+    }
     if (cmd == command::hello) {
       const auto credit = detail::parse_int(detail::view(f[3]));
       const auto name = detail::view(f[4]);
@@ -302,8 +379,10 @@ class publisher {
         ++stats_.bad_field;
         return 0;
       }
-      if (name.size() > 255 || !is_valid_utf8(name)) {
-        ++stats_.bad_utf8;
+      // The README promises this: an empty or over-long name is a bad field (a nameless peer
+      // must not be served), a name of a valid length that is not UTF-8 is bad_utf8.
+      if (const auto v = detail::check_name(name); v != detail::verdict::ok) {
+        detail::count(stats_, v);
         return 0;
       }
       ++stats_.received;
@@ -313,8 +392,12 @@ class publisher {
         p->window = static_cast<int>(*credit);
         p->name = name;
       } else {
-        peers_.push_back(
-            peer{rid, std::string(name), static_cast<int>(*credit), static_cast<int>(*credit)});
+        peer fresh{rid, std::string(name), static_cast<int>(*credit), static_cast<int>(*credit)};
+        if (auto l = announced_limits_.find(rid); l != announced_limits_.end()) {
+          fresh.max_frame = l->second;
+          announced_limits_.erase(l);
+        }
+        peers_.push_back(std::move(fresh));
       }
       return 0;
     }
@@ -414,6 +497,9 @@ class publisher {
   std::optional<zmq::socket_t> zap_;
   std::string endpoint_;
   std::vector<peer> peers_;
+  /// LIMITs of peers whose HELLO has not been read yet (routing id -> max_frame_bytes).
+  static constexpr std::size_t max_announced_limits = 1024;
+  std::unordered_map<std::string, std::size_t> announced_limits_;
   std::size_t next_ = 0;
   std::unordered_map<uuid, inflight> pending_;
   wire_stats stats_;

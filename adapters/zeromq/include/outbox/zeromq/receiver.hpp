@@ -1,8 +1,9 @@
 #pragma once
 /// @file
 /// `outbox::zeromq::receiver`: the consumer's side of the ZeroMQ transport. A DEALER socket that
-/// announces itself with a credit window (HELLO), receives EVENTs and acknowledges each one
-/// (ACK) when the consumer calls `ack`, which `outbox::consumer` does after its commit.
+/// announces its frame limit (LIMIT) and itself with a credit window (HELLO), receives EVENTs and
+/// acknowledges each one (ACK) when the consumer calls `ack`, which `outbox::consumer` does after
+/// its commit. An EVENT it refuses for its content is NACKed by id.
 
 #include <chrono>
 #include <cstddef>
@@ -31,11 +32,13 @@ struct curve_client {
 
 /// Options of a receiver. Fill with designated initialisers.
 struct receiver_options {
-  std::string endpoint{};                         ///< The publisher's endpoint.
-  bool bind = false;                              ///< Connect (default), or bind.
-  std::string name = "consumer";                  ///< Announced in HELLO (for operators).
-  std::uint32_t credit = 1000;                    ///< Deliveries held unacknowledged at most.
-  std::size_t max_frame_bytes = 2u << 20;         ///< Larger frames are refused and counted.
+  std::string endpoint{};         ///< The publisher's endpoint.
+  bool bind = false;              ///< Connect (default), or bind.
+  std::string name = "consumer";  ///< Announced in HELLO (1..255 bytes, UTF-8).
+  std::uint32_t credit = 1000;    ///< Deliveries held unacknowledged at most.
+  /// Larger frames are refused and counted. Announced to the publisher (LIMIT), which then fails
+  /// an event this consumer cannot take as `permanent` instead of sending it.
+  std::size_t max_frame_bytes = 2u << 20;
   std::chrono::milliseconds hello_interval{500};  ///< Re-announce while idle (relay restarts).
   std::chrono::milliseconds send_timeout{1000};   ///< For acks when the relay is slow to read.
   std::optional<curve_client> curve{};            ///< Authenticate and encrypt (CURVE).
@@ -57,9 +60,12 @@ class receiver {
       : options_(std::move(options)), dealer_(ctx_, zmq::socket_type::dealer) {
     if (options_.credit == 0 || options_.credit > 1'000'000)
       throw error(errc::misconfigured, "zeromq", {}, "receiver_options.credit must be 1..1000000");
-    if (options_.name.empty() || options_.name.size() > 255 || !is_valid_utf8(options_.name))
+    if (detail::check_name(options_.name) != detail::verdict::ok)
       throw error(errc::misconfigured, "zeromq", {},
                   "receiver_options.name must be 1..255 bytes of UTF-8");
+    if (options_.max_frame_bytes == 0)  // it is announced, and a LIMIT of 0 is refused
+      throw error(errc::misconfigured, "zeromq", {},
+                  "receiver_options.max_frame_bytes must be > 0");
     try {
       dealer_.set(zmq::sockopt::linger, 0);
       dealer_.set(zmq::sockopt::routing_id, "c-" + make_uuid_v7().to_string());
@@ -88,7 +94,9 @@ class receiver {
   receiver(const receiver&) = delete;
   receiver& operator=(const receiver&) = delete;
 
-  /// The next delivery, or `nullopt` after `timeout`. Malformed messages are counted and skipped.
+  /// The next delivery, or `nullopt` after `timeout`. Malformed messages are counted and skipped;
+  /// an EVENT refused for its content whose id is readable is NACKed, so the relay fails it at
+  /// once (see protocol.hpp).
   /// @throws outbox::error (`transient`) when the socket fails.
   std::optional<delivery> receive(std::chrono::milliseconds timeout) {
     if (!requeued_.empty()) {
@@ -150,6 +158,12 @@ class receiver {
 
  private:
   void hello() {
+    // LIMIT first, so the publisher knows it when the HELLO makes this consumer eligible (one
+    // pipe: the order holds). A publisher that predates LIMIT counts it as bad_field.
+    detail::frames limit;
+    limit.push_back(detail::text_frame(protocol_version));
+    limit.push_back(detail::text_frame(command::limit));
+    limit.push_back(detail::text_frame(std::to_string(options_.max_frame_bytes)));
     detail::frames f;
     f.push_back(detail::text_frame(protocol_version));
     f.push_back(detail::text_frame(command::hello));
@@ -160,6 +174,8 @@ class receiver {
     zmq::pollitem_t item{dealer_.handle(), 0, ZMQ_POLLOUT, 0};
     zmq::poll(&item, 1, std::chrono::milliseconds(0));
     if ((item.revents & ZMQ_POLLOUT) == 0) return;
+    if (!detail::send_frames(dealer_, limit)) return;
+    ++stats_.sent;
     if (detail::send_frames(dealer_, f)) ++stats_.sent;
   }
 
@@ -195,9 +211,37 @@ class receiver {
       ++stats_.received;
       return false;
     }
-    if (v == detail::verdict::ok) v = detail::decode_event(f, m);
+    std::string_view why;
+    if (v == detail::verdict::ok) v = detail::decode_event(f, m, why);
     detail::count(stats_, v);
+    if (v == detail::verdict::oversized || v == detail::verdict::bad_utf8 ||
+        v == detail::verdict::bad_field)
+      refuse(f, v, why);
     return v == detail::verdict::ok;
+  }
+
+  /// NACKs an EVENT refused for its content, when its id is readable: it will never be accepted,
+  /// so the relay should fail it now (permanent) rather than wait for its deadline and retry it.
+  /// A NACK that cannot be sent at once is skipped: the deadline then fails the event.
+  void refuse(const detail::frames& f, detail::verdict v, std::string_view why) {
+    const auto id = detail::refusable_event_id(f);
+    if (!id) return;
+    std::string reason = "refused by the receiver: ";
+    if (v == detail::verdict::oversized)
+      reason +=
+          "a frame exceeds max_frame_bytes (" + std::to_string(options_.max_frame_bytes) + ")";
+    else
+      reason +=
+          (v == detail::verdict::bad_utf8 ? "not valid UTF-8: " : "bad field: ") + std::string(why);
+    detail::frames nack;
+    nack.push_back(detail::text_frame(protocol_version));
+    nack.push_back(detail::text_frame(command::nack));
+    nack.push_back(detail::id_frame(*id));
+    nack.push_back(detail::text_frame(reason));
+    zmq::pollitem_t item{dealer_.handle(), 0, ZMQ_POLLOUT, 0};
+    zmq::poll(&item, 1, std::chrono::milliseconds(0));
+    if ((item.revents & ZMQ_POLLOUT) == 0) return;
+    if (detail::send_frames(dealer_, nack)) ++stats_.sent;
   }
 
   receiver_options options_;
