@@ -28,6 +28,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <iostream>
 #include <mutex>
@@ -161,7 +162,11 @@ int run_consumer(const args& a) {
     try {
       if (shipping.poll_once() == decltype(shipping)::outcome::duplicate) report();
     } catch (const outbox::error& e) {
-      if (e.kind() != outbox::errc::transient) throw;  // (EINTR from SIGTERM is transient)
+      // What consumer::run does: back off from anything but a misconfiguration (EINTR from
+      // SIGTERM is transient), which no retry can cure: that one ends the process, with its
+      // reason (main prints it).
+      if (e.kind() == outbox::errc::misconfigured) throw;
+      std::this_thread::sleep_for(20ms);
     }
   }
   report();
@@ -289,7 +294,17 @@ int run_service(const args& a) {
                        .idle_poll_min = 1ms,
                        .idle_poll_max = 50ms},
                       outbox::exponential_backoff{.initial = 20ms, .max_delay = 1s});
-  std::jthread relay_thread([&](std::stop_token st) { relay.run(st); });
+  // run() returns when stopped and throws only `misconfigured` (it backs off from everything
+  // else, a database or consumer away included). A service keeps that error to report it and
+  // shut down, rather than let it reach std::terminate from the thread.
+  std::exception_ptr relay_failure;
+  std::jthread relay_thread([&](std::stop_token st) {
+    try {
+      relay.run(st);
+    } catch (...) {
+      relay_failure = std::current_exception();
+    }
+  });
 
   bool killed = false;
   const auto chaos = [&] {
@@ -314,8 +329,12 @@ int run_service(const args& a) {
     if (duplicate_sent) return;
     // Once the first event was acked, send it a second time: the inbox must absorb it.
     if (auto m = published_event(app, duplicate_id)) {
-      const auto r = wire.publish(std::span(&*m, 1), std::chrono::steady_clock::now() + 5s);
-      duplicate_sent = r.size() == 1 && r[0].confirmed;
+      try {
+        const auto r = wire.publish(std::span(&*m, 1), std::chrono::steady_clock::now() + 5s);
+        duplicate_sent = r.size() == 1 && r[0].confirmed;
+      } catch (const outbox::error& e) {  // no consumer connected just now: try again later
+        if (e.kind() != outbox::errc::transient) throw;
+      }
     }
   };
   const auto started = std::chrono::steady_clock::now();
@@ -364,6 +383,13 @@ int run_service(const args& a) {
   relay_thread.request_stop();
   relay.wake();
   relay_thread.join();
+  if (relay_failure) {  // the relay stopped on a misconfiguration: say why, and fail
+    try {
+      std::rethrow_exception(relay_failure);
+    } catch (const std::exception& e) {
+      std::cerr << "order_demo: the relay stopped: " << e.what() << "\n";
+    }
+  }
   for (auto& c : consumers) {
     if (::waitpid(c.pid, nullptr, WNOHANG) == 0) {
       ::kill(c.pid, SIGTERM);
@@ -409,7 +435,7 @@ int run_service(const args& a) {
   }
   const bool ok = orders == a.orders && published == orders && applied == orders && lost == 0 &&
                   dead == 0 && inbox == orders && duplicate_sent && duplicates_skipped >= 1;
-  return ok ? 0 : 1;
+  return ok && !relay_failure ? 0 : 1;
 }
 
 }  // namespace

@@ -535,4 +535,40 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(four_relays_drain_one_database_in_order_without_pu
   BOOST_TEST(w.app_store->stats(w.clock.now()).pending == 0);
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_message_that_keeps_crashing_relays_is_dead_lettered_unsent,
+                              Combo, e2e_combinations) {
+  // Relays that die while publishing one event (claim, never settle) each leave an attempt
+  // on it; only the publish-result path checked exhaustion, so it was sent again and again
+  // (attempts=16 with max_attempts=10 seen). Now it is dead-lettered before it goes out again.
+  using SF = typename Combo::store_fixture;
+  if constexpr (!SF::leases_expire) {
+    BOOST_TEST_MESSAGE(SF::name << ": a locking claim that dies is rolled back and counts no "
+                                   "attempt (documented limit)");
+  } else {
+    e2e::world<Combo> w;
+    const auto poison = w.place("poison");
+    w.place("fine");
+    auto dying_sql = w.db.open_session();
+    auto dying = w.db.make_store(*dying_sql);
+    for (int i = 0; i < e2e::world<Combo>::fast_retry.max_attempts; ++i) {
+      auto b = dying->claim({"dying-relay", 1, w.clock.now(), 5s});
+      BOOST_TEST_REQUIRE(b.size() == 1u);
+      BOOST_TEST_REQUIRE(b.messages[0].id == poison);
+      w.clock.advance(6s);  // the relay is gone; its lease runs out
+    }
+    auto relay = w.make_relay();
+    auto consumer = w.make_consumer();
+    w.with_consumer(consumer, [&] { w.drain(relay); });
+    w.consume_all(consumer);
+    for (const auto& m : w.wiretap.sent()) BOOST_TEST(m.id != poison);
+    BOOST_TEST(relay.stats().dead_lettered == 1u);
+    BOOST_TEST(relay.stats().published == 1u);
+    const auto dead = w.app_store->dead_letters(10);
+    BOOST_TEST_REQUIRE(dead.size() == 1u);
+    BOOST_TEST(dead[0].msg.id == poison);
+    BOOST_TEST(dead[0].last_error.find("never settled") != std::string::npos, dead[0].last_error);
+    BOOST_TEST(w.applied() == 1);
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -403,4 +403,155 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(backlog_stats_count_pending_in_flight_dead_and_age
   BOOST_TEST(s.oldest_pending_age >= std::chrono::milliseconds(9'000));
 }
 
+// ---- failure paths (issue 9): each of these failed on some store before its fix ------------
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_waiting_aggregate_does_not_hold_back_others_beyond_the_batch_limit,
+                              Fixture, store_fixtures) {
+  // 600 rows of X behind a head that waits for a retry, then 5 rows of Y: the claim must reach
+  // the Y rows. PostgreSQL applied its LIMIT before the per-aggregate filter, so every claim of
+  // 500 was all X, filtered away, and came back empty until X's head was resolved.
+  Fixture fx;
+  std::vector<outbox::event> events;
+  for (int i = 0; i < 600; ++i) events.push_back(conformance::make_event("x"));
+  for (int i = 0; i < 5; ++i) events.push_back(conformance::make_event("y"));
+  conformance::commit_events(fx, events);
+  auto sql = fx.open_session();
+  auto st = fx.make_store(*sql);
+  outbox::testing::manual_clock clock;
+  auto head = st->claim(conformance::req(clock, 1));
+  BOOST_TEST_REQUIRE(head.size() == 1u);
+  BOOST_TEST(head.messages[0].aggregate_id == "x");
+  std::vector<outbox::settlement> f(1);
+  f[0].what = outbox::settlement::kind::retry;
+  f[0].retry_at = clock.now() + 60s;
+  BOOST_TEST(st->settle(head, f).retried == 1u);
+  auto batch = st->claim(conformance::req(clock, 500));
+  BOOST_TEST_REQUIRE(batch.size() == 5u);
+  for (const auto& m : batch.messages) BOOST_TEST(m.aggregate_id == "y");
+  st->settle(batch, conformance::all(batch.size(), outbox::settlement::kind::published));
+  clock.advance(61s);  // X's head is due: X flows again, in order, from its head
+  auto xs = st->claim(conformance::req(clock, 500));
+  BOOST_TEST_REQUIRE(xs.size() == 500u);
+  BOOST_TEST(xs.messages[0].id == head.messages[0].id);
+  BOOST_TEST(xs.messages[0].attempts == 2);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_row_that_cannot_be_read_is_dead_lettered_and_the_rest_flows,
+                              Fixture, store_fixtures) {
+  // Rows written by another program: headers that are not an object of strings, an empty
+  // aggregate id. Each made the whole claim throw (permanent), on every start of the relay.
+  Fixture fx;
+  conformance::commit_events(fx, {conformance::make_event("a")});
+  const auto bad_headers = outbox::make_uuid_v7();
+  const auto bad_name = outbox::make_uuid_v7();
+  {
+    auto sql = fx.open_session();
+    Fixture::insert_raw(*sql, bad_headers.to_string(), "b", R"({"retries":3})");
+    Fixture::insert_raw(*sql, bad_name.to_string(), "", "{}");
+  }
+  conformance::commit_events(fx, {conformance::make_event("c")});
+  auto sql = fx.open_session();
+  auto st = fx.make_store(*sql);
+  outbox::testing::manual_clock clock;
+  auto batch = st->claim(conformance::req(clock));
+  BOOST_TEST_REQUIRE(batch.size() == 2u);
+  BOOST_TEST(batch.messages[0].aggregate_id == "a");
+  BOOST_TEST(batch.messages[1].aggregate_id == "c");
+  BOOST_TEST(batch.unreadable == 2u);
+  BOOST_TEST(st->settle(batch, conformance::all(2, outbox::settlement::kind::published)).published == 2u);
+  BOOST_TEST(st->claim(conformance::req(clock)).empty());
+  const auto dead = st->dead_letters(10);  // listing them does not fail either
+  BOOST_TEST_REQUIRE(dead.size() == 2u);
+  BOOST_TEST(dead[0].msg.id == bad_headers);
+  BOOST_TEST(dead[0].last_error.find("retries") != std::string::npos, dead[0].last_error);
+  BOOST_TEST(dead[1].msg.id == bad_name);
+  BOOST_TEST(dead[1].last_error.find("aggregate_id") != std::string::npos, dead[1].last_error);
+  BOOST_TEST(st->stats(clock.now()).dead == 2);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(dead_lettering_a_delivery_keeps_content_of_any_kind, Fixture,
+                              store_fixtures) {
+  // What a peer delivered need not be JSON or UTF-8. PostgreSQL's jsonb refused such a payload
+  // (22P02) and headers_to_json threw on a header value that was not UTF-8: the delivery was
+  // requeued and failed the same way after every restart.
+  Fixture fx;
+  auto sql = fx.open_session();
+  auto st = fx.make_store(*sql);
+  outbox::message m;
+  m.id = outbox::make_uuid_v7();
+  m.aggregate_type = "order";
+  m.aggregate_id = "1";
+  m.event_type = "placed";
+  m.payload = std::string("not json \xff\x00 bytes", 20);
+  m.headers = {{"ok", "v"}, {"binary", "\xff\xfe"}};
+  const auto now = std::chrono::system_clock::now();
+  BOOST_CHECK_NO_THROW(st->dead_letter_delivery("billing", m, "handler failed", now));
+  BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM outbox_inbox_dead") == 1);
+  auto tx = st->begin();
+  BOOST_TEST(!st->record_delivery("billing", m.id, now));  // redeliveries are skipped
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_transaction_aborted_by_a_swallowed_error_does_not_commit, Fixture,
+                              store_fixtures) {
+  // A handler catches a SQL error and carries on. PostgreSQL then answers COMMIT with the tag
+  // ROLLBACK and no error: the consumer acked an effect that was thrown away, and the
+  // redelivery applied the handler again.
+  Fixture fx;
+  auto sql = fx.open_session();
+  auto st = fx.make_store(*sql);
+  const auto id = outbox::make_uuid_v7();
+  {
+    auto tx = st->begin();
+    BOOST_TEST(st->record_delivery("billing", id, std::chrono::system_clock::now()));
+    Fixture::insert_order(st->session(), "effect", 1);
+    Fixture::swallow_a_failure_that_aborts_the_transaction(st->session());
+    try {
+      tx.commit();
+      BOOST_ERROR("commit reported success for a transaction that was rolled back");
+    } catch (const outbox::error& e) {
+      BOOST_TEST((e.kind() == outbox::errc::permanent), e.what());
+    }
+  }
+  BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM outbox_inbox") == 0);
+  BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM orders") == 0);
+  {  // the session is usable afterwards
+    auto tx = st->begin();
+    BOOST_TEST(st->record_delivery("billing", id, std::chrono::system_clock::now()));
+    tx.commit();
+  }
+  BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM outbox_inbox") == 1);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_handler_sql_error_is_classified_by_its_native_code, Fixture,
+                              store_fixtures) {
+  Fixture fx;
+  auto sql = fx.open_session();
+  auto st = fx.make_store(*sql);
+  static_assert(outbox::concepts::classifying_store<typename Fixture::store_type>);
+  auto tx = st->begin();
+  try {
+    Fixture::raise_transient_sql_error(st->session());
+    BOOST_ERROR("no error raised");
+  } catch (const std::exception& e) {
+    const auto c = st->classify(e);
+    BOOST_TEST_REQUIRE(c.has_value());
+    BOOST_TEST((*c == outbox::errc::transient), e.what());
+  }
+  BOOST_TEST(!st->classify(std::runtime_error("not a database error")).has_value());
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_huge_claim_limit_reserves_nothing_up_front, Fixture,
+                              store_fixtures) {
+  // claim(2^40) on an empty outbox reserved 2^40 messages (std::bad_alloc out of the relay).
+  Fixture fx;
+  auto sql = fx.open_session();
+  auto st = fx.make_store(*sql);
+  outbox::testing::manual_clock clock;
+  BOOST_TEST(st->claim(conformance::req(clock, std::size_t{1} << 40)).empty());
+  conformance::commit_events(fx, {conformance::make_event("a")});
+  auto b = st->claim(conformance::req(clock, std::size_t{1} << 40));
+  BOOST_TEST(b.size() == 1u);
+  st->release(b);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

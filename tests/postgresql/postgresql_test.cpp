@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <exception>
 #include <set>
 #include <string>
 #include <thread>
@@ -15,6 +16,7 @@
 #include <outbox/testing/memory_transport.hpp>
 
 #include "../support/postgresql_fixture.hpp"
+#include "../support/tcp_proxy.hpp"
 
 using namespace std::chrono_literals;
 using outbox::postgresql::claim_policy;
@@ -47,6 +49,17 @@ bool eventually(Pred pred, std::chrono::seconds limit = 60s) {
     std::this_thread::sleep_for(5ms);
   }
   return pred();
+}
+
+/// Waits (bounded) until the relay on backend `pid` sleeps on LISTEN, so a test does not race it.
+template <class Fixture>
+bool sleeps_on_listen(Fixture& fx, int pid) {
+  auto watcher = fx.open_session();
+  return eventually([&] {
+    return fx.count(*watcher, "SELECT count(*) FROM pg_stat_activity WHERE pid = " +
+                                  std::to_string(pid) +
+                                  " AND state = 'idle' AND query LIKE 'LISTEN%'") == 1;
+  }, 20s);
 }
 
 }  // namespace
@@ -150,14 +163,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(notify_wakes_an_idle_relay_on_commit_even_for_rows
                        .idle_poll_max = 30s});
   const int pid = relay_store->backend_pid();
   std::jthread runner([&](std::stop_token st) { relay.run(st); });
-  {  // wait (bounded) until the relay sleeps on LISTEN, so the test does not race it
-    auto watcher = fx.open_session();
-    BOOST_TEST_REQUIRE(eventually([&] {
-      return fx.count(*watcher, "SELECT count(*) FROM pg_stat_activity WHERE pid = " +
-                                    std::to_string(pid) +
-                                    " AND state = 'idle' AND query LIKE 'LISTEN%'") == 1;
-    }, 20s));
-  }
+  BOOST_TEST_REQUIRE(sleeps_on_listen(fx, pid));
 
   auto other = fx.open_session();  // another program, plain SQL, no library
   {
@@ -241,6 +247,151 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(four_relays_drain_20000_events_each_published_once
   for (const auto& m : wire) ids.insert(m.id);
   BOOST_TEST(wire.size() == static_cast<std::size_t>(n));  // no crash here: nothing twice
   BOOST_TEST(ids.size() == static_cast<std::size_t>(n));
+}
+
+// ---- failure paths (issue 9) ------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(relay_and_consumer_carry_on_after_the_server_is_away_for_seconds,
+                              Fixture, policies) {
+  // SOCI's reconnect closes the old backend before it opens the new one; when the server is
+  // still away the session is left with no backend, and every later call failed as
+  // `misconfigured`, which run rethrew: one outage longer than one reconnect stopped the relay
+  // and the consumer for good. Here the server is unreachable (a proxy refuses connections)
+  // for 4 s, many reconnects long, then back.
+  Fixture fx;
+  outbox::test::tcp_proxy proxy(fx.server_port());
+  auto relay_sql = fx.open_session_via(proxy.port());
+  auto relay_store = fx.make_store(*relay_sql);
+  auto consumer_sql = fx.open_session_via(proxy.port());
+  auto consumer_store = fx.make_store(*consumer_sql);
+  outbox::testing::memory_transport t;
+  const outbox::exponential_backoff quick{.initial = 20ms, .max_delay = 300ms, .jitter = 0};
+  outbox::relay relay(*relay_store, t, {.idle_poll_min = 5ms, .idle_poll_max = 50ms}, quick);
+  outbox::consumer consumer(
+      *consumer_store, t,
+      [](soci::session& sql, const outbox::message& m) {
+        Fixture::record_applied(sql, "billing", m.id.to_string(), m.aggregate_id);
+      },
+      {.name = "billing", .poll_timeout = 20ms}, quick);
+  std::exception_ptr relay_failed, consumer_failed;
+  std::jthread relay_thread([&](std::stop_token st) {
+    try {
+      relay.run(st);
+    } catch (...) {
+      relay_failed = std::current_exception();
+    }
+  });
+  std::jthread consumer_thread([&](std::stop_token st) {
+    try {
+      consumer.run(st);
+    } catch (...) {
+      consumer_failed = std::current_exception();
+    }
+  });
+  auto check_sql = fx.open_session();
+  const auto applied = [&] {
+    return Fixture::count(*check_sql, "SELECT count(DISTINCT event_id) FROM applied");
+  };
+  enqueue_many(fx, 50, 10);
+  BOOST_TEST_REQUIRE(eventually([&] { return applied() == 50; }, 30s));
+
+  proxy.cut();
+  enqueue_many(fx, 50, 10);  // the application writes on while the relay cannot reach it
+  std::this_thread::sleep_for(4s);
+  proxy.restore();
+  BOOST_TEST(eventually([&] { return applied() == 100; }, 60s));
+  relay_thread.request_stop();
+  consumer_thread.request_stop();
+  relay_thread.join();
+  consumer_thread.join();
+  BOOST_TEST(!relay_failed, "relay.run threw");
+  BOOST_TEST(!consumer_failed, "consumer.run threw");
+  BOOST_TEST(relay.stats().errors >= 1u);  // it did see the outage
+  BOOST_TEST(Fixture::count(*check_sql, "SELECT count(*) FROM applied") == 100);  // once each
+  BOOST_TEST(Fixture::count(*check_sql, "SELECT count(*) FROM outbox WHERE state <> 1") == 0);
+  BOOST_TEST(Fixture::count(*check_sql, "SELECT count(*) FROM outbox_inbox_dead") == 0);
+}
+
+BOOST_AUTO_TEST_CASE(a_connection_lost_inside_a_transaction_never_commits_on_a_new_one) {
+  // The old commit went through the store's reconnecting path: with the connection gone, it
+  // reconnected and sent COMMIT on the new session, where it committed nothing and succeeded.
+  postgresql_locking_fixture fx;
+  auto sql = fx.open_session();
+  auto st = fx.make_store(*sql);
+  const int pid = st->backend_pid();
+  const auto id = outbox::make_uuid_v7();
+  auto admin = fx.open_session();
+  {
+    auto tx = st->begin();
+    BOOST_TEST(st->record_delivery("billing", id, std::chrono::system_clock::now()));
+    postgresql_locking_fixture::insert_order(st->session(), "lost", 1);
+    *admin << "SELECT pg_terminate_backend(" + std::to_string(pid) + ")";
+    BOOST_TEST_REQUIRE(eventually([&] {
+      return fx.count(*admin, "SELECT count(*) FROM pg_stat_activity WHERE pid = " +
+                                  std::to_string(pid)) == 0;
+    }, 20s));
+    try {  // the handler's next statement fails, and it swallows the error
+      st->session() << "SELECT 1";
+    } catch (const std::exception&) {
+    }
+    try {
+      tx.commit();
+      BOOST_ERROR("commit reported success on a lost connection");
+    } catch (const outbox::error& e) {
+      BOOST_TEST((e.kind() == outbox::errc::transient || e.kind() == outbox::errc::in_doubt),
+                 e.what());
+    }
+  }
+  BOOST_TEST(fx.count(*admin, "SELECT count(*) FROM outbox_inbox") == 0);
+  BOOST_TEST(fx.count(*admin, "SELECT count(*) FROM orders") == 0);
+  auto tx = st->begin();  // the store reconnects for the next delivery
+  BOOST_TEST(st->record_delivery("billing", id, std::chrono::system_clock::now()));
+  tx.commit();
+  BOOST_TEST(fx.count(*admin, "SELECT count(*) FROM outbox_inbox") == 1);
+  BOOST_TEST(st->backend_pid() != pid);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(notify_still_wakes_the_relay_while_an_aggregate_waits_for_a_retry,
+                              Fixture, policies) {
+  // x1 waits for a retry an hour away and x2 sits behind it. x2 counted as "an older claimable
+  // row", so the trigger stayed silent and the relay slept through its 30 s poll.
+  Fixture fx;
+  {
+    auto sql = fx.open_session();
+    auto st = fx.make_store(*sql);
+    outbox::writer w(*st);
+    soci::transaction tx(*sql);
+    w.enqueue(*sql, outbox::event{"order", "x", "e1", "{}", {}});
+    w.enqueue(*sql, outbox::event{"order", "x", "e2", "{}", {}});
+    tx.commit();
+    auto head = st->claim({"r", 1, std::chrono::system_clock::now(), 30s});
+    BOOST_TEST_REQUIRE(head.size() == 1u);
+    std::vector<outbox::settlement> f(1);
+    f[0].what = outbox::settlement::kind::retry;
+    f[0].retry_at = std::chrono::system_clock::now() + 1h;
+    BOOST_TEST_REQUIRE(st->settle(head, f).retried == 1u);
+  }
+  auto relay_sql = fx.open_session();
+  auto relay_store = fx.make_store(*relay_sql);
+  outbox::testing::memory_transport t;
+  outbox::relay relay(*relay_store, t,
+                      {.lease = 60s, .publish_timeout = 10s, .idle_poll_min = 30s,
+                       .idle_poll_max = 30s});
+  const int pid = relay_store->backend_pid();
+  std::jthread runner([&](std::stop_token st) { relay.run(st); });
+  BOOST_TEST_REQUIRE(sleeps_on_listen(fx, pid));
+  BOOST_TEST(t.published_count() == 0u);
+  {
+    auto sql = fx.open_session();
+    auto st = fx.make_store(*sql);
+    outbox::writer w(*st);
+    soci::transaction tx(*sql);
+    w.enqueue(*sql, outbox::event{"order", "y", "e1", "{}", {}});
+    tx.commit();
+  }
+  BOOST_TEST(eventually([&] { return t.published_count() == 1; }, 10s));
+  runner.request_stop();
+  runner.join();
 }
 
 OUTBOX_TEST_MAIN_REQUIRING("OUTBOX_TEST_POSTGRESQL")

@@ -66,6 +66,17 @@ struct postgresql_fixture : soci_fixture_base {
   std::unique_ptr<session_type> open_session() {
     return std::make_unique<session_type>("postgresql", connect_string());
   }
+  /// The same, to 127.0.0.1:`port` instead (a proxy in front of the server; libpq takes the
+  /// last value of a repeated keyword).
+  std::unique_ptr<session_type> open_session_via(int port) {
+    return std::make_unique<session_type>(
+        "postgresql", connect_string() + " host=127.0.0.1 port=" + std::to_string(port));
+  }
+  /// The server's TCP port, from OUTBOX_TEST_POSTGRESQL (5432 when it names none).
+  [[nodiscard]] int server_port() const {
+    const auto at = base_.find("port=");
+    return at == std::string::npos ? 5432 : std::stoi(base_.substr(at + 5));
+  }
   std::unique_ptr<store_type> make_store(
       session_type& sql, outbox::postgresql::retention r = outbox::postgresql::retention::keep) {
     return std::make_unique<store_type>(
@@ -74,6 +85,32 @@ struct postgresql_fixture : soci_fixture_base {
   static constexpr auto retentions() {
     return std::array{outbox::postgresql::retention::keep,
                       outbox::postgresql::retention::delete_on_publish};
+  }
+
+  /// Writes an outbox row directly, as another program would (no validation).
+  static void insert_raw(session_type& sql, const std::string& event_id,
+                         const std::string& aggregate_id, const std::string& headers) {
+    sql << "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload, "
+           "headers, created_at) VALUES (CAST(:e AS uuid), 'order', :a, 'raw', '{}', "
+           "CAST(:h AS jsonb), now())",
+        ::soci::use(event_id), ::soci::use(aggregate_id), ::soci::use(headers);
+  }
+  /// Runs a statement that fails and takes the open transaction down with it, and swallows
+  /// the error (a handler's "insert, ignore the duplicate"): any error aborts a PostgreSQL
+  /// transaction.
+  static void swallow_a_failure_that_aborts_the_transaction(session_type& sql) {
+    const std::string id = "swallowed-duplicate";
+    sql << "INSERT INTO orders (id, total) VALUES (:id, 1) ON CONFLICT DO NOTHING",
+        ::soci::use(id);
+    try {
+      sql << "INSERT INTO orders (id, total) VALUES (:id, 2)", ::soci::use(id);
+    } catch (const ::soci::soci_error&) {
+    }
+  }
+  /// Makes the server raise a serialization failure (SQLSTATE 40001) on a statement.
+  static void raise_transient_sql_error(session_type& sql) {
+    sql << "DO $$ BEGIN RAISE EXCEPTION 'could not serialize access' USING ERRCODE = '40001'; "
+           "END $$";
   }
 
  private:

@@ -62,6 +62,29 @@ struct sqlite_fixture : soci_fixture_base {
                       outbox::sqlite::retention::delete_on_publish};
   }
 
+  /// Writes an outbox row directly, as another program would (no validation).
+  static void insert_raw(session_type& sql, const std::string& event_id,
+                         const std::string& aggregate_id, const std::string& headers) {
+    sql << "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload, "
+           "headers, created_at) VALUES (:e, 'order', :a, 'raw', '{}', :h, "
+           "CAST(strftime('%s','now') AS INTEGER) * 1000)",
+        ::soci::use(event_id), ::soci::use(aggregate_id), ::soci::use(headers);
+  }
+  /// Runs a statement that fails and takes the open transaction down with it, and swallows
+  /// the error (a handler's "insert, ignore the duplicate"): INSERT OR ROLLBACK.
+  static void swallow_a_failure_that_aborts_the_transaction(session_type& sql) {
+    const std::string id = "swallowed-duplicate";
+    sql << "INSERT OR IGNORE INTO orders (id, total) VALUES (:id, 1)", ::soci::use(id);
+    try {
+      sql << "INSERT OR ROLLBACK INTO orders (id, total) VALUES (:id, 2)", ::soci::use(id);
+    } catch (const ::soci::soci_error&) {
+    }
+  }
+  /// Throws what SOCI throws when a statement finds the database locked.
+  [[noreturn]] static void raise_transient_sql_error(session_type&) {
+    throw ::soci::sqlite3_soci_error("database is locked", 5 /* SQLITE_BUSY */);
+  }
+
  private:
   std::filesystem::path path_;
 };
