@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -43,6 +44,13 @@ struct message {
   time_point created_at{};     ///< When the writer enqueued it.
   std::int64_t sequence = 0;   ///< The store's insertion position (not meaningful across stores).
 };
+
+/// An attempt count read back from a store, made safe for `int` arithmetic: a row written by
+/// another program may hold anything (a negative count reads as 0, a huge one as `INT_MAX`, which
+/// every retry policy treats as exhausted).
+[[nodiscard]] constexpr int clamp_attempts(std::int64_t stored) noexcept {
+  return static_cast<int>(std::clamp<std::int64_t>(stored, 0, std::numeric_limits<int>::max()));
+}
 
 /// One row the writer hands to an appending store: a validated event, its id and its headers
 /// already rendered as a JSON object.

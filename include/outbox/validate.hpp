@@ -114,6 +114,10 @@ inline void check_json(std::string_view field, std::string_view text, std::size_
   // character), so refuse it before parsing. The bytes validated are the bytes stored.
   if (text.find('\0') != std::string_view::npos)
     throw_invalid(std::string(field), "contains a NUL byte, which JSON does not allow");
+  // nlohmann skips a leading byte order mark; PostgreSQL's json input refuses it (22P02, an
+  // error from SQL that aborts the caller's transaction) and RFC 8259 forbids sending one.
+  if (text.starts_with("\xEF\xBB\xBF"))
+    throw_invalid(std::string(field), "starts with a byte order mark, which JSON text must not");
   json_checker checker{max_depth};
   const bool ok = nlohmann::json::sax_parse(text.begin(), text.end(), &checker);
   if (ok) return;
@@ -214,7 +218,13 @@ inline void validate(const event& e, const validation_limits& limits = {}) {
       throw error(errc::permanent, "core", {},
                   "stored header '" + sanitize_text(k, 255) + "' is not a string but " +
                       v.type_name());
-    out.emplace(k, v.get<std::string>());
+    // What the writer refuses is refused here too: these come from rows another program wrote.
+    if (k.empty()) throw error(errc::permanent, "core", {}, "a stored header name is empty");
+    const auto& value = v.get_ref<const std::string&>();
+    if (k.find('\0') != std::string::npos || value.find('\0') != std::string::npos)
+      throw error(errc::permanent, "core", {},
+                  "stored header '" + sanitize_text(k, 255) + "' contains a NUL character");
+    out.emplace(k, value);
   }
   return out;
 }
@@ -233,6 +243,10 @@ inline void validate(const event& e, const validation_limits& limits = {}) {
     if (!is_valid_utf8(*value)) return std::string("stored ") + field + " is not valid UTF-8";
   }
   if (m.id.is_nil()) return "stored event_id is not a UUID";
+  // The payload is not parsed again on the claim's hot path (a store whose column is JSON has
+  // checked it already); bytes no JSON text can hold are refused.
+  if (m.payload.find('\0') != std::string::npos) return "stored payload contains a NUL byte";
+  if (!is_valid_utf8(m.payload)) return "stored payload is not valid UTF-8";
   return {};
 }
 

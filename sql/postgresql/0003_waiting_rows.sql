@@ -43,3 +43,12 @@ $$;
 ALTER TABLE outbox_inbox_dead
   ALTER COLUMN payload TYPE bytea USING convert_to(payload::text, 'UTF8'),
   ALTER COLUMN headers TYPE text USING headers::text;
+
+-- Timestamps written by another program may be 'infinity', '-infinity' or beyond what a bigint
+-- of microseconds holds: 0001's outbox_us failed on them ("cannot convert infinity to bigint"),
+-- inside the claim, dead_letters and stats, so one such row stopped the relay for good. Clamped
+-- to the bigint range instead (the library clamps it again to what its clock can represent).
+CREATE OR REPLACE FUNCTION outbox_us(t timestamptz) RETURNS bigint
+  LANGUAGE sql STABLE PARALLEL SAFE
+  AS $$ SELECT least(greatest(extract(epoch FROM t) * 1000000, -9223372036854775808),
+                     9223372036854775807)::bigint $$;

@@ -4,6 +4,7 @@
 // header inside a Boost.Test module. Capability differences are fixture traits.
 
 #include <chrono>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -444,10 +445,12 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_row_that_cannot_be_read_is_dead_lettered_and_the
   conformance::commit_events(fx, {conformance::make_event("a")});
   const auto bad_headers = outbox::make_uuid_v7();
   const auto bad_name = outbox::make_uuid_v7();
+  const auto empty_header = outbox::make_uuid_v7();
   {
     auto sql = fx.open_session();
     Fixture::insert_raw(*sql, bad_headers.to_string(), "b", R"({"retries":3})");
     Fixture::insert_raw(*sql, bad_name.to_string(), "", "{}");
+    Fixture::insert_raw(*sql, empty_header.to_string(), "e", R"({"":"x"})");
   }
   conformance::commit_events(fx, {conformance::make_event("c")});
   auto sql = fx.open_session();
@@ -457,16 +460,41 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_row_that_cannot_be_read_is_dead_lettered_and_the
   BOOST_TEST_REQUIRE(batch.size() == 2u);
   BOOST_TEST(batch.messages[0].aggregate_id == "a");
   BOOST_TEST(batch.messages[1].aggregate_id == "c");
-  BOOST_TEST(batch.unreadable == 2u);
+  BOOST_TEST(batch.unreadable == 3u);
   BOOST_TEST(st->settle(batch, conformance::all(2, outbox::settlement::kind::published)).published == 2u);
   BOOST_TEST(st->claim(conformance::req(clock)).empty());
   const auto dead = st->dead_letters(10);  // listing them does not fail either
-  BOOST_TEST_REQUIRE(dead.size() == 2u);
+  BOOST_TEST_REQUIRE(dead.size() == 3u);
   BOOST_TEST(dead[0].msg.id == bad_headers);
   BOOST_TEST(dead[0].last_error.find("retries") != std::string::npos, dead[0].last_error);
   BOOST_TEST(dead[1].msg.id == bad_name);
   BOOST_TEST(dead[1].last_error.find("aggregate_id") != std::string::npos, dead[1].last_error);
-  BOOST_TEST(st->stats(clock.now()).dead == 2);
+  BOOST_TEST(dead[2].msg.id == empty_header);
+  BOOST_TEST(dead[2].last_error.find("header name is empty") != std::string::npos,
+             dead[2].last_error);
+  BOOST_TEST(st->stats(clock.now()).dead == 3);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(an_absurd_attempt_count_written_by_another_program_is_claimed_safely,
+                              Fixture, store_fixtures) {
+  // attempts at the column's maximum: PostgreSQL's claim overflowed computing attempts + 1
+  // (22003, every claim, the relay stalled); SQLite's int64 became -1 in an int, published
+  // instead of dead-lettered (and UBSan caught the relay's attempts - 1).
+  Fixture fx;
+  const auto id = conformance::commit_events(fx, {conformance::make_event("a")}).front();
+  auto sql = fx.open_session();
+  *sql << std::string("UPDATE outbox SET attempts = ") + Fixture::max_attempts_literal;
+  auto st = fx.make_store(*sql);
+  outbox::testing::manual_clock clock;
+  auto b = st->claim(conformance::req(clock));
+  BOOST_TEST_REQUIRE(b.size() == 1u);
+  BOOST_TEST(b.messages[0].id == id);
+  BOOST_TEST(b.messages[0].attempts == std::numeric_limits<int>::max());
+  const outbox::exponential_backoff retry{};
+  BOOST_TEST(retry.exhausted(b.messages[0].attempts - 1));  // what the relay checks first
+  std::vector<outbox::settlement> f(1);
+  f[0].what = outbox::settlement::kind::dead;
+  BOOST_TEST(st->settle(b, f).dead == 1u);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(dead_lettering_a_delivery_keeps_content_of_any_kind, Fixture,

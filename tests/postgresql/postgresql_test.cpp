@@ -394,4 +394,28 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(notify_still_wakes_the_relay_while_an_aggregate_wa
   runner.join();
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(rows_with_infinite_timestamps_do_not_stop_the_relay, Fixture,
+                              policies) {
+  // created_at = 'infinity' made outbox_us fail inside the claim, dead_letters and stats
+  // ("cannot convert infinity to bigint"): every claim threw and nothing flowed.
+  Fixture fx;
+  enqueue_many(fx, 3, 3);
+  auto sql = fx.open_session();
+  for (const char* t : {"infinity", "-infinity"})
+    *sql << "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload, "
+            "created_at) VALUES ('" + outbox::make_uuid_v7().to_string() +
+                "', 'order', 'inf', 'placed', '{}', '" + t + "')";
+  auto st = fx.make_store(*sql);
+  const auto s = st->stats(std::chrono::system_clock::now());
+  BOOST_TEST(s.pending == 5);
+  BOOST_TEST(s.oldest_pending_age.count() > 0);
+  outbox::testing::memory_transport t;
+  outbox::relay relay(*st, t);
+  while (relay.run_once() > 0) {
+  }
+  BOOST_TEST(t.published_count() == 5u);
+  BOOST_TEST(st->stats(std::chrono::system_clock::now()).pending == 0);
+  BOOST_CHECK_NO_THROW((void)st->dead_letters(10));
+}
+
 OUTBOX_TEST_MAIN_REQUIRING("OUTBOX_TEST_POSTGRESQL")

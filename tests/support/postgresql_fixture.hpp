@@ -87,6 +87,8 @@ struct postgresql_fixture : soci_fixture_base {
                       outbox::postgresql::retention::delete_on_publish};
   }
 
+  /// The largest attempt count the outbox column holds.
+  static constexpr const char* max_attempts_literal = "2147483647";
   /// Writes an outbox row directly, as another program would (no validation).
   static void insert_raw(session_type& sql, const std::string& event_id,
                          const std::string& aggregate_id, const std::string& headers) {

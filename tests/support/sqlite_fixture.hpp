@@ -62,6 +62,8 @@ struct sqlite_fixture : soci_fixture_base {
                       outbox::sqlite::retention::delete_on_publish};
   }
 
+  /// The largest attempt count the outbox column holds.
+  static constexpr const char* max_attempts_literal = "9223372036854775807";
   /// Writes an outbox row directly, as another program would (no validation).
   static void insert_raw(session_type& sql, const std::string& event_id,
                          const std::string& aggregate_id, const std::string& headers) {

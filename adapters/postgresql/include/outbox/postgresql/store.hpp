@@ -275,7 +275,8 @@ class store {
         batch.unreadable = static_cast<std::size_t>(
             detail::exec(c,
                          "UPDATE outbox o SET state = 2, dead_at = now(), last_error = u.err, "
-                         "attempts = o.attempts + $3, lease_owner = NULL, lease_token = NULL "
+                         "attempts = least(o.attempts, 2147483646) + $3, lease_owner = NULL, "
+                         "lease_token = NULL "
                          "FROM unnest($1::bigint[], $2::text[]) AS u(seq, err) "
                          "WHERE o.seq = u.seq AND o.state = 0 "
                          "AND ($4::bigint IS NULL OR o.lease_token = $4::bigint)",
@@ -495,8 +496,8 @@ class store {
       s.in_flight = r.int64(0, 1);
       s.dead = r.int64(0, 3);
       if (s.pending + s.in_flight > 0) {
-        const auto age = detail::to_us(now) - r.int64(0, 2);
-        s.oldest_pending_age = std::chrono::milliseconds(std::max<std::int64_t>(0, age / 1000));
+        s.oldest_pending_age =
+            std::chrono::milliseconds(elapsed(detail::to_us(now), r.int64(0, 2)) / 1000);
       }
       return s;
     });
@@ -597,12 +598,14 @@ class store {
       return "WITH c AS (SELECT o.seq, o.event_id, o.aggregate_type, o.aggregate_id,"
              " o.event_type, o.payload, o.headers, o.attempts, o.created_at" + claimable + ")"
              " SELECT c.seq, c.event_id, c.aggregate_type, c.aggregate_id, c.event_type,"
-             " c.payload::text, c.headers::text, c.attempts + 1, outbox_us(c.created_at)"
+             " c.payload::text, c.headers::text, least(c.attempts, 2147483646) + 1,"
+             " outbox_us(c.created_at)"
              " FROM c WHERE " + first_in_aggregate;
     return "WITH c AS (SELECT o.seq, o.aggregate_type, o.aggregate_id" + claimable + "),"
            " ok AS (SELECT c.seq FROM c WHERE " + first_in_aggregate + ")"
            " UPDATE outbox o SET available_at = outbox_ts($1::bigint), lease_owner = $2,"
-           " lease_token = $3, attempts = o.attempts + 1 FROM ok WHERE o.seq = ok.seq"
+           " lease_token = $3, attempts = least(o.attempts, 2147483646) + 1"
+           " FROM ok WHERE o.seq = ok.seq"
            " RETURNING o.seq, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type,"
            " o.payload::text, o.headers::text, o.attempts, outbox_us(o.created_at)";
   }
@@ -626,8 +629,9 @@ class store {
             : "DELETE FROM outbox WHERE seq = ANY(" + arg(2) + "::bigint[])" + fence +
                   " AND state = 0 RETURNING 1";
     const std::string attempts =
-        lease ? "CASE WHEN f.kind = 4 THEN o.attempts - 1 ELSE o.attempts END"
-              : "CASE WHEN f.kind IN (2, 3) THEN o.attempts + 1 ELSE o.attempts END";
+        lease ? "CASE WHEN f.kind = 4 THEN greatest(o.attempts, 1) - 1 ELSE o.attempts END"
+              : "CASE WHEN f.kind IN (2, 3) THEN least(o.attempts, 2147483646) + 1"
+                " ELSE o.attempts END";
     return "WITH pub AS (" + published + "), f AS (SELECT * FROM unnest(" + arg(3) +
            "::bigint[], " + arg(4) + "::int[], " + arg(5) + "::bigint[], " + arg(6) +
            "::text[]) AS f(seq, kind, at, err)), "
@@ -665,7 +669,7 @@ class store {
     } catch (const error& e) {
       why = e.what();
     }
-    m.attempts = static_cast<int>(r.int64(i, 7));
+    m.attempts = clamp_attempts(r.int64(i, 7));
     m.created_at = from_unix_clamped<std::micro>(r.int64(i, 8));
     if (why.empty()) why = unpublishable_reason(m);
     return m;

@@ -320,7 +320,7 @@ class store {
     s.in_flight = st.column_int64(1);
     s.pending = all - s.in_flight;
     if (!st.column_is_null(2))
-      s.oldest_pending_age = std::chrono::milliseconds(std::max<std::int64_t>(0, t - st.column_int64(2)));
+      s.oldest_pending_age = std::chrono::milliseconds(elapsed(t, st.column_int64(2)));
     st.reset();
     detail::statement dead(db_, "SELECT count(*) FROM outbox WHERE state = 2");
     dead.step();
@@ -406,7 +406,7 @@ class store {
     } catch (const error& e) {
       why = e.what();
     }
-    m.attempts = static_cast<int>(st.column_int64(7));
+    m.attempts = clamp_attempts(st.column_int64(7));
     m.created_at = from_unix_clamped<std::milli>(st.column_int64(8));
     if (why.empty()) why = unpublishable_reason(m);
     return m;
