@@ -87,6 +87,7 @@ result run_bare(soci::session& check, const args& a, pg::claim_policy p, pg::ret
       pd::params cp;
       if (!locking) cp.add(now + 30'000'000).add("bare").add(token);
       cp.add(now).add(std::int64_t{a.batch});
+      if (locking) cp.add(std::int64_t{0}).add("{}").add("{}");  // the first (only) pass
       auto claimed = pd::exec_prepared(c, "bare_claim", cp, "claim");
       if (claimed.rows() == 0) {
         if (locking) pd::exec(c, "ROLLBACK");

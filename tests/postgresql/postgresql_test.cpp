@@ -112,7 +112,7 @@ BOOST_AUTO_TEST_CASE(the_claim_uses_the_pending_indexes_and_never_scans_the_outb
     *sql << "SET plan_cache_mode = force_generic_plan";  // the plan the relay reuses
     const std::string args = policy == claim_policy::leasing
                                  ? now + " + 30000000, 'r', 1, " + now + ", 500"
-                                 : now + ", 500";
+                                 : now + ", 500, 0, '{}', '{}'";
     soci::rowset<std::string> rows = (sql->prepare << "EXPLAIN EXECUTE outbox_claim(" + args + ")");
     std::string plan;
     for (const auto& line : rows) plan += line + "\n";

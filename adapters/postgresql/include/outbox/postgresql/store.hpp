@@ -24,6 +24,7 @@
 #include <exception>
 #include <optional>
 #include <random>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -243,28 +244,68 @@ class store {
         in_claim_ = true;
         claim_token_ = batch.token;
       }
-      detail::params p;
-      if (!locking) p.add(detail::to_us(batch.lease_until)).add(req.owner).add(batch.token);
-      p.add(detail::to_us(req.now)).add(static_cast<std::int64_t>(req.limit));
-      auto r = detail::exec_prepared(c, "outbox_claim", p, "claim");
-      batch.messages.reserve(static_cast<std::size_t>(r.rows()));
       std::string bad_seqs = "{";
       std::string bad_errors = "{";
-      for (int i = 0; i < r.rows(); ++i) {
+      std::size_t bad = 0;
+      const auto take = [&](const detail::result& r, int i) {
         std::string why;
         message m = read_message(r, i, why);
         if (why.empty()) {
           batch.messages.push_back(std::move(m));
-          continue;
+          return;
         }
-        if (bad_seqs.size() > 1) {
+        if (bad++ > 0) {
           bad_seqs += ',';
           bad_errors += ',';
         }
         bad_seqs += std::to_string(m.sequence);
         append_array_element(bad_errors, "unreadable row: " + why);
+      };
+      if (!locking) {
+        detail::params p;
+        p.add(detail::to_us(batch.lease_until)).add(req.owner).add(batch.token);
+        p.add(detail::to_us(req.now)).add(static_cast<std::int64_t>(req.limit));
+        auto r = detail::exec_prepared(c, "outbox_claim", p, "claim");
+        batch.messages.reserve(static_cast<std::size_t>(r.rows()));
+        for (int i = 0; i < r.rows(); ++i) take(r, i);
+      } else {
+        // Another locking relay's open batch is invisible to SQL (its rows are locked, not
+        // stamped), so rows behind its rows of an aggregate pass the claim's filters, fill the
+        // LIMIT, and are dropped by the per-aggregate check. When that happens, claim again
+        // after the last row seen, leaving those aggregates out, so the rest is reached
+        // (at most `claim_passes` statements; almost every claim is one).
+        std::string types = "{";
+        std::string ids = "{";
+        std::set<std::pair<std::string, std::string>, std::less<>> blocked;
+        std::int64_t after = 0;
+        for (int pass = 0; pass < claim_passes; ++pass) {
+          const std::size_t want = req.limit - std::min(req.limit, batch.messages.size() + bad);
+          if (want == 0) break;
+          detail::params p;
+          p.add(detail::to_us(req.now)).add(static_cast<std::int64_t>(want)).add(after);
+          p.add(types + "}").add(ids + "}");
+          auto r = detail::exec_prepared(c, "outbox_claim", p, "claim");
+          bool held_back = false;
+          for (int i = 0; i < r.rows(); ++i) {
+            after = std::max(after, r.int64(i, 0));
+            if (r.text(i, 9) == "t") {
+              take(r, i);
+              continue;
+            }
+            held_back = true;
+            if (blocked.emplace(r.text(i, 2), r.text(i, 3)).second) {
+              if (blocked.size() > 1) {
+                types += ',';
+                ids += ',';
+              }
+              append_array_element(types, r.text(i, 2));
+              append_array_element(ids, r.text(i, 3));
+            }
+          }
+          if (!held_back || static_cast<std::size_t>(r.rows()) < want) break;
+        }
       }
-      if (bad_seqs.size() > 1) {
+      if (bad > 0) {
         // A row that cannot be read (written by another program) is dead-lettered with the
         // reason, in the claim's transaction (locking) or fenced by the claim's token
         // (leasing); the rest of the batch flows.
@@ -578,14 +619,24 @@ class store {
   ///
   /// - leasing: $1 lease expiry (us), $2 owner, $3 fencing token, $4 now (us), $5 limit; the
   ///   kept rows are stamped (expiry, owner, token, attempts + 1) and returned.
-  /// - locking: $1 now (us), $2 limit; nothing is written (the row locks are the claim, and a
-  ///   rollback would undo a stamp anyway), so a claim costs no row version.
+  /// - locking: $1 now (us), $2 limit, $3 only rows after this seq, $4/$5 aggregates
+  ///   (types, ids) to leave out; every locked candidate is returned, with a tenth column that
+  ///   says whether it passed the per-aggregate check (the others stay locked, unused, until
+  ///   the claim ends). Nothing is written (the row locks are the claim, and a rollback would
+  ///   undo a stamp anyway), so a claim costs no row version.
   static std::string claim_sql(claim_policy policy) {
     const bool lease = policy == claim_policy::leasing;
     const std::string now = lease ? "$4" : "$1";
     const std::string limit = lease ? "$5" : "$2";
+    // Locking claims again, after the rows already seen and without the aggregates held back
+    // behind another relay's batch (see `claim`): $3, $4 and $5.
+    const std::string again =
+        lease ? ""
+              : " AND o.seq > $3::bigint AND (o.aggregate_type, o.aggregate_id) NOT IN"
+                " (SELECT x.t, x.i FROM unnest($4::text[], $5::text[]) AS x(t, i))";
     const std::string claimable =
-        " FROM outbox o WHERE o.state = 0 AND o.available_at <= outbox_ts(" + now + "::bigint)"
+        " FROM outbox o WHERE o.state = 0 AND o.available_at <= outbox_ts(" + now + "::bigint)" +
+        again +
         " AND (SELECT 1 FROM outbox w WHERE w.state = 0 AND w.available_at > '-infinity'"
         " AND w.aggregate_type = o.aggregate_type AND w.aggregate_id = o.aggregate_id"
         " AND w.seq < o.seq AND w.available_at > outbox_ts(" + now + "::bigint) LIMIT 1) IS NULL"
@@ -599,8 +650,7 @@ class store {
              " o.event_type, o.payload, o.headers, o.attempts, o.created_at" + claimable + ")"
              " SELECT c.seq, c.event_id, c.aggregate_type, c.aggregate_id, c.event_type,"
              " c.payload::text, c.headers::text, least(c.attempts, 2147483646) + 1,"
-             " outbox_us(c.created_at)"
-             " FROM c WHERE " + first_in_aggregate;
+             " outbox_us(c.created_at), " + first_in_aggregate + " FROM c";
     return "WITH c AS (SELECT o.seq, o.aggregate_type, o.aggregate_id" + claimable + "),"
            " ok AS (SELECT c.seq FROM c WHERE " + first_in_aggregate + ")"
            " UPDATE outbox o SET available_at = outbox_ts($1::bigint), lease_owner = $2,"
@@ -674,6 +724,9 @@ class store {
     if (why.empty()) why = unpublishable_reason(m);
     return m;
   }
+
+  /// Statements a locking claim may run to get past aggregates held by other relays.
+  static constexpr int claim_passes = 4;
 
   /// Headers of a consumer's dead letter are cut to this many bytes (they came from a peer).
   static constexpr std::size_t max_dead_header_bytes = 1 << 20;
