@@ -613,7 +613,10 @@ class store {
   /// that waits (for a retry, or under another relay's lease): otherwise a long run of such rows
   /// fills every batch and is then filtered away, and the claim comes back empty while other
   /// aggregates further down wait (migration 0003). That probe goes to the small partial index
-  /// `outbox_waiting_by_aggregate`, hence the literal `available_at > '-infinity'`. Under
+  /// `outbox_waiting_by_aggregate`, hence the literal `available_at > '-infinity'`. It costs
+  /// about 1.5 us a row (a 500-row claim went from 0.64 to 1.4 ms, about 30% of the bare-SQL
+  /// rate), so an uncorrelated EXISTS, run once per claim (an InitPlan), skips it when no row
+  /// waits at all, the usual case for one relay. Under
   /// locking, a row whose earlier row is locked by another relay's batch is still left to the
   /// post-filter; it waits at most for that batch, and rows further down are reached.
   ///
@@ -637,9 +640,11 @@ class store {
     const std::string claimable =
         " FROM outbox o WHERE o.state = 0 AND o.available_at <= outbox_ts(" + now + "::bigint)" +
         again +
-        " AND (SELECT 1 FROM outbox w WHERE w.state = 0 AND w.available_at > '-infinity'"
+        " AND (NOT EXISTS (SELECT 1 FROM outbox w0 WHERE w0.state = 0"
+        " AND w0.available_at > '-infinity' AND w0.available_at > outbox_ts(" + now + "::bigint))"
+        " OR (SELECT 1 FROM outbox w WHERE w.state = 0 AND w.available_at > '-infinity'"
         " AND w.aggregate_type = o.aggregate_type AND w.aggregate_id = o.aggregate_id"
-        " AND w.seq < o.seq AND w.available_at > outbox_ts(" + now + "::bigint) LIMIT 1) IS NULL"
+        " AND w.seq < o.seq AND w.available_at > outbox_ts(" + now + "::bigint) LIMIT 1) IS NULL)"
         " ORDER BY o.seq LIMIT " + limit + " FOR UPDATE SKIP LOCKED";
     const std::string first_in_aggregate =
         "(SELECT p.seq FROM outbox p WHERE p.state = 0 AND p.aggregate_type = c.aggregate_type"
