@@ -230,6 +230,7 @@ inline void validate(const event& e, const validation_limits& limits = {}) {
 }
 
 /// Why a message read back from a store cannot be published, or an empty string when it can.
+/// (`read_stored_headers` is what a store calls; this is its second half.)
 /// The writer never stores such a row; another program writing into the outbox may: empty
 /// names, names that are not UTF-8. Stores dead-letter such a row with this reason instead of
 /// returning it (see `claimed_batch::unreadable`).
@@ -248,6 +249,19 @@ inline void validate(const event& e, const validation_limits& limits = {}) {
   if (m.payload.find('\0') != std::string::npos) return "stored payload contains a NUL byte";
   if (!is_valid_utf8(m.payload)) return "stored payload is not valid UTF-8";
   return {};
+}
+
+/// The last step of reading a row back from a store, for every store alike: parses the stored
+/// headers into `m.headers` (the other fields already read) and says why the row cannot be
+/// published, or returns an empty string. Never throws on content: a store dead-letters such a
+/// row with this reason (see `claimed_batch::unreadable`).
+[[nodiscard]] inline std::string read_stored_headers(message& m, std::string_view headers_json) {
+  try {
+    m.headers = headers_from_json(headers_json);
+  } catch (const error& e) {
+    return e.what();
+  }
+  return unpublishable_reason(m);
 }
 
 }  // namespace outbox

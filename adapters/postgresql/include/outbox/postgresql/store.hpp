@@ -36,7 +36,6 @@
 #include <outbox/message.hpp>
 #include <outbox/postgresql/detail/native.hpp>
 #include <outbox/postgresql/schema.hpp>
-#include <outbox/time.hpp>
 #include <outbox/validate.hpp>
 
 namespace outbox::postgresql {
@@ -244,9 +243,7 @@ class store {
         in_claim_ = true;
         claim_token_ = batch.token;
       }
-      std::string bad_seqs = "{";
-      std::string bad_errors = "{";
-      std::size_t bad = 0;
+      detail::array_literal bad_seqs, bad_errors;  // rows that cannot be read, and why
       const auto take = [&](const detail::result& r, int i) {
         std::string why;
         message m = read_message(r, i, why);
@@ -254,12 +251,8 @@ class store {
           batch.messages.push_back(std::move(m));
           return;
         }
-        if (bad++ > 0) {
-          bad_seqs += ',';
-          bad_errors += ',';
-        }
-        bad_seqs += std::to_string(m.sequence);
-        append_array_element(bad_errors, "unreadable row: " + why);
+        bad_seqs.add(m.sequence);
+        bad_errors.add_text("unreadable row: " + why);
       };
       if (!locking) {
         detail::params p;
@@ -274,16 +267,16 @@ class store {
         // LIMIT, and are dropped by the per-aggregate check. When that happens, claim again
         // after the last row seen, leaving those aggregates out, so the rest is reached
         // (at most `claim_passes` statements; almost every claim is one).
-        std::string types = "{";
-        std::string ids = "{";
+        detail::array_literal types, ids;  // of the aggregates in `blocked`
         std::set<std::pair<std::string, std::string>, std::less<>> blocked;
         std::int64_t after = 0;
         for (int pass = 0; pass < claim_passes; ++pass) {
-          const std::size_t want = req.limit - std::min(req.limit, batch.messages.size() + bad);
+          const std::size_t taken = batch.messages.size() + bad_seqs.size();
+          const std::size_t want = req.limit - std::min(req.limit, taken);
           if (want == 0) break;
           detail::params p;
           p.add(detail::to_us(req.now)).add(static_cast<std::int64_t>(want)).add(after);
-          p.add(types + "}").add(ids + "}");
+          p.add(types.str()).add(ids.str());
           auto r = detail::exec_prepared(c, "outbox_claim", p, "claim");
           bool held_back = false;
           for (int i = 0; i < r.rows(); ++i) {
@@ -294,23 +287,19 @@ class store {
             }
             held_back = true;
             if (blocked.emplace(r.text(i, 2), r.text(i, 3)).second) {
-              if (blocked.size() > 1) {
-                types += ',';
-                ids += ',';
-              }
-              append_array_element(types, r.text(i, 2));
-              append_array_element(ids, r.text(i, 3));
+              types.add_text(r.text(i, 2));
+              ids.add_text(r.text(i, 3));
             }
           }
           if (!held_back || static_cast<std::size_t>(r.rows()) < want) break;
         }
       }
-      if (bad > 0) {
+      if (bad_seqs.size() > 0) {
         // A row that cannot be read (written by another program) is dead-lettered with the
         // reason, in the claim's transaction (locking) or fenced by the claim's token
         // (leasing); the rest of the batch flows.
         detail::params bad;
-        bad.add(bad_seqs + "}").add(bad_errors + "}").add(std::int64_t{locking ? 1 : 0});
+        bad.add(bad_seqs.str()).add(bad_errors.str()).add(std::int64_t{locking ? 1 : 0});
         if (locking) bad.add_null();
         else bad.add(batch.token);
         batch.unreadable = static_cast<std::size_t>(
@@ -350,37 +339,28 @@ class store {
         stale.fenced = fates.size();
         return stale;
       }
-      std::string published = "{";
-      std::string others = "{";
-      std::string kinds = "{";
-      std::string ats = "{";
-      std::string errors = "{";
-      std::size_t np = 0;
-      std::size_t no = 0;
+      detail::array_literal published, others, kinds, ats, errors;
       for (std::size_t i = 0; i < fates.size(); ++i) {
-        const auto seq = std::to_string(batch.messages[i].sequence);
+        const auto seq = batch.messages[i].sequence;
         const auto& f = fates[i];
         if (f.what == settlement::kind::published) {
-          published += (np++ ? "," : "") + seq;
+          published.add(seq);
           continue;
         }
-        const char* sep = no++ ? "," : "";
-        others += sep + seq;
-        kinds += sep + std::to_string(kind_code(f.what));
-        ats += sep + std::to_string(detail::to_us(f.retry_at));
-        errors += sep;
-        append_array_element(errors, f.error);
+        others.add(seq);
+        kinds.add(kind_code(f.what));
+        ats.add(detail::to_us(f.retry_at));
+        errors.add_text(f.error);
       }
-      for (auto* s : {&published, &others, &kinds, &ats, &errors}) *s += "}";
       const bool locking = options_.policy == claim_policy::locking;
       detail::params p;
       if (!locking) p.add(batch.token);
       p.add(detail::to_us(std::chrono::system_clock::now()))
-          .add(published)
-          .add(others)
-          .add(kinds)
-          .add(ats)
-          .add(errors);
+          .add(published.str())
+          .add(others.str())
+          .add(kinds.str())
+          .add(ats.str())
+          .add(errors.str());
       auto r = detail::exec_prepared(c, "outbox_settle", p, "settle");
       settle_result out;
       out.published = static_cast<std::size_t>(r.int64(0, 0));
@@ -719,14 +699,9 @@ class store {
     m.aggregate_id = r.text(i, 3);
     m.event_type = r.text(i, 4);
     m.payload = r.text(i, 5);
-    try {
-      m.headers = headers_from_json(r.text(i, 6));
-    } catch (const error& e) {
-      why = e.what();
-    }
     m.attempts = clamp_attempts(r.int64(i, 7));
-    m.created_at = from_unix_clamped<std::micro>(r.int64(i, 8));
-    if (why.empty()) why = unpublishable_reason(m);
+    m.created_at = detail::from_us(r.int64(i, 8));
+    why = read_stored_headers(m, r.text(i, 6));
     return m;
   }
 
@@ -756,16 +731,6 @@ class store {
       case settlement::kind::dead: return 3;
       default: return 4;
     }
-  }
-
-  /// Appends `s` as a double-quoted element of a PostgreSQL array literal.
-  static void append_array_element(std::string& out, std::string_view s) {
-    out += '"';
-    for (char ch : sanitize_text(s)) {  // valid UTF-8 without NUL, or the settle would fail
-      if (ch == '"' || ch == '\\') out += '\\';
-      out += ch;
-    }
-    out += '"';
   }
 
   bool drain_notifications(PGconn* c) {

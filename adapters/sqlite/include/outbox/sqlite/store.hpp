@@ -26,7 +26,6 @@
 #include <outbox/message.hpp>
 #include <outbox/sqlite/detail/native.hpp>
 #include <outbox/sqlite/schema.hpp>
-#include <outbox/time.hpp>
 #include <outbox/validate.hpp>
 
 namespace outbox::sqlite {
@@ -401,14 +400,9 @@ class store {
     m.aggregate_id = st.column_text(3);
     m.event_type = st.column_text(4);
     m.payload = st.column_text(5);
-    try {
-      m.headers = headers_from_json(st.column_view(6));
-    } catch (const error& e) {
-      why = e.what();
-    }
     m.attempts = clamp_attempts(st.column_int64(7));
-    m.created_at = from_unix_clamped<std::milli>(st.column_int64(8));
-    if (why.empty()) why = unpublishable_reason(m);
+    m.created_at = detail::from_ms(st.column_int64(8));
+    why = read_stored_headers(m, st.column_view(6));
     return m;
   }
 

@@ -18,6 +18,8 @@
 
 #include <outbox/error.hpp>
 #include <outbox/message.hpp>
+#include <outbox/time.hpp>
+#include <outbox/validate.hpp>
 
 namespace outbox::postgresql::detail {
 
@@ -143,6 +145,41 @@ class params {
   std::vector<bool> nulls_;
 };
 
+/// A PostgreSQL array literal (`{1,2}`, `{"a","b"}`) built one element at a time, so that a
+/// whole list binds as one text parameter.
+class array_literal {
+ public:
+  /// Appends a number.
+  array_literal& add(std::int64_t v) {
+    separate();
+    text_ += std::to_string(v);
+    return *this;
+  }
+  /// Appends `s` as a double-quoted, escaped element, made valid UTF-8 without NUL first (or
+  /// the statement would fail on it).
+  array_literal& add_text(std::string_view s) {
+    separate();
+    text_ += '"';
+    for (char ch : sanitize_text(s)) {
+      if (ch == '"' || ch == '\\') text_ += '\\';
+      text_ += ch;
+    }
+    text_ += '"';
+    return *this;
+  }
+  /// How many elements were added.
+  [[nodiscard]] std::size_t size() const noexcept { return n_; }
+  /// The literal, closed.
+  [[nodiscard]] std::string str() const { return text_ + '}'; }
+
+ private:
+  void separate() {
+    if (n_++ > 0) text_ += ',';
+  }
+  std::string text_ = "{";
+  std::size_t n_ = 0;
+};
+
 /// Runs an unnamed statement with text parameters (one round trip).
 inline result exec(PGconn* conn, const std::string& sql, const params& p, std::string_view what) {
   const auto ptrs = p.pointers();
@@ -173,12 +210,10 @@ inline PGconn* handle(::soci::session& sql) {
   return static_cast<::soci::postgresql_session_backend*>(sql.get_backend())->conn_;
 }
 
-/// Microseconds since the Unix epoch: the wire form of every timestamp we pass.
-inline std::int64_t to_us(time_point t) {
-  return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
-}
-inline time_point from_us(std::int64_t us) {
-  return time_point(std::chrono::duration_cast<time_point::duration>(std::chrono::microseconds(us)));
-}
+/// Microseconds since the Unix epoch: the wire form of every timestamp we pass. Read back
+/// clamped, since `outbox_us` of a row another program wrote may be any bigint
+/// (`outbox/time.hpp`).
+inline std::int64_t to_us(time_point t) { return to_unix<std::micro>(t); }
+inline time_point from_us(std::int64_t us) { return from_unix_clamped<std::micro>(us); }
 
 }  // namespace outbox::postgresql::detail

@@ -17,6 +17,7 @@
 
 #include <outbox/error.hpp>
 #include <outbox/message.hpp>
+#include <outbox/time.hpp>
 
 namespace outbox::sqlite::detail {
 
@@ -68,12 +69,10 @@ inline void exec(sq::sqlite3* db, const char* sql_text) {
   }
 }
 
-inline std::int64_t to_ms(time_point t) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
-}
-inline time_point from_ms(std::int64_t ms) {
-  return time_point(std::chrono::duration_cast<time_point::duration>(std::chrono::milliseconds(ms)));
-}
+/// Unix milliseconds: the form of every timestamp column. Read back clamped, since a row another
+/// program wrote may hold any integer (`outbox/time.hpp`).
+inline std::int64_t to_ms(time_point t) { return to_unix<std::milli>(t); }
+inline time_point from_ms(std::int64_t ms) { return from_unix_clamped<std::milli>(ms); }
 
 /// A prepared statement owned by this object (finalized on destruction), reset after each use.
 class statement {
