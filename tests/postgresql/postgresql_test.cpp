@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <exception>
+#include <memory>
 #include <set>
 #include <string>
 #include <thread>
@@ -51,16 +52,32 @@ bool eventually(Pred pred, std::chrono::seconds limit = 60s) {
   return pred();
 }
 
-/// Waits (bounded) until the relay on backend `pid` sleeps on LISTEN, so a test does not race it.
+/// A relay on its own connection, running with idle polls of 30 s: only a notification can
+/// make it publish within a test's wait.
 template <class Fixture>
-bool sleeps_on_listen(Fixture& fx, int pid) {
-  auto watcher = fx.open_session();
-  return eventually([&] {
-    return fx.count(*watcher, "SELECT count(*) FROM pg_stat_activity WHERE pid = " +
-                                  std::to_string(pid) +
-                                  " AND state = 'idle' AND query LIKE 'LISTEN%'") == 1;
-  }, 20s);
-}
+struct listening_relay {
+  explicit listening_relay(Fixture& f) : fx(&f) {}
+
+  /// Waits (bounded) until the relay sleeps on LISTEN, so a test does not race it.
+  bool asleep() {
+    auto watcher = fx->open_session();
+    return eventually([&] {
+      return fx->count(*watcher, "SELECT count(*) FROM pg_stat_activity WHERE pid = " +
+                                     std::to_string(pid) +
+                                     " AND state = 'idle' AND query LIKE 'LISTEN%'") == 1;
+    }, 20s);
+  }
+
+  Fixture* fx;
+  std::unique_ptr<soci::session> sql = fx->open_session();
+  std::unique_ptr<outbox::postgresql::store> store = fx->make_store(*sql);
+  outbox::testing::memory_transport transport;
+  outbox::relay<outbox::postgresql::store, outbox::testing::memory_transport> relay{
+      *store, transport,
+      {.lease = 60s, .publish_timeout = 10s, .idle_poll_min = 30s, .idle_poll_max = 30s}};
+  const int pid = store->backend_pid();  // before the runner uses the store
+  std::jthread runner{[this](std::stop_token st) { relay.run(st); }};  // last: stops first
+};
 
 }  // namespace
 
@@ -154,16 +171,8 @@ BOOST_AUTO_TEST_CASE(user_text_is_bound_and_bad_json_is_refused_before_sql) {
 BOOST_AUTO_TEST_CASE_TEMPLATE(notify_wakes_an_idle_relay_on_commit_even_for_rows_written_by_others,
                               Fixture, policies) {
   Fixture fx;
-  auto relay_sql = fx.open_session();
-  auto relay_store = fx.make_store(*relay_sql);
-  outbox::testing::memory_transport t;
-  // Idle polls of 30 s: only a notification can make the relay publish within the wait below.
-  outbox::relay relay(*relay_store, t,
-                      {.lease = 60s, .publish_timeout = 10s, .idle_poll_min = 30s,
-                       .idle_poll_max = 30s});
-  const int pid = relay_store->backend_pid();
-  std::jthread runner([&](std::stop_token st) { relay.run(st); });
-  BOOST_TEST_REQUIRE(sleeps_on_listen(fx, pid));
+  listening_relay r(fx);
+  BOOST_TEST_REQUIRE(r.asleep());
 
   auto other = fx.open_session();  // another program, plain SQL, no library
   {
@@ -172,13 +181,13 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(notify_wakes_an_idle_relay_on_commit_even_for_rows
               "created_at) VALUES ('" + outbox::make_uuid_v7().to_string() +
                   "', 'order', '9', 'placed', '{}', now())";
     std::this_thread::sleep_for(300ms);
-    BOOST_TEST(t.published_count() == 0u);  // not before the commit
+    BOOST_TEST(r.transport.published_count() == 0u);  // not before the commit
     tx.commit();
   }
-  BOOST_TEST(eventually([&] { return t.published_count() == 1; }, 10s));
-  runner.request_stop();
-  runner.join();  // the stop callback interrupts the 30 s wait
-  BOOST_TEST(relay.stats().published == 1u);
+  BOOST_TEST(eventually([&] { return r.transport.published_count() == 1; }, 10s));
+  r.runner.request_stop();
+  r.runner.join();  // the stop callback interrupts the 30 s wait
+  BOOST_TEST(r.relay.stats().published == 1u);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_relay_whose_backend_is_terminated_mid_batch_reconnects_and_loses_nothing,
@@ -371,16 +380,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(notify_still_wakes_the_relay_while_an_aggregate_wa
     f[0].retry_at = std::chrono::system_clock::now() + 1h;
     BOOST_TEST_REQUIRE(st->settle(head, f).retried == 1u);
   }
-  auto relay_sql = fx.open_session();
-  auto relay_store = fx.make_store(*relay_sql);
-  outbox::testing::memory_transport t;
-  outbox::relay relay(*relay_store, t,
-                      {.lease = 60s, .publish_timeout = 10s, .idle_poll_min = 30s,
-                       .idle_poll_max = 30s});
-  const int pid = relay_store->backend_pid();
-  std::jthread runner([&](std::stop_token st) { relay.run(st); });
-  BOOST_TEST_REQUIRE(sleeps_on_listen(fx, pid));
-  BOOST_TEST(t.published_count() == 0u);
+  listening_relay r(fx);
+  BOOST_TEST_REQUIRE(r.asleep());
+  BOOST_TEST(r.transport.published_count() == 0u);
   {
     auto sql = fx.open_session();
     auto st = fx.make_store(*sql);
@@ -389,9 +391,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(notify_still_wakes_the_relay_while_an_aggregate_wa
     w.enqueue(*sql, outbox::event{"order", "y", "e1", "{}", {}});
     tx.commit();
   }
-  BOOST_TEST(eventually([&] { return t.published_count() == 1; }, 10s));
-  runner.request_stop();
-  runner.join();
+  BOOST_TEST(eventually([&] { return r.transport.published_count() == 1; }, 10s));
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(rows_with_infinite_timestamps_do_not_stop_the_relay, Fixture,
