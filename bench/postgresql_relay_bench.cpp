@@ -26,9 +26,9 @@
 #include <outbox/outbox.hpp>
 #include <outbox/postgresql/store.hpp>
 
+#include <outbox/testing/memory_transport.hpp>
 #include "bench_common.hpp"
 #include "postgresql_pristine.hpp"
-#include <outbox/testing/memory_transport.hpp>
 
 using namespace std::chrono_literals;
 namespace pg = outbox::postgresql;
@@ -62,7 +62,8 @@ result timed(soci::session& sql, long rows, const std::function<void()>& body) {
 }
 
 outbox::testing::memory_transport_options sink(const args& a) {
-  return {.confirm_latency = std::chrono::microseconds(a.latency_us), .deliver = false,
+  return {.confirm_latency = std::chrono::microseconds(a.latency_us),
+          .deliver = false,
           .record = false};
 }
 
@@ -71,7 +72,10 @@ result run_relay(soci::session& check, const args& a, pg::claim_policy p, pg::re
   pg::store st(sql, {.policy = p, .retention = r});
   outbox::testing::memory_transport t(sink(a));
   outbox::relay relay(st, t, {.batch_size = static_cast<std::size_t>(a.batch)});
-  return timed(check, a.rows, [&] { while (relay.run_once() > 0) {} });
+  return timed(check, a.rows, [&] {
+    while (relay.run_once() > 0) {
+    }
+  });
 }
 
 result run_bare(soci::session& check, const args& a, pg::claim_policy p, pg::retention r) {
@@ -174,7 +178,9 @@ int main(int argc, char** argv) try {
                                "/" + (r == pg::retention::keep ? "keep" : "delete");
       // Two rounds in ABBA order, best of each: the first run after a reset pays for hint bits
       // and autovacuum, and the machine is shared.
-      const auto best = [](const result& x, const result& y) { return x.rate() >= y.rate() ? x : y; };
+      const auto best = [](const result& x, const result& y) {
+        return x.rate() >= y.rate() ? x : y;
+      };
       outbox::bench::reset_postgresql_outbox(sql);
       result relay = run_relay(sql, a, p, r);
       outbox::bench::reset_postgresql_outbox(sql);

@@ -44,7 +44,7 @@ struct consumer_options {
   /// Required: the deduplication scope, one inbox per name. Two services that share a database
   /// need two names, or each skips the other's events as duplicates; so there is no default.
   std::string name{};
-  std::chrono::milliseconds poll_timeout{100};  ///< How long one `poll_once` waits.
+  std::chrono::milliseconds poll_timeout{100};                ///< How long one `poll_once` waits.
   dead_letter_route dead_letters = dead_letter_route::store;  ///< See dead_letter_route.
   /// Called by `run` with every error it backs off from (for logs and metrics), on the
   /// consumer's thread; must not throw.
@@ -258,8 +258,8 @@ class consumer {
 
   static constexpr std::size_t max_tracked = 100'000;
   std::unordered_map<uuid, int> attempts_;  // failed attempts per event id, since start
-  int transient_streak_ = 0;                 // consecutive failures that spent no attempt
-  std::stop_token stop_;                     // run's, so that waits end on a stop request
+  int transient_streak_ = 0;                // consecutive failures that spent no attempt
+  std::stop_token stop_;                    // run's, so that waits end on a stop request
   std::mutex pause_mutex_;
   std::condition_variable_any pause_cv_;
   std::atomic<std::uint64_t> applied_{0}, duplicates_{0}, retried_{0}, dead_{0}, errors_{0};

@@ -34,15 +34,15 @@ struct event {
 
 /// A stored event, as the relay publishes it and the consumer receives it.
 struct message {
-  uuid id{};                   ///< UUIDv7, assigned by the writer, the deduplication key.
+  uuid id{};  ///< UUIDv7, assigned by the writer, the deduplication key.
   std::string aggregate_type{};
   std::string aggregate_id{};
   std::string event_type{};
   std::string payload{};
   header_map headers{};
-  int attempts = 0;            ///< Publish attempts, counting the current one.
-  time_point created_at{};     ///< When the writer enqueued it.
-  std::int64_t sequence = 0;   ///< The store's insertion position (not meaningful across stores).
+  int attempts = 0;           ///< Publish attempts, counting the current one.
+  time_point created_at{};    ///< When the writer enqueued it.
+  std::int64_t sequence = 0;  ///< The store's insertion position (not meaningful across stores).
 };
 
 /// An attempt count read back from a store, made safe for `int` arithmetic: a row written by
@@ -63,9 +63,9 @@ struct outgoing {
 
 /// What the relay asks of a claiming store.
 struct claim_request {
-  std::string_view owner{};         ///< Who holds the lease (for operators and the fence).
-  std::size_t limit = 0;            ///< At most this many messages.
-  time_point now{};                 ///< The relay clock's idea of now.
+  std::string_view owner{};           ///< Who holds the lease (for operators and the fence).
+  std::size_t limit = 0;              ///< At most this many messages.
+  time_point now{};                   ///< The relay clock's idea of now.
   std::chrono::milliseconds lease{};  ///< How long the claim holds before others may take over.
 };
 

@@ -11,12 +11,12 @@
 #include <exception>
 #include <functional>
 #include <mutex>
-#include <thread>
 #include <random>
 #include <span>
 #include <stop_token>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -37,12 +37,12 @@ struct relay_options {
   /// The largest `batch_size` accepted: a batch is held in memory and published as one unit.
   static constexpr std::size_t max_batch_size = 100'000;
 
-  std::size_t batch_size = 500;                      ///< Messages claimed per batch.
-  std::chrono::milliseconds lease{30'000};           ///< How long a claim holds (leasing stores).
-  std::chrono::milliseconds publish_timeout{10'000}; ///< Confirms not in by then are failures.
-  std::chrono::milliseconds idle_poll_min{5};        ///< First sleep after an empty batch.
-  std::chrono::milliseconds idle_poll_max{1'000};    ///< Idle sleeps double up to this.
-  std::string owner{};                               ///< Lease owner; default "relay-<uuid>".
+  std::size_t batch_size = 500;                       ///< Messages claimed per batch.
+  std::chrono::milliseconds lease{30'000};            ///< How long a claim holds (leasing stores).
+  std::chrono::milliseconds publish_timeout{10'000};  ///< Confirms not in by then are failures.
+  std::chrono::milliseconds idle_poll_min{5};         ///< First sleep after an empty batch.
+  std::chrono::milliseconds idle_poll_max{1'000};     ///< Idle sleeps double up to this.
+  std::string owner{};                                ///< Lease owner; default "relay-<uuid>".
   /// Called by `run` with every error it backs off from (for logs and metrics), on the relay's
   /// thread; must not throw. Empty: errors are only counted (`relay_stats::errors`).
   std::function<void(const error&)> on_error{};
@@ -113,9 +113,9 @@ class relay {
     // attempts without a publish result. It is dead-lettered before it is sent again, or it
     // would take down every relay that claims it, forever. Such messages go to the end of the
     // batch and out of the waves; a dead letter does not hold its aggregate back.
-    const auto spent = std::stable_partition(
-        batch.messages.begin(), batch.messages.end(),
-        [&](const message& m) { return !retry_.exhausted(m.attempts - 1); });
+    const auto spent =
+        std::stable_partition(batch.messages.begin(), batch.messages.end(),
+                              [&](const message& m) { return !retry_.exhausted(m.attempts - 1); });
     const auto sendable = static_cast<std::size_t>(spent - batch.messages.begin());
     for (std::size_t i = sendable; i < n; ++i) {
       fates[i].what = settlement::kind::dead;
@@ -151,8 +151,7 @@ class relay {
         break;
       }
       try {
-        apply_results(wave, begin, results, fates,
-                      waves.size() > 1 ? &failed_aggregates : nullptr);
+        apply_results(wave, begin, results, fates, waves.size() > 1 ? &failed_aggregates : nullptr);
       } catch (...) {  // a misconfigured transport: stop here, do not dead-letter the backlog
         transport_failure = std::current_exception();
         for (std::size_t i = begin; i < end; ++i)
@@ -219,8 +218,8 @@ class relay {
   }
 
   [[nodiscard]] relay_stats stats() const noexcept {
-    return {batches_.load(), published_.load(), retried_.load(), dead_.load(),
-            released_.load(), fenced_.load(), errors_.load()};
+    return {batches_.load(),  published_.load(), retried_.load(), dead_.load(),
+            released_.load(), fenced_.load(),    errors_.load()};
   }
   [[nodiscard]] const relay_options& options() const noexcept { return options_; }
 
@@ -229,11 +228,13 @@ class relay {
   /// (the claim may have waited for a lock), so no other relay can take over a batch in flight.
   std::chrono::steady_clock::time_point publish_deadline(const claimed_batch& batch) const {
     const auto now = std::chrono::steady_clock::now();
-    const auto margin = std::min<std::chrono::milliseconds>(std::chrono::seconds(1),
-                                                            options_.lease / 10);
-    const auto lease_left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        batch.lease_until - clock_.now()) - margin;
-    return now + std::max(std::chrono::milliseconds(0), std::min(options_.publish_timeout, lease_left));
+    const auto margin =
+        std::min<std::chrono::milliseconds>(std::chrono::seconds(1), options_.lease / 10);
+    const auto lease_left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(batch.lease_until - clock_.now()) -
+        margin;
+    return now +
+           std::max(std::chrono::milliseconds(0), std::min(options_.publish_timeout, lease_left));
   }
 
   /// Settling is idempotent under the fencing token, so a transient failure (e.g. the database
@@ -260,14 +261,15 @@ class relay {
   /// Orders the batch into waves: wave k holds the k-th message of each aggregate. Waves are
   /// published one after another, so a later message of an aggregate is sent only after the
   /// earlier one was confirmed. Almost every batch is a single wave.
-  static std::vector<std::pair<std::size_t, std::size_t>> arrange_waves(
-      std::vector<message>& all, std::size_t count) {
+  static std::vector<std::pair<std::size_t, std::size_t>> arrange_waves(std::vector<message>& all,
+                                                                        std::size_t count) {
     const std::span<message> msgs(all.data(), count);
     if (count == 0) return {};
     std::vector<std::uint32_t> wave(msgs.size());
     // Keys view the messages' own strings: no allocation per message on this hot path.
     struct key_hash {
-      std::size_t operator()(const std::pair<std::string_view, std::string_view>& k) const noexcept {
+      std::size_t operator()(
+          const std::pair<std::string_view, std::string_view>& k) const noexcept {
         const std::hash<std::string_view> h;
         return h(k.first) * 31 + h(k.second);
       }
@@ -306,8 +308,10 @@ class relay {
     std::vector<const publish_result*> by_pos(wave.size(), nullptr);
     bool in_order = results.size() == wave.size();
     for (std::size_t i = 0; in_order && i < wave.size(); ++i) {
-      if (results[i].id != wave[i].id) in_order = false;
-      else by_pos[i] = &results[i];
+      if (results[i].id != wave[i].id)
+        in_order = false;
+      else
+        by_pos[i] = &results[i];
     }
     if (!in_order) {  // confirms came back in another order, or some are missing
       std::fill(by_pos.begin(), by_pos.end(), nullptr);

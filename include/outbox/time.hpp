@@ -47,7 +47,8 @@ template <class Period>
 /// (a timestamp in a row another program wrote may be anything).
 [[nodiscard]] constexpr std::int64_t elapsed(std::int64_t now, std::int64_t then) noexcept {
   std::int64_t d = 0;
-  if (__builtin_sub_overflow(now, then, &d)) return then < 0 ? std::numeric_limits<std::int64_t>::max() : 0;
+  if (__builtin_sub_overflow(now, then, &d))
+    return then < 0 ? std::numeric_limits<std::int64_t>::max() : 0;
   return d < 0 ? 0 : d;
 }
 

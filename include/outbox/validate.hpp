@@ -17,9 +17,9 @@ namespace outbox {
 
 /// Limits applied to every enqueued event. Defaults fit the column types of every dialect.
 struct validation_limits {
-  std::size_t max_name_bytes = 255;            ///< aggregate_type, aggregate_id, event_type.
-  std::size_t max_payload_bytes = 1 << 20;     ///< 1 MiB of JSON text.
-  std::size_t max_header_bytes = 64 * 1024;    ///< All header names and values together.
+  std::size_t max_name_bytes = 255;          ///< aggregate_type, aggregate_id, event_type.
+  std::size_t max_payload_bytes = 1 << 20;   ///< 1 MiB of JSON text.
+  std::size_t max_header_bytes = 64 * 1024;  ///< All header names and values together.
   /// Deepest nesting of arrays and objects a payload may have. 100 is what MySQL's JSON type
   /// accepts; the limit also keeps a consumer's recursive JSON code safe from hostile depth.
   std::size_t max_json_depth = 100;
@@ -215,9 +215,9 @@ inline void validate(const event& e, const validation_limits& limits = {}) {
     throw error(errc::permanent, "core", {}, "stored headers are not a JSON object of strings");
   for (const auto& [k, v] : j.items()) {
     if (!v.is_string())
-      throw error(errc::permanent, "core", {},
-                  "stored header '" + sanitize_text(k, 255) + "' is not a string but " +
-                      v.type_name());
+      throw error(
+          errc::permanent, "core", {},
+          "stored header '" + sanitize_text(k, 255) + "' is not a string but " + v.type_name());
     // What the writer refuses is refused here too: these come from rows another program wrote.
     if (k.empty()) throw error(errc::permanent, "core", {}, "a stored header name is empty");
     const auto& value = v.get_ref<const std::string&>();
@@ -235,10 +235,9 @@ inline void validate(const event& e, const validation_limits& limits = {}) {
 /// names, names that are not UTF-8. Stores dead-letter such a row with this reason instead of
 /// returning it (see `claimed_batch::unreadable`).
 [[nodiscard]] inline std::string unpublishable_reason(const message& m) {
-  const std::pair<const char*, const std::string*> names[] = {
-      {"aggregate_type", &m.aggregate_type},
-      {"aggregate_id", &m.aggregate_id},
-      {"event_type", &m.event_type}};
+  const std::pair<const char*, const std::string*> names[] = {{"aggregate_type", &m.aggregate_type},
+                                                              {"aggregate_id", &m.aggregate_id},
+                                                              {"event_type", &m.event_type}};
   for (const auto& [field, value] : names) {
     if (value->empty()) return std::string("stored ") + field + " is empty";
     if (!is_valid_utf8(*value)) return std::string("stored ") + field + " is not valid UTF-8";

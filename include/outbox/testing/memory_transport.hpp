@@ -117,8 +117,8 @@ class memory_transport {
   bool redeliver(const uuid& id) {
     {
       std::lock_guard lock(mutex_);
-      auto it = std::find_if(wire_.begin(), wire_.end(),
-                             [&](const message& m) { return m.id == id; });
+      auto it =
+          std::find_if(wire_.begin(), wire_.end(), [&](const message& m) { return m.id == id; });
       if (it == wire_.end()) return false;
       queue_.push_back(entry{*it, true});
     }

@@ -175,7 +175,9 @@ class store {
   };
 
   explicit store(::soci::session& sql, store_options options = {})
-      : sql_(&sql), conn_(detail::handle(sql)), options_(std::move(options)),
+      : sql_(&sql),
+        conn_(detail::handle(sql)),
+        options_(std::move(options)),
         rng_(std::random_device{}() ^ (static_cast<std::uint64_t>(std::random_device{}()) << 32)),
         wake_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
     if (wake_fd_ < 0) throw error(errc::transient, "postgresql", "errno", "eventfd failed");
@@ -300,8 +302,10 @@ class store {
         // (leasing); the rest of the batch flows.
         detail::params bad;
         bad.add(bad_seqs.str()).add(bad_errors.str()).add(std::int64_t{locking ? 1 : 0});
-        if (locking) bad.add_null();
-        else bad.add(batch.token);
+        if (locking)
+          bad.add_null();
+        else
+          bad.add(batch.token);
         batch.unreadable = static_cast<std::size_t>(
             detail::exec(c,
                          "UPDATE outbox o SET state = 2, dead_at = now(), last_error = u.err, "
@@ -371,9 +375,9 @@ class store {
         detail::exec(c, "COMMIT");
         in_claim_ = false;
         // Released rows are simply left alone: their locks go with the commit.
-        out.released = static_cast<std::size_t>(std::count_if(
-            fates.begin(), fates.end(),
-            [](const settlement& f) { return f.what == settlement::kind::release; }));
+        out.released = static_cast<std::size_t>(
+            std::count_if(fates.begin(), fates.end(),
+                          [](const settlement& f) { return f.what == settlement::kind::release; }));
       }
       out.fenced = fates.size() - (out.published + out.retried + out.dead + out.released);
       return out;
@@ -559,11 +563,12 @@ class store {
   std::size_t purge_published(time_point before, std::size_t limit) {
     return run("purge_published", [&](PGconn* c) {
       return static_cast<std::size_t>(
-          detail::exec(c,
-                       "DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox WHERE state = 1 "
-                       "AND published_at < outbox_ts($1::bigint) ORDER BY seq LIMIT $2)",
-                       detail::params().add(detail::to_us(before)).add(static_cast<std::int64_t>(limit)),
-                       "purge_published")
+          detail::exec(
+              c,
+              "DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox WHERE state = 1 "
+              "AND published_at < outbox_ts($1::bigint) ORDER BY seq LIMIT $2)",
+              detail::params().add(detail::to_us(before)).add(static_cast<std::int64_t>(limit)),
+              "purge_published")
               .affected());
     });
   }
@@ -571,12 +576,13 @@ class store {
   std::size_t purge_inbox(time_point before, std::size_t limit) {
     return run("purge_inbox", [&](PGconn* c) {
       return static_cast<std::size_t>(
-          detail::exec(c,
-                       "DELETE FROM outbox_inbox WHERE ctid = ANY(ARRAY(SELECT ctid FROM "
-                       "outbox_inbox WHERE processed_at < outbox_ts($1::bigint) "
-                       "ORDER BY processed_at LIMIT $2))",
-                       detail::params().add(detail::to_us(before)).add(static_cast<std::int64_t>(limit)),
-                       "purge_inbox")
+          detail::exec(
+              c,
+              "DELETE FROM outbox_inbox WHERE ctid = ANY(ARRAY(SELECT ctid FROM "
+              "outbox_inbox WHERE processed_at < outbox_ts($1::bigint) "
+              "ORDER BY processed_at LIMIT $2))",
+              detail::params().add(detail::to_us(before)).add(static_cast<std::int64_t>(limit)),
+              "purge_inbox")
               .affected());
     });
   }
@@ -621,23 +627,34 @@ class store {
         " FROM outbox o WHERE o.state = 0 AND o.available_at <= outbox_ts(" + now + "::bigint)" +
         again +
         " AND (NOT EXISTS (SELECT 1 FROM outbox w0 WHERE w0.state = 0"
-        " AND w0.available_at > '-infinity' AND w0.available_at > outbox_ts(" + now + "::bigint))"
+        " AND w0.available_at > '-infinity' AND w0.available_at > outbox_ts(" +
+        now +
+        "::bigint))"
         " OR (SELECT 1 FROM outbox w WHERE w.state = 0 AND w.available_at > '-infinity'"
         " AND w.aggregate_type = o.aggregate_type AND w.aggregate_id = o.aggregate_id"
-        " AND w.seq < o.seq AND w.available_at > outbox_ts(" + now + "::bigint) LIMIT 1) IS NULL)"
-        " ORDER BY o.seq LIMIT " + limit + " FOR UPDATE SKIP LOCKED";
+        " AND w.seq < o.seq AND w.available_at > outbox_ts(" +
+        now +
+        "::bigint) LIMIT 1) IS NULL)"
+        " ORDER BY o.seq LIMIT " +
+        limit + " FOR UPDATE SKIP LOCKED";
     const std::string first_in_aggregate =
         "(SELECT p.seq FROM outbox p WHERE p.state = 0 AND p.aggregate_type = c.aggregate_type"
         " AND p.aggregate_id = c.aggregate_id AND p.seq < c.seq"
         " AND NOT EXISTS (SELECT 1 FROM c c2 WHERE c2.seq = p.seq) LIMIT 1) IS NULL";
     if (!lease)
       return "WITH c AS (SELECT o.seq, o.event_id, o.aggregate_type, o.aggregate_id,"
-             " o.event_type, o.payload, o.headers, o.attempts, o.created_at" + claimable + ")"
+             " o.event_type, o.payload, o.headers, o.attempts, o.created_at" +
+             claimable +
+             ")"
              " SELECT c.seq, c.event_id, c.aggregate_type, c.aggregate_id, c.event_type,"
              " c.payload::text, c.headers::text, least(c.attempts, 2147483646) + 1,"
-             " outbox_us(c.created_at), " + first_in_aggregate + " FROM c";
-    return "WITH c AS (SELECT o.seq, o.aggregate_type, o.aggregate_id" + claimable + "),"
-           " ok AS (SELECT c.seq FROM c WHERE " + first_in_aggregate + ")"
+             " outbox_us(c.created_at), " +
+             first_in_aggregate + " FROM c";
+    return "WITH c AS (SELECT o.seq, o.aggregate_type, o.aggregate_id" + claimable +
+           "),"
+           " ok AS (SELECT c.seq FROM c WHERE " +
+           first_in_aggregate +
+           ")"
            " UPDATE outbox o SET available_at = outbox_ts($1::bigint), lease_owner = $2,"
            " lease_token = $3, attempts = least(o.attempts, 2147483646) + 1"
            " FROM ok WHERE o.seq = ok.seq"
@@ -674,11 +691,16 @@ class store {
            "state = CASE WHEN f.kind = 3 THEN 2 ELSE 0 END, "
            "available_at = CASE f.kind WHEN 2 THEN outbox_ts(f.at) WHEN 4 THEN '-infinity' "
            "ELSE o.available_at END, "
-           "attempts = " + attempts + ", "
-           "dead_at = CASE WHEN f.kind = 3 THEN outbox_ts(" + arg(1) + "::bigint) ELSE o.dead_at END, "
+           "attempts = " +
+           attempts +
+           ", "
+           "dead_at = CASE WHEN f.kind = 3 THEN outbox_ts(" +
+           arg(1) +
+           "::bigint) ELSE o.dead_at END, "
            "last_error = CASE WHEN f.kind IN (2, 3) THEN f.err ELSE o.last_error END, "
            "lease_owner = NULL, lease_token = NULL "
-           "FROM f WHERE o.seq = f.seq" + (lease ? " AND o.lease_token = $1" : " AND f.kind <> 4") +
+           "FROM f WHERE o.seq = f.seq" +
+           (lease ? " AND o.lease_token = $1" : " AND f.kind <> 4") +
            " AND o.state = 0 RETURNING f.kind) "
            "SELECT (SELECT count(*) FROM pub), "
            "(SELECT count(*) FROM oth WHERE kind = 2), "
@@ -727,9 +749,12 @@ class store {
 
   static int kind_code(settlement::kind k) {
     switch (k) {
-      case settlement::kind::retry: return 2;
-      case settlement::kind::dead: return 3;
-      default: return 4;
+      case settlement::kind::retry:
+        return 2;
+      case settlement::kind::dead:
+        return 3;
+      default:
+        return 4;
     }
   }
 
@@ -807,7 +832,8 @@ class store {
         broken_ = true;
         in_claim_ = false;
         if (e.kind() != errc::transient)
-          throw error(errc::transient, "postgresql", e.native_code(), std::string(what) + ": connection lost");
+          throw error(errc::transient, "postgresql", e.native_code(),
+                      std::string(what) + ": connection lost");
       } else if (in_claim_ && options_.policy == claim_policy::locking) {
         // A failed statement aborts the claim transaction: end it so the batch is free again.
         rollback_claim(c);

@@ -64,7 +64,8 @@ inline void configure(::soci::session& sql, const connection_options& o = {}) {
     // An in-memory database answers "memory"; anything else means WAL could not be turned on
     // (e.g. inside a transaction), and readers would block writers.
     if (mode != "wal" && mode != "memory")
-      throw error(errc::misconfigured, "sqlite", {}, "journal_mode=WAL refused, got '" + mode + "'");
+      throw error(errc::misconfigured, "sqlite", {},
+                  "journal_mode=WAL refused, got '" + mode + "'");
   }
   detail::exec(db, o.synchronous_full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL");
 }
@@ -187,8 +188,10 @@ class store {
       while (st.step()) {
         std::string why;
         message m = read_message(st, why);
-        if (why.empty()) batch.messages.push_back(std::move(m));
-        else unreadable.emplace_back(m.sequence, std::move(why));
+        if (why.empty())
+          batch.messages.push_back(std::move(m));
+        else
+          unreadable.emplace_back(m.sequence, std::move(why));
       }
     } catch (...) {
       st.reset();
@@ -238,8 +241,7 @@ class store {
       r.published = static_cast<std::size_t>(st.bind(1, published).bind(2, batch.token).run());
     }
     if (n_released) {
-      r.released = static_cast<std::size_t>(
-          release_.bind(1, released).bind(2, batch.token).run());
+      r.released = static_cast<std::size_t>(release_.bind(1, released).bind(2, batch.token).run());
     }
     for (std::size_t i = 0; i < fates.size(); ++i) {
       const auto& f = fates[i];
@@ -367,9 +369,8 @@ class store {
                          "DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox INDEXED BY "
                          "outbox_by_state WHERE state = 1 AND published_at < ? ORDER BY seq "
                          "LIMIT ?)");
-    const auto n = st.bind(1, detail::to_ms(before))
-                       .bind(2, static_cast<std::int64_t>(limit))
-                       .run();
+    const auto n =
+        st.bind(1, detail::to_ms(before)).bind(2, static_cast<std::int64_t>(limit)).run();
     tx.commit();
     return static_cast<std::size_t>(n);
   }
@@ -380,9 +381,8 @@ class store {
     detail::statement st(db_,
                          "DELETE FROM outbox_inbox WHERE rowid IN (SELECT rowid FROM outbox_inbox "
                          "WHERE processed_at < ? ORDER BY processed_at LIMIT ?)");
-    const auto n = st.bind(1, detail::to_ms(before))
-                       .bind(2, static_cast<std::int64_t>(limit))
-                       .run();
+    const auto n =
+        st.bind(1, detail::to_ms(before)).bind(2, static_cast<std::int64_t>(limit)).run();
     tx.commit();
     return static_cast<std::size_t>(n);
   }
@@ -418,11 +418,11 @@ class store {
         "UPDATE outbox SET state = 1, published_at = ?3, lease_owner = NULL, lease_token = NULL "
         "WHERE seq IN (SELECT value FROM json_each(?1)) AND lease_token = ?2 AND state = 0",
         true);
-    delete_published_ = detail::statement(
-        db_,
-        "DELETE FROM outbox WHERE seq IN (SELECT value FROM json_each(?1)) "
-        "AND lease_token = ?2 AND state = 0",
-        true);
+    delete_published_ =
+        detail::statement(db_,
+                          "DELETE FROM outbox WHERE seq IN (SELECT value FROM json_each(?1)) "
+                          "AND lease_token = ?2 AND state = 0",
+                          true);
     release_ = detail::statement(
         db_,
         "UPDATE outbox SET available_at = 0, attempts = attempts - 1, lease_owner = NULL, "

@@ -79,9 +79,9 @@ class statement {
  public:
   statement() = default;
   statement(sq::sqlite3* db, std::string_view text, bool persistent = false) : db_(db) {
-    const int rc = sq::sqlite3_prepare_v3(db, text.data(), static_cast<int>(text.size()),
-                                          persistent ? SQLITE_PREPARE_PERSISTENT : 0, &stmt_,
-                                          nullptr);
+    const int rc =
+        sq::sqlite3_prepare_v3(db, text.data(), static_cast<int>(text.size()),
+                               persistent ? SQLITE_PREPARE_PERSISTENT : 0, &stmt_, nullptr);
     if (rc != SQLITE_OK) throw_sqlite(db, rc, "prepare");
   }
   statement(statement&& o) noexcept
@@ -136,7 +136,9 @@ class statement {
     sq::sqlite3_clear_bindings(stmt_);
   }
 
-  [[nodiscard]] std::int64_t column_int64(int i) const { return sq::sqlite3_column_int64(stmt_, i); }
+  [[nodiscard]] std::int64_t column_int64(int i) const {
+    return sq::sqlite3_column_int64(stmt_, i);
+  }
   [[nodiscard]] std::string column_text(int i) const {
     const auto* p = reinterpret_cast<const char*>(sq::sqlite3_column_text(stmt_, i));
     return p ? std::string(p, static_cast<std::size_t>(sq::sqlite3_column_bytes(stmt_, i)))
