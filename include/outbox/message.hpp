@@ -10,6 +10,7 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <outbox/error.hpp>
@@ -23,13 +24,19 @@ using time_point = std::chrono::system_clock::time_point;
 /// String headers (name -> value), both valid UTF-8, carried to the broker beside the payload.
 using header_map = std::map<std::string, std::string, std::less<>>;
 
+/// The content type of a payload unless an event says otherwise. A payload of a JSON content
+/// type (`application/json`, or any `+json` suffix) is validated as JSON text; any other is
+/// opaque bytes (Avro, Protobuf, ...), carried exactly.
+inline constexpr std::string_view json_content_type = "application/json";
+
 /// An event to enqueue, as the application describes it.
 struct event {
   std::string aggregate_type{};  ///< e.g. "order"; routes and groups events.
   std::string aggregate_id{};    ///< e.g. "42"; order is preserved per (aggregate_type, id).
   std::string event_type{};      ///< e.g. "order_placed".
-  std::string payload{};         ///< JSON text, validated before any SQL runs.
+  std::string payload{};         ///< Bytes; JSON text (validated) under a JSON content type.
   header_map headers{};          ///< Optional string headers.
+  std::string content_type{json_content_type};  ///< A media type, e.g. "application/avro".
 };
 
 /// A stored event, as the relay publishes it and the consumer receives it.
@@ -38,10 +45,11 @@ struct message {
   std::string aggregate_type{};
   std::string aggregate_id{};
   std::string event_type{};
-  std::string payload{};
+  std::string payload{};  ///< Exactly the bytes the writer was given.
   header_map headers{};
-  int attempts = 0;           ///< Publish attempts, counting the current one.
-  time_point created_at{};    ///< When the writer enqueued it.
+  std::string content_type{json_content_type};  ///< As the writer was given it.
+  int attempts = 0;                             ///< Publish attempts, counting the current one.
+  time_point created_at{};                      ///< When the writer enqueued it.
   std::int64_t sequence = 0;  ///< The store's insertion position (not meaningful across stores).
 };
 

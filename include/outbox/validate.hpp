@@ -18,7 +18,7 @@ namespace outbox {
 /// Limits applied to every enqueued event. Defaults fit the column types of every dialect.
 struct validation_limits {
   std::size_t max_name_bytes = 255;          ///< aggregate_type, aggregate_id, event_type.
-  std::size_t max_payload_bytes = 1 << 20;   ///< 1 MiB of JSON text.
+  std::size_t max_payload_bytes = 1 << 20;   ///< 1 MiB of payload (JSON text or bytes).
   std::size_t max_header_bytes = 64 * 1024;  ///< All header names and values together.
   /// Deepest nesting of arrays and objects a payload may have. 100 is what MySQL's JSON type
   /// accepts; the limit also keeps a consumer's recursive JSON code safe from hostile depth.
@@ -143,7 +143,42 @@ inline void check_name(std::string_view field, std::string_view value, std::size
                   "is " + std::to_string(value.size()) + " bytes, limit " + std::to_string(max));
   if (!is_valid_utf8(value)) throw_invalid(std::string(field), "is not valid UTF-8");
 }
+/// Why `type` cannot be a content type, or an empty string when it can: a media type of
+/// printable ASCII ("application/avro", "application/json; charset=utf-8"), at most 255 bytes
+/// (what an AMQP short string holds), with a '/'.
+[[nodiscard]] inline std::string content_type_problem(std::string_view type) {
+  if (type.empty()) return "must not be empty";
+  if (type.size() > 255)
+    return "is " + std::to_string(type.size()) + " bytes, limit 255 (an AMQP short string)";
+  for (const char ch : type)
+    if (ch < 0x20 || ch > 0x7E) return "must be printable ASCII (a media type)";
+  const auto slash = type.find('/');
+  if (slash == std::string_view::npos || slash == 0 || slash + 1 == type.size())
+    return "is not a media type (type/subtype)";
+  return {};
+}
 }  // namespace detail
+
+/// True when `type` is a JSON media type: `application/json` or a `+json` suffix
+/// (`application/cloudevents+json`), in any case, parameters ignored. A payload of a JSON type is
+/// validated as JSON text by the writer; any other payload is opaque bytes.
+[[nodiscard]] inline bool is_json_content_type(std::string_view type) noexcept {
+  const auto semi = type.find(';');
+  if (semi != std::string_view::npos) type = type.substr(0, semi);
+  while (!type.empty() && (type.back() == ' ' || type.back() == '\t')) type.remove_suffix(1);
+  const auto ends_with_nocase = [&](std::string_view suffix) {
+    if (type.size() < suffix.size()) return false;
+    const auto tail = type.substr(type.size() - suffix.size());
+    for (std::size_t i = 0; i < suffix.size(); ++i) {
+      char c = tail[i];
+      if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+      if (c != suffix[i]) return false;
+    }
+    return true;
+  };
+  return (type.size() == json_content_type.size() && ends_with_nocase(json_content_type)) ||
+         ends_with_nocase("+json");
+}
 
 /// Checks one event against `limits`.
 /// @throws outbox::error (`invalid_input`, `field()` names the field) on the first violation.
@@ -154,7 +189,10 @@ inline void validate(const event& e, const validation_limits& limits = {}) {
   if (e.payload.size() > limits.max_payload_bytes)
     throw_invalid("payload", "is " + std::to_string(e.payload.size()) + " bytes, limit " +
                                  std::to_string(limits.max_payload_bytes));
-  detail::check_json("payload", e.payload, limits.max_json_depth);
+  if (const auto why = detail::content_type_problem(e.content_type); !why.empty())
+    throw_invalid("content_type", why);
+  if (is_json_content_type(e.content_type))
+    detail::check_json("payload", e.payload, limits.max_json_depth);
   std::size_t header_bytes = 0;
   for (const auto& [name, value] : e.headers) {
     if (name.empty()) throw_invalid("headers", "a header name is empty");
@@ -243,10 +281,14 @@ inline void validate(const event& e, const validation_limits& limits = {}) {
     if (!is_valid_utf8(*value)) return std::string("stored ") + field + " is not valid UTF-8";
   }
   if (m.id.is_nil()) return "stored event_id is not a UUID";
-  // The payload is not parsed again on the claim's hot path (a store whose column is JSON has
-  // checked it already); bytes no JSON text can hold are refused.
-  if (m.payload.find('\0') != std::string::npos) return "stored payload contains a NUL byte";
-  if (!is_valid_utf8(m.payload)) return "stored payload is not valid UTF-8";
+  if (const auto why = detail::content_type_problem(m.content_type); !why.empty())
+    return "stored content_type " + why;
+  // A JSON payload is not parsed again on the claim's hot path (the writer checked it); bytes
+  // no JSON text can hold are refused. Any other payload is opaque bytes.
+  if (is_json_content_type(m.content_type)) {
+    if (m.payload.find('\0') != std::string::npos) return "stored payload contains a NUL byte";
+    if (!is_valid_utf8(m.payload)) return "stored payload is not valid UTF-8";
+  }
   return {};
 }
 

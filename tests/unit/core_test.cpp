@@ -177,6 +177,44 @@ BOOST_AUTO_TEST_CASE(refuses_invalid_json_and_payloads_over_the_limit) {
   BOOST_TEST(refused_field(e).empty());
 }
 
+BOOST_AUTO_TEST_CASE(a_payload_of_another_content_type_is_bytes_and_the_type_is_checked) {
+  auto e = good();
+  BOOST_TEST(e.content_type == "application/json");
+  e.content_type = "application/avro";
+  e.payload = std::string("\0\x01\xff not json \xc3\x28", 16);
+  BOOST_TEST(refused_field(e).empty());  // opaque bytes, NUL and invalid UTF-8 included
+  e.payload = std::string(60, '\xff');
+  BOOST_TEST(refused_field(e, {.max_payload_bytes = 50}) == "payload");  // the size still counts
+  e = good();
+  e.payload = "not json";
+  for (const char* json_type : {"application/json", "Application/JSON; charset=utf-8",
+                                "application/cloudevents+json"}) {
+    e.content_type = json_type;
+    BOOST_TEST(refused_field(e) == "payload", json_type);
+    BOOST_TEST(outbox::is_json_content_type(json_type));
+  }
+  for (const char* other : {"application/avro", "application/x-protobuf", "text/plain",
+                            "application/jsonx", "application/json-seq"})
+    BOOST_TEST(!outbox::is_json_content_type(other), other);
+  for (const std::string& bad : {std::string(), std::string("json"), std::string("/json"),
+                                 std::string("application/"), std::string("a/b\n"),
+                                 std::string("caf\xc3\xa9/x"), std::string(256, 'a') + "/b"}) {
+    e = good();
+    e.content_type = bad;
+    BOOST_TEST(refused_field(e) == "content_type", bad);
+  }
+  outbox::message m;
+  m.id = outbox::make_uuid_v7();
+  m.aggregate_type = m.aggregate_id = m.event_type = "x";
+  m.payload = std::string("\0\xff", 2);
+  m.content_type = "application/octet-stream";
+  BOOST_TEST(outbox::unpublishable_reason(m).empty());
+  m.content_type = "application/json";
+  BOOST_TEST(!outbox::unpublishable_reason(m).empty());
+  m.content_type = "";
+  BOOST_TEST(outbox::unpublishable_reason(m).find("content_type") != std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(refuses_a_payload_nested_past_the_depth_limit_without_recursing) {
   // 30,000 levels in 60 KB, well under the size limit: the old NUL check recursed once per
   // level and overflowed the stack (SIGSEGV inside enqueue).
