@@ -22,9 +22,8 @@ inline void build_postgresql_pristine(soci::session& sql, const std::string& sch
                                       long aggregates = 0) {
   sql << "DROP SCHEMA IF EXISTS " + schema + " CASCADE";
   sql << "CREATE SCHEMA " + schema;
-  outbox::postgresql::migrate(sql);
-  outbox::postgresql::store st(sql);
-  outbox::writer w(st);
+  outbox::postgresql::store::migrate(sql);
+  outbox::writer<outbox::postgresql::store> w;
   std::vector<outbox::event> chunk;
   for (long i = 0; i < rows;) {
     soci::transaction tx(sql);

@@ -81,8 +81,8 @@ result run_relay(soci::session& check, const args& a, pg::claim_policy p, pg::re
 result run_bare(soci::session& check, const args& a, pg::claim_policy p, pg::retention r) {
   soci::session sql("postgresql", connect_string());
   PGconn* c = pd::handle(sql);
-  pd::prepare(c, "bare_claim", pg::store::claim_sql(p));
-  pd::prepare(c, "bare_settle", pg::store::settle_sql(p, r));
+  pd::prepare(c, "bare_claim", pg::store::claim_statement(p));
+  pd::prepare(c, "bare_settle", pg::store::settle_statement());
   const bool locking = p == pg::claim_policy::locking;
   return timed(check, a.rows, [&] {
     for (std::int64_t token = 1;; ++token) {
@@ -107,8 +107,12 @@ result run_bare(soci::session& check, const args& a, pg::claim_policy p, pg::ret
       ids += '}';
       if (bytes == 0) std::abort();
       pd::params sp;
-      if (!locking) sp.add(token);
+      if (locking)
+        sp.add_null();
+      else
+        sp.add(token);
       sp.add(now).add(ids).add("{}").add("{}").add("{}").add("{}");
+      sp.add(r == pg::retention::delete_on_publish ? "t" : "f");
       pd::exec_prepared(c, "bare_settle", sp, "settle");
       if (locking) pd::exec(c, "COMMIT");
     }

@@ -20,10 +20,9 @@ inline void build_sqlite_pristine(const std::filesystem::path& path, long rows,
                                   long aggregates = 0) {
   remove_sqlite_db(path);
   soci::session sql(soci::sqlite3, "db=" + path.string());
-  outbox::sqlite::configure(sql);
-  outbox::sqlite::migrate(sql);
-  outbox::sqlite::store st(sql, {.configure_session = false});
-  outbox::writer w(st);
+  outbox::sqlite::store::configure(sql);
+  outbox::sqlite::store::migrate(sql);
+  outbox::writer<outbox::sqlite::store> w;
   std::vector<outbox::event> chunk;
   soci::transaction tx(sql);
   for (long i = 0; i < rows;) {

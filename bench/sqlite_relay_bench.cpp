@@ -132,12 +132,8 @@ result run_bare(const fs::path& db, const args& a) {
   soci::session sql(soci::sqlite3, "db=" + db.string());
   outbox::sqlite::configure(sql);
   auto* h = sd::handle(sql);
-  sd::statement claim(h, outbox::sqlite::store::claim_sql, true);
-  sd::statement settle(h,
-                       "UPDATE outbox SET state = 1, published_at = ?3, lease_owner = NULL, "
-                       "lease_token = NULL WHERE seq IN (SELECT value FROM json_each(?1)) "
-                       "AND lease_token = ?2 AND state = 0",
-                       true);
+  sd::statement claim(h, outbox::sqlite::statements::claim, true);
+  sd::statement settle(h, outbox::sqlite::statements::settle_published_keep, true);
   return timed(a.rows, [&] {
     std::int64_t token = 1;
     std::string ids;

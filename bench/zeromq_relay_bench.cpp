@@ -110,7 +110,7 @@ result run(const fs::path& outbox_db, const fs::path& inbox_db, const args& a, T
                        .idle_poll_max = 10ms});
   soci::session consumer_sql(soci::sqlite3, "db=" + inbox_db.string());
   outbox::sqlite::store consumer_store(consumer_sql,
-                                       {.connection = {.synchronous_full = a.consumer_sync_full}});
+                                       {.session = {.durable_commits = a.consumer_sync_full}});
   outbox::consumer consumer(consumer_store, rcv, [](soci::session&, const outbox::message&) {},
                             {.name = "bench", .poll_timeout = 10ms});
 

@@ -111,8 +111,8 @@ args parse(int argc, char** argv) {
 /// Only an OS crash or power loss can roll back the last commits; `--durable` (synchronous=FULL,
 /// the library's default) survives those too, at one fsync per commit, which on a busy shared
 /// disk dominates the run time.
-outbox::sqlite::connection_options connection(const args& a) {
-  return {.synchronous_full = a.durable};
+outbox::session_options connection(const args& a) {
+  return {.durable_commits = a.durable};
 }
 
 void remove_db(const std::string& path) {
@@ -141,7 +141,7 @@ int run_consumer(const args& a) {
   ::sigaction(SIGTERM, &sa, nullptr);
 
   soci::session sql(soci::sqlite3, "db=" + a.db);
-  outbox::sqlite::store store(sql, {.connection = connection(a)});
+  outbox::sqlite::store store(sql, {.session = connection(a)});
   outbox::zeromq::receiver wire(
       {.endpoint = a.endpoint, .name = "shipping-" + std::to_string(::getpid())});
   outbox::consumer shipping(store, wire,
@@ -286,7 +286,7 @@ int run_service(const args& a) {
 
   // --- the relay, on its own connection, running concurrently ---------------------------------
   soci::session relay_sql(soci::sqlite3, connect);
-  outbox::sqlite::store relay_store(relay_sql, {.connection = connection(a)});
+  outbox::sqlite::store relay_store(relay_sql, {.session = connection(a)});
   outbox::relay relay(relay_store, flaky,
                       {.batch_size = 200,
                        .lease = 60s,
@@ -321,8 +321,9 @@ int run_service(const args& a) {
   };
 
   // --- the service: one transaction per order, with its event ----------------------------------
-  outbox::sqlite::store app_store(app, {.configure_session = false});
-  outbox::writer writer(app_store);
+  // The writer needs no store object: it appends on the application's session and changes
+  // nothing on it.
+  outbox::writer<outbox::sqlite::store> writer;
   outbox::uuid duplicate_id;
   bool duplicate_sent = false;
   const auto send_duplicate = [&] {

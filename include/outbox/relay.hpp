@@ -242,7 +242,7 @@ class relay {
   settle_result settle_with_retries(const claimed_batch& batch, std::span<const settlement> fates) {
     for (int attempt = 1;; ++attempt) {
       try {
-        return store_->settle(batch, fates);
+        return store_->settle(batch, fates, clock_.now());
       } catch (const error& e) {
         if (e.kind() != errc::transient || attempt == 3) throw;
         std::this_thread::sleep_for(std::chrono::milliseconds(10 * attempt));

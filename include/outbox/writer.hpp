@@ -24,6 +24,11 @@ struct writer_options {
 /// The writer holds no connection: each call takes the application's session, so the events
 /// commit or roll back with the business rows written on it.
 ///
+/// A writer needs no store object when the store type provides an appender
+/// (`concepts::appender_providing_store`: every store of this library): `writer<Store> w;` builds
+/// nothing, opens nothing and sets nothing on the application's session. Built from a store
+/// object, it appends through that object.
+///
 /// @tparam Store an `outbox::concepts::appending_store`.
 /// @tparam Clock an `outbox::concepts::clock`, stamps `created_at`.
 template <concepts::appending_store Store, concepts::clock Clock = system_clock>
@@ -31,8 +36,14 @@ class writer {
  public:
   using session_type = typename Store::session_type;
 
+  /// Appends through `store`, which must outlive the writer.
   explicit writer(Store& store, writer_options options = {}, Clock clock = {})
       : store_(&store), options_(options), clock_(std::move(clock)) {}
+
+  /// Appends through the store type's appender: no store object at all.
+  explicit writer(writer_options options = {},
+                  Clock clock = {}) requires concepts::appender_providing_store<Store>
+      : options_(options), clock_(std::move(clock)) {}
 
   /// Validates `e` and appends it on `sql`, inside the caller's open transaction.
   /// @returns the event's UUIDv7.
@@ -57,6 +68,12 @@ class writer {
       rows.push_back(outgoing{make_uuid_v7(), &e, headers_to_json(e.headers), now});
       ids.push_back(rows.back().id);
     }
+    if constexpr (concepts::appender_providing_store<Store>) {
+      if (store_ == nullptr) {
+        typename Store::appender{}.append(sql, rows);
+        return ids;
+      }
+    }
     store_->append(sql, rows);
     return ids;
   }
@@ -64,7 +81,7 @@ class writer {
   [[nodiscard]] const writer_options& options() const noexcept { return options_; }
 
  private:
-  Store* store_;
+  Store* store_ = nullptr;
   writer_options options_;
   Clock clock_;
 };

@@ -11,5 +11,6 @@ using store_fixtures = std::tuple<outbox::test::postgresql_locking_fixture,
                                   outbox::test::postgresql_leasing_fixture>;
 
 #include "../conformance/store_conformance.hpp"
+#include "../conformance/store_kit_conformance.hpp"
 
 OUTBOX_TEST_MAIN_REQUIRING("OUTBOX_TEST_POSTGRESQL")

@@ -40,7 +40,7 @@ BOOST_AUTO_TEST_CASE(configure_turns_on_wal) {
 BOOST_AUTO_TEST_CASE(the_claim_walks_the_state_index_and_never_scans_the_table) {
   sqlite_fixture fx;
   auto sql = fx.open_session();
-  std::string claim(outbox::sqlite::store::claim_sql);
+  std::string claim(outbox::sqlite::statements::claim);
   const auto plan = plan_of(*sql, claim);
   BOOST_TEST_MESSAGE(plan);
   BOOST_TEST(plan.find("USING INDEX outbox_by_state") != std::string::npos);
@@ -84,9 +84,9 @@ BOOST_AUTO_TEST_CASE(a_claim_blocked_past_the_busy_timeout_gets_a_transient_erro
     *holder << "SELECT file FROM pragma_database_list WHERE name = 'main'", soci::into(path);
     return path;
   }());
-  outbox::sqlite::configure(*other, {.busy_timeout = std::chrono::milliseconds(50)});
+  outbox::sqlite::configure(*other, {.lock_timeout = std::chrono::milliseconds(50)});
   *holder << "BEGIN IMMEDIATE";
-  outbox::sqlite::store st(*other, {.connection = {.busy_timeout = std::chrono::milliseconds(50)}});
+  outbox::sqlite::store st(*other, {.session = {.lock_timeout = std::chrono::milliseconds(50)}});
   outbox::testing::manual_clock clock;
   try {
     (void)st.claim({"r", 10, clock.now(), std::chrono::seconds(30)});

@@ -53,8 +53,21 @@ struct postgresql_fixture : soci_fixture_base {
       session_type admin("postgresql", base_);
       admin << "SET client_min_messages = warning";
       admin << "DROP SCHEMA IF EXISTS " + schema_ + " CASCADE";
+      admin << "DROP SCHEMA IF EXISTS " + schema_ + "_bare CASCADE";
     } catch (...) {
     }
+  }
+  /// A session in another, empty schema: never migrated.
+  std::unique_ptr<session_type> open_unmigrated_session() {
+    {
+      session_type admin("postgresql", base_);
+      admin << "SET client_min_messages = warning";
+      admin << "DROP SCHEMA IF EXISTS " + schema_ + "_bare CASCADE";
+      admin << "CREATE SCHEMA " + schema_ + "_bare";
+    }
+    return std::make_unique<session_type>(
+        "postgresql",
+        base_ + " options='-c search_path=" + schema_ + "_bare -c client_min_messages=warning'");
   }
   postgresql_fixture(const postgresql_fixture&) = delete;
   postgresql_fixture& operator=(const postgresql_fixture&) = delete;
@@ -87,6 +100,8 @@ struct postgresql_fixture : soci_fixture_base {
                       outbox::postgresql::retention::delete_on_publish};
   }
 
+  /// A time for `outbox_schema_migrations.applied_at` in SQL text.
+  static constexpr const char* now_literal = "now()";
   /// The largest attempt count the outbox column holds.
   static constexpr const char* max_attempts_literal = "2147483647";
   /// Writes an outbox row directly, as another program would (no validation).

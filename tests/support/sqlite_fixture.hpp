@@ -41,8 +41,15 @@ struct sqlite_fixture : soci_fixture_base {
   }
   ~sqlite_fixture() {
     std::error_code ec;
-    for (const char* suffix : {"", "-wal", "-shm"})
-      std::filesystem::remove(path_.string() + suffix, ec);
+    for (const auto& p : {path_, bare_path()})
+      for (const char* suffix : {"", "-wal", "-shm"})
+        std::filesystem::remove(p.string() + suffix, ec);
+  }
+  /// A connection to another, empty database: never migrated.
+  std::unique_ptr<session_type> open_unmigrated_session() {
+    auto sql = std::make_unique<session_type>("sqlite3", "db=" + bare_path().string());
+    outbox::sqlite::configure(*sql);
+    return sql;
   }
   sqlite_fixture(const sqlite_fixture&) = delete;
   sqlite_fixture& operator=(const sqlite_fixture&) = delete;
@@ -62,6 +69,8 @@ struct sqlite_fixture : soci_fixture_base {
                       outbox::sqlite::retention::delete_on_publish};
   }
 
+  /// A time for `outbox_schema_migrations.applied_at` in SQL text.
+  static constexpr const char* now_literal = "0";
   /// The largest attempt count the outbox column holds.
   static constexpr const char* max_attempts_literal = "9223372036854775807";
   /// Writes an outbox row directly, as another program would (no validation).
@@ -88,6 +97,7 @@ struct sqlite_fixture : soci_fixture_base {
   }
 
  private:
+  [[nodiscard]] std::filesystem::path bare_path() const { return path_.string() + ".bare"; }
   std::filesystem::path path_;
 };
 

@@ -369,7 +369,8 @@ BOOST_AUTO_TEST_CASE(error_carries_class_adapter_and_native_code) {
 BOOST_AUTO_TEST_CASE(relay_refuses_contradictory_options) {
   struct nothing_store {
     outbox::claimed_batch claim(const outbox::claim_request&) { return {}; }
-    outbox::settle_result settle(const outbox::claimed_batch&, std::span<const outbox::settlement>) { return {}; }
+    outbox::settle_result settle(const outbox::claimed_batch&, std::span<const outbox::settlement>,
+                                 outbox::time_point) { return {}; }
     void release(const outbox::claimed_batch&) {}
   } st;
   outbox::testing::memory_transport t;
@@ -564,7 +565,8 @@ BOOST_AUTO_TEST_CASE(relay_run_backs_off_from_every_error_but_misconfigured) {
       stop->request_stop();
       return {};
     }
-    outbox::settle_result settle(const outbox::claimed_batch&, std::span<const outbox::settlement>) {
+    outbox::settle_result settle(const outbox::claimed_batch&, std::span<const outbox::settlement>,
+                                 outbox::time_point) {
       return {};
     }
     void release(const outbox::claimed_batch&) {}

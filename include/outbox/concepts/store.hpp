@@ -33,18 +33,27 @@ concept appending_store = requires(S& s, typename S::session_type& sql,
   { s.append(sql, rows) } -> std::same_as<void>;
 };
 
+/// A store whose appends need no store object: `S::appender`, default-constructible and
+/// stateless, appends on the application's session. `outbox::writer<S>` then needs no store, so
+/// building a writer opens nothing and sets nothing on the application's session.
+template <class S>
+concept appender_providing_store =
+    appending_store<S> && appending_store<typename S::appender> &&
+    std::default_initializable<typename S::appender> &&
+    std::same_as<typename S::appender::session_type, typename S::session_type>;
+
 /// A store the relay can claim from and settle into.
 ///
 /// | operation             | returns          | guarantees                                  | errors |
 /// |-----------------------|------------------|---------------------------------------------|--------|
 /// | `s.claim(req)`        | `claimed_batch`  | at most `req.limit` committed, pending messages whose time has come, oldest first; none is in another live claim; no message is returned while an earlier pending message of its aggregate is held or waiting for a retry; empty batch = nothing to do (a value, not an error) | `transient` |
-/// | `s.settle(b, fates)`  | `settle_result`  | applies each fate (index-aligned with `b.messages`) only to rows still held under `b.token`; all published rows in one statement; `fenced` counts rows another claim took over | `transient` |
+/// | `s.settle(b, fates, now)` | `settle_result` | applies each fate (index-aligned with `b.messages`) only to rows still held under `b.token`; all published rows in one statement; `published_at` and `dead_at` are `now` (the relay's clock); `fenced` counts rows another claim took over | `transient` |
 /// | `s.release(b)`        | `void`           | returns the batch's rows still held under `b.token` to pending without counting an attempt | `transient` |
 template <class S>
 concept claiming_store = requires(S& s, const claim_request& req, const claimed_batch& b,
-                                  std::span<const settlement> fates) {
+                                  std::span<const settlement> fates, time_point now) {
   { s.claim(req) } -> std::same_as<claimed_batch>;
-  { s.settle(b, fates) } -> std::same_as<settle_result>;
+  { s.settle(b, fates, now) } -> std::same_as<settle_result>;
   { s.release(b) } -> std::same_as<void>;
 };
 

@@ -2,108 +2,112 @@
 /// @file
 /// The SQLite store: outbox, inbox and dead letters in one SQLite file, over SOCI sessions.
 ///
-/// Claim policy: *leasing* only. SQLite has one writer at a time, so a claim transaction held
-/// open while the broker is awaited would block the application's writers; instead the claim
-/// stamps owner, expiry and a fencing token in one short BEGIN IMMEDIATE transaction, the batch is
-/// published with no transaction open, and the settle transaction touches only rows still held
-/// under that token. Several relays on one file serialize on the write lock (the busy timeout
-/// makes them wait, not fail) and never share a row while its lease holds.
+/// Claim policy: *leasing* only (`claim_policy::store_default` is leasing here; `locking` is
+/// refused). SQLite has one writer at a time, so a claim transaction held open while the broker
+/// is awaited would block the application's writers; instead the claim stamps owner, expiry and
+/// a fencing token in one short BEGIN IMMEDIATE transaction, the batch is published with no
+/// transaction open, and the settle transaction touches only rows still held under that token.
+/// Several relays on one file serialize on the write lock (the busy timeout makes them wait, not
+/// fail) and never share a row while its lease holds.
+///
+/// Layout (README "Store kit"): the SQL is in sql/sqlite/ (embedded as `schema.hpp`), the
+/// connection layer in `detail/connection.hpp`, what every store shares in
+/// `include/outbox/store/`; this file maps the store concepts onto those statements.
 
 #include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <iterator>
 #include <optional>
 #include <random>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <outbox/concepts/store.hpp>
 #include <outbox/error.hpp>
 #include <outbox/message.hpp>
-#include <outbox/sqlite/detail/native.hpp>
+#include <outbox/sqlite/detail/connection.hpp>
 #include <outbox/sqlite/schema.hpp>
+#include <outbox/store/migrate.hpp>
+#include <outbox/store/options.hpp>
+#include <outbox/store/row.hpp>
+#include <outbox/store/settle.hpp>
+#include <outbox/store/statements.hpp>
 #include <outbox/validate.hpp>
 
 namespace outbox::sqlite {
 
-/// What becomes of a row once its publish is confirmed.
-enum class retention {
-  keep,               ///< Marked published; removed later by `purge_published`, in batches.
-  delete_on_publish,  ///< Deleted by the settle itself.
+// The shared option types, under the names this namespace had before the store kit.
+using outbox::claim_policy;
+using outbox::retention;
+using outbox::store_options;
+using connection_options = outbox::session_options;
+
+namespace detail {
+
+/// The current row of a statement, as `outbox::store::read_message` reads it.
+struct row {
+  const statement& st;
+  [[nodiscard]] std::int64_t int64(int c) const { return st.column_int64(c); }
+  [[nodiscard]] std::string_view text(int c) const { return st.column_view(c); }
+  [[nodiscard]] std::string bytes(int c) const { return st.column_bytes(c); }
+  [[nodiscard]] time_point time(int c) const { return from_ms(st.column_int64(c)); }
 };
 
-/// Connection settings applied by `configure`.
-struct connection_options {
-  std::chrono::milliseconds busy_timeout{5'000};  ///< How long a writer waits for the lock.
-  bool wal = true;                                ///< journal_mode=WAL: readers never block.
-  bool synchronous_full = true;  ///< FULL (durable at commit) or NORMAL (may lose the last
-                                 ///< commits on power loss, never corrupts). FULL costs ~15%.
-};
-
-/// Options of a store.
-struct store_options {
-  enum retention retention = retention::keep;
-  connection_options connection{};
-  bool configure_session = true;  ///< Apply `connection` to the store's session at construction.
-};
-
-/// Sets WAL, busy timeout and synchronous on a session. Call it on the application's own
-/// sessions too: every connection to the file needs a busy timeout.
-/// @throws outbox::error `misconfigured` for a session of another backend.
-inline void configure(::soci::session& sql, const connection_options& o = {}) {
-  auto* db = detail::handle(sql);
-  detail::sq::sqlite3_busy_timeout(db, static_cast<int>(o.busy_timeout.count()));
-  if (o.wal) {
-    detail::statement wal(db, "PRAGMA journal_mode=WAL");
-    const std::string mode = wal.step() ? wal.column_text(0) : std::string();
-    wal.reset();
-    // An in-memory database answers "memory"; anything else means WAL could not be turned on
-    // (e.g. inside a transaction), and readers would block writers.
-    if (mode != "wal" && mode != "memory")
-      throw error(errc::misconfigured, "sqlite", {},
-                  "journal_mode=WAL refused, got '" + mode + "'");
+/// A JSON array of sequences (`json_each(?)` in the settle statements).
+inline std::string json_array(std::span<const std::int64_t> seqs) {
+  std::string out = "[";
+  out.reserve(seqs.size() * 8 + 2);
+  for (std::size_t i = 0; i < seqs.size(); ++i) {
+    if (i) out += ',';
+    char buf[24];
+    const auto r = std::to_chars(buf, buf + sizeof buf, seqs[i]);
+    out.append(buf, r.ptr);
   }
-  detail::exec(db, o.synchronous_full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL");
+  out += ']';
+  return out;
 }
 
-/// Applies the migrations of `sql/sqlite/` that the database does not have yet, in one
-/// transaction, recording each in `outbox_schema_migrations`. Safe to call from several processes.
-/// @returns the schema version after the call.
-inline int migrate(::soci::session& sql) {
-  auto* db = detail::handle(sql);
-  detail::immediate_transaction tx(db);
-  int current = 0;
-  {
-    detail::statement exists(db,
-                             "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND "
-                             "name = 'outbox_schema_migrations'");
+/// The migration runner's host: BEGIN IMMEDIATE is the lock (one writer at a time).
+class migration_host {
+ public:
+  explicit migration_host(sq::sqlite3* db) : db_(db) {}
+  void begin_exclusive() { tx_.emplace(db_); }
+  std::vector<int> applied() {
+    statement exists(db_, statements::migrations_table_exists);
     exists.step();
-    if (exists.column_int64(0) > 0) {
-      detail::statement v(db, "SELECT coalesce(max(version), 0) FROM outbox_schema_migrations");
-      v.step();
-      current = static_cast<int>(v.column_int64(0));
-    }
+    std::vector<int> out;
+    if (exists.column_int64(0) == 0) return out;
+    statement v(db_, statements::migrations_applied);
+    while (v.step()) out.push_back(static_cast<int>(v.column_int64(0)));
+    return out;
   }
-  const auto now = detail::to_ms(std::chrono::system_clock::now());
-  for (const auto& m : migrations) {
-    if (m.version <= current) continue;
-    detail::exec(db, std::string(m.sql).c_str());
-    detail::statement rec(
-        db, "INSERT INTO outbox_schema_migrations (version, name, applied_at) VALUES (?, ?, ?)");
-    rec.bind(1, std::int64_t{m.version}).bind(2, m.name).bind(3, now).run();
-    current = m.version;
+  void apply(const migration& m) { exec(db_, std::string(m.sql).c_str()); }
+  void record(const migration& m) {
+    statement rec(db_, statements::migrations_record);
+    rec.bind(1, std::int64_t{m.version})
+        .bind(2, m.name)
+        .bind(3, to_ms(std::chrono::system_clock::now()))
+        .run();
   }
-  tx.commit();
-  return current;
-}
+  void commit() { tx_->commit(); }
+  void rollback() noexcept { tx_.reset(); }
+
+ private:
+  sq::sqlite3* db_;
+  std::optional<immediate_transaction> tx_;
+};
+
+}  // namespace detail
 
 /// The SQLite store. A view over one `soci::session` (the relay's or the consumer's own
 /// connection; not shared between threads); the writer's `append` runs on whatever session the
-/// application passes it.
+/// application passes it. Movable, not copyable.
 ///
 /// Per-aggregate order: a pending row is not claimed while an earlier pending row of its
 /// aggregate is held by a lease or waiting for a retry. Dead letters do not hold back their
@@ -122,49 +126,94 @@ class store {
     detail::immediate_transaction tx_;
   };
 
-  /// @param sql the store's own connection, connected with the sqlite3 backend; it must
-  ///            outlive the store. Not migrated here: call `migrate` once.
-  explicit store(::soci::session& sql, store_options options = {})
-      : sql_(&sql), db_(detail::handle(sql)), options_(options), rng_(std::random_device{}()) {
-    if (options_.configure_session) configure(sql, options_.connection);
+  /// What the writer needs: an append on the application's session, nothing else (no store, no
+  /// session set-up). `outbox::writer<sqlite::store>` uses it.
+  class appender {
+   public:
+    using session_type = ::soci::session;
+    /// Inserts `rows` on `sql` inside the caller's open transaction: one multi-row INSERT per
+    /// 500 rows (SQLite's parameter limit), payloads as BLOBs (exact bytes).
+    void append(session_type& sql, std::span<const outgoing> rows) {
+      auto* db = detail::handle(sql);
+      constexpr int per_row = 8;
+      outbox::store::insert_in_chunks(
+          statements::append, per_row, rows, 500,
+          [&](const std::string& text, std::span<const outgoing> part) {
+            detail::statement st(db, text);
+            std::vector<std::string> ids;  // bound SQLITE_STATIC: alive until the run
+            ids.reserve(part.size());
+            for (std::size_t i = 0; i < part.size(); ++i) {
+              const outgoing& r = part[i];
+              const int b = static_cast<int>(i) * per_row;
+              ids.push_back(r.id.to_string());
+              st.bind(b + 1, ids.back())
+                  .bind(b + 2, r.source->aggregate_type)
+                  .bind(b + 3, r.source->aggregate_id)
+                  .bind(b + 4, r.source->event_type)
+                  .bind_blob(b + 5, r.source->payload)
+                  .bind(b + 6, r.headers_json)
+                  .bind(b + 7, detail::to_ms(r.created_at))
+                  .bind(b + 8, r.source->content_type);
+            }
+            st.run();
+          });
+    }
+  };
+
+  /// The session set-up every connection to the file needs: WAL (readers never block), the busy
+  /// timeout, synchronous FULL or NORMAL. Call it on the application's own sessions too.
+  /// @throws outbox::error `misconfigured` for a session of another backend, or when WAL is
+  ///         refused (e.g. inside a transaction).
+  static void configure(session_type& sql, const session_options& o = {}) {
+    auto* db = detail::handle(sql);
+    detail::sq::sqlite3_busy_timeout(db, static_cast<int>(o.lock_timeout.count()));
+    detail::statement wal(db, "PRAGMA journal_mode=WAL");
+    const std::string mode = wal.step() ? wal.column_text(0) : std::string();
+    wal.reset();
+    // An in-memory database answers "memory"; anything else means WAL could not be turned on,
+    // and readers would block writers.
+    if (mode != "wal" && mode != "memory")
+      throw error(errc::misconfigured, "sqlite", {},
+                  "journal_mode=WAL refused, got '" + mode + "'");
+    detail::exec(db, o.durable_commits ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL");
   }
-  store(const store&) = delete;
-  store& operator=(const store&) = delete;
+
+  /// The SOCI backend of the store's sessions: `soci::session sql(Store::soci_backend, ...)`.
+  static constexpr const char* soci_backend = "sqlite3";
+  /// The schema version this library migrates to (the number of migration files).
+  static constexpr int schema_version = static_cast<int>(std::size(migrations));
+
+  /// Applies the migrations of `sql/sqlite/` the database does not have yet (up to `target`),
+  /// in one BEGIN IMMEDIATE transaction (`outbox::store::run_migrations`). Safe from several
+  /// processes. @returns the schema version after the call.
+  static int migrate(session_type& sql, int target = outbox::store::latest_version) {
+    detail::migration_host host(detail::handle(sql));
+    return outbox::store::run_migrations(host, migrations, "sqlite", target);
+  }
+
+  /// @param sql the store's own connection, connected with the sqlite3 backend; it must
+  ///            outlive the store. Not migrated here: call `migrate` once. Configured with
+  ///            `options.session` unless `options.configure_session` is false.
+  /// @throws outbox::error `misconfigured` for a locking claim policy (SQLite has none).
+  explicit store(session_type& sql, store_options options = {})
+      : sql_(&sql), db_(detail::handle(sql)), options_(options), rng_(std::random_device{}()) {
+    if (options_.policy == claim_policy::locking)
+      throw error(errc::misconfigured, "sqlite", {},
+                  "claim_policy::locking: SQLite has no row locks to skip; use leasing (the "
+                  "store's default)");
+    options_.policy = claim_policy::leasing;
+    if (options_.configure_session) configure(sql, options_.session);
+  }
+  store(store&&) noexcept = default;
+  store& operator=(store&&) noexcept = default;
 
   [[nodiscard]] session_type& session() noexcept { return *sql_; }
   [[nodiscard]] const store_options& options() const noexcept { return options_; }
 
   // ---- appending ------------------------------------------------------------------------------
 
-  /// Inserts `rows` on `sql` inside the caller's open transaction: one multi-row INSERT (chunked
-  /// at 500 rows to stay under SQLite's parameter limit).
-  void append(session_type& sql, std::span<const outgoing> rows) {
-    auto* db = detail::handle(sql);
-    constexpr std::size_t chunk = 500;
-    for (std::size_t off = 0; off < rows.size(); off += chunk) {
-      const std::size_t n = std::min(chunk, rows.size() - off);
-      std::string text =
-          "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload, "
-          "headers, created_at) VALUES ";
-      for (std::size_t i = 0; i < n; ++i) text += i ? ",(?,?,?,?,?,?,?)" : "(?,?,?,?,?,?,?)";
-      detail::statement st(db, text);
-      std::vector<std::string> ids;
-      ids.reserve(n);
-      for (std::size_t i = 0; i < n; ++i) {
-        const outgoing& r = rows[off + i];
-        const int b = static_cast<int>(i) * 7;
-        ids.push_back(r.id.to_string());
-        st.bind(b + 1, ids.back())
-            .bind(b + 2, r.source->aggregate_type)
-            .bind(b + 3, r.source->aggregate_id)
-            .bind(b + 4, r.source->event_type)
-            .bind(b + 5, r.source->payload)
-            .bind(b + 6, r.headers_json)
-            .bind(b + 7, detail::to_ms(r.created_at));
-      }
-      st.run();
-    }
-  }
+  /// `appender::append`.
+  void append(session_type& sql, std::span<const outgoing> rows) { appender{}.append(sql, rows); }
 
   // ---- claiming -------------------------------------------------------------------------------
 
@@ -175,7 +224,7 @@ class store {
     batch.lease_until = req.now + req.lease;
     const auto now = detail::to_ms(req.now);
     detail::immediate_transaction tx(db_);
-    auto& st = claim_;
+    auto& st = st_.claim;
     st.bind(1, detail::to_ms(batch.lease_until))
         .bind(2, req.owner)
         .bind(3, batch.token)
@@ -187,7 +236,7 @@ class store {
     try {
       while (st.step()) {
         std::string why;
-        message m = read_message(st, why);
+        message m = outbox::store::read_message(detail::row{st}, why);
         if (why.empty())
           batch.messages.push_back(std::move(m));
         else
@@ -201,70 +250,59 @@ class store {
     // A row that cannot be read is dead-lettered in the claim's own transaction, with the
     // reason; the rest of the batch flows.
     for (const auto& [seq, why] : unreadable) {
-      const auto text = sanitize_text("unreadable row: " + why);
+      const auto text = outbox::store::storable_text("unreadable row: " + why);
       batch.unreadable += static_cast<std::size_t>(
-          dead_.bind(1, now).bind(2, text).bind(3, seq).bind(4, batch.token).run());
+          st_.dead.bind(1, now).bind(2, text).bind(3, seq).bind(4, batch.token).run());
     }
     tx.commit();
     batch.sort_by_sequence();  // RETURNING gives no order guarantee
     return batch;
   }
 
-  settle_result settle(const claimed_batch& batch, std::span<const settlement> fates) {
-    batch.require_one_fate_each(fates.size(), "sqlite");
+  /// @param now stamps published_at and dead_at (the relay's clock).
+  settle_result settle(const claimed_batch& batch, std::span<const settlement> fates,
+                       time_point now) {
+    const auto plan = outbox::store::settle_plan::of(batch, fates, "sqlite");
     prepare();
     settle_result r;
-    std::string published = "[";
-    std::string released = "[";
-    std::size_t n_published = 0;
-    std::size_t n_released = 0;
-    published.reserve(fates.size() * 8);
-    const auto add = [](std::string& list, std::size_t& n, std::int64_t seq) {
-      if (n++) list += ',';
-      char buf[24];
-      const auto r = std::to_chars(buf, buf + sizeof buf, seq);
-      list.append(buf, r.ptr);
-    };
-    for (std::size_t i = 0; i < fates.size(); ++i) {
-      if (fates[i].what == settlement::kind::published)
-        add(published, n_published, batch.messages[i].sequence);
-      else if (fates[i].what == settlement::kind::release)
-        add(released, n_released, batch.messages[i].sequence);
-    }
-    published += "]";
-    released += "]";
-    const auto now = detail::to_ms(std::chrono::system_clock::now());
+    const auto at = detail::to_ms(now);
     detail::immediate_transaction tx(db_);
-    if (n_published) {
-      auto& st = options_.retention == retention::keep ? mark_published_ : delete_published_;
-      if (options_.retention == retention::keep) st.bind(3, now);
-      r.published = static_cast<std::size_t>(st.bind(1, published).bind(2, batch.token).run());
+    if (!plan.published.empty()) {
+      const auto list = detail::json_array(plan.published);
+      if (options_.retention == retention::keep)
+        r.published = static_cast<std::size_t>(
+            st_.mark_published.bind(1, list).bind(2, batch.token).bind(3, at).run());
+      else
+        r.published =
+            static_cast<std::size_t>(st_.delete_published.bind(1, list).bind(2, batch.token).run());
     }
-    if (n_released) {
-      r.released = static_cast<std::size_t>(release_.bind(1, released).bind(2, batch.token).run());
+    if (!plan.released.empty()) {
+      const auto list = detail::json_array(plan.released);
+      r.released = static_cast<std::size_t>(st_.release.bind(1, list).bind(2, batch.token).run());
     }
-    for (std::size_t i = 0; i < fates.size(); ++i) {
-      const auto& f = fates[i];
-      const auto seq = batch.messages[i].sequence;
-      if (f.what == settlement::kind::retry) {
-        r.retried += static_cast<std::size_t>(retry_.bind(1, detail::to_ms(f.retry_at))
+    for (const auto& f : plan.failed) {
+      if (f.code == outbox::store::fate_code::retry)
+        r.retried += static_cast<std::size_t>(st_.retry.bind(1, detail::to_ms(f.retry_at))
                                                   .bind(2, f.error)
-                                                  .bind(3, seq)
+                                                  .bind(3, f.seq)
                                                   .bind(4, batch.token)
                                                   .run());
-      } else if (f.what == settlement::kind::dead) {
+      else
         r.dead += static_cast<std::size_t>(
-            dead_.bind(1, now).bind(2, f.error).bind(3, seq).bind(4, batch.token).run());
-      }
+            st_.dead.bind(1, at).bind(2, f.error).bind(3, f.seq).bind(4, batch.token).run());
     }
     tx.commit();
-    r.fenced = fates.size() - (r.published + r.released + r.retried + r.dead);
-    return r;
+    return plan.finish(r);
+  }
+
+  /// The settle stamped with the system clock (until the conformance suite passes its clock).
+  settle_result settle(const claimed_batch& batch, std::span<const settlement> fates) {
+    return settle(batch, fates, std::chrono::system_clock::now());
   }
 
   void release(const claimed_batch& batch) {
     std::vector<settlement> fates(batch.size());
-    settle(batch, fates);
+    settle(batch, fates, batch.lease_until);  // nothing is stamped by a release
   }
 
   // ---- inbox ----------------------------------------------------------------------------------
@@ -285,7 +323,7 @@ class store {
   bool record_delivery(std::string_view consumer, const uuid& id, time_point now) {
     prepare();
     const auto text = id.to_string();
-    return inbox_insert_.bind(1, consumer).bind(2, text).bind(3, detail::to_ms(now)).run() == 1;
+    return st_.inbox_insert.bind(1, consumer).bind(2, text).bind(3, detail::to_ms(now)).run() == 1;
   }
 
   void dead_letter_delivery(std::string_view consumer, const message& m, std::string_view why,
@@ -293,15 +331,14 @@ class store {
     prepare();
     const auto id = m.id.to_string();
     const auto headers = headers_to_json(m.headers);
+    const auto reason = outbox::store::storable_text(why);
     const auto at = detail::to_ms(now);
     detail::immediate_transaction tx(db_);
-    detail::statement st(db_,
-                         "INSERT OR REPLACE INTO outbox_inbox_dead (consumer, event_id, "
-                         "aggregate_type, aggregate_id, event_type, payload, headers, error, "
-                         "failed_at) VALUES (?,?,?,?,?,?,?,?,?)");
+    detail::statement st(db_, statements::inbox_dead);
     st.bind(1, consumer).bind(2, id).bind(3, m.aggregate_type).bind(4, m.aggregate_id);
-    st.bind(5, m.event_type).bind(6, m.payload).bind(7, headers).bind(8, why).bind(9, at).run();
-    inbox_insert_.bind(1, consumer).bind(2, id).bind(3, at).run();
+    st.bind(5, m.event_type).bind_blob(6, m.payload).bind(7, headers).bind(8, reason);
+    st.bind(9, at).bind(10, m.content_type).run();
+    st_.inbox_insert.bind(1, consumer).bind(2, id).bind(3, at).run();
     tx.commit();
   }
 
@@ -311,10 +348,7 @@ class store {
     prepare();
     const auto t = detail::to_ms(now);
     backlog_stats s;
-    detail::statement st(db_,
-                         "SELECT count(*), "
-                         "coalesce(sum(lease_token IS NOT NULL AND available_at > ?1), 0), "
-                         "min(created_at) FROM outbox WHERE state = 0");
+    detail::statement st(db_, statements::stats);
     st.bind(1, t);
     st.step();
     const auto all = st.column_int64(0);
@@ -322,30 +356,16 @@ class store {
     s.pending = all - s.in_flight;
     if (!st.column_is_null(2))
       s.oldest_pending_age = std::chrono::milliseconds(elapsed(t, st.column_int64(2)));
-    st.reset();
-    detail::statement dead(db_, "SELECT count(*) FROM outbox WHERE state = 2");
-    dead.step();
-    s.dead = dead.column_int64(0);
+    s.dead = st.column_int64(3);
     return s;
   }
 
   std::vector<dead_letter> dead_letters(std::size_t limit) {
     prepare();
-    detail::statement st(db_,
-                         "SELECT seq, event_id, aggregate_type, aggregate_id, event_type, payload, "
-                         "headers, attempts, created_at, coalesce(last_error, ''), "
-                         "coalesce(dead_at, 0) FROM outbox WHERE state = 2 ORDER BY seq LIMIT ?");
+    detail::statement st(db_, statements::dead_letters);
     st.bind(1, static_cast<std::int64_t>(limit));
     std::vector<dead_letter> out;
-    while (st.step()) {
-      dead_letter d;
-      std::string why;  // listed as far as it can be read; the claim kept the reason
-      d.msg = read_message(st, why);
-      d.last_error = st.column_text(9);
-      d.dead_at = detail::from_ms(st.column_int64(10));
-      out.push_back(std::move(d));
-    }
-    st.reset();
+    while (st.step()) out.push_back(outbox::store::read_dead_letter(detail::row{st}));
     return out;
   }
 
@@ -353,126 +373,69 @@ class store {
     prepare();
     const auto text = id.to_string();
     detail::immediate_transaction tx(db_);
-    detail::statement st(db_,
-                         "UPDATE outbox SET state = 0, attempts = 0, available_at = 0, "
-                         "lease_owner = NULL, lease_token = NULL, dead_at = NULL "
-                         "WHERE event_id = ? AND state = 2");
+    detail::statement st(db_, statements::requeue);
     const bool done = st.bind(1, text).run() == 1;
     tx.commit();
     return done;
   }
 
   std::size_t purge_published(time_point before, std::size_t limit) {
-    prepare();
-    detail::immediate_transaction tx(db_);
-    detail::statement st(db_,
-                         "DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox INDEXED BY "
-                         "outbox_by_state WHERE state = 1 AND published_at < ? ORDER BY seq "
-                         "LIMIT ?)");
-    const auto n =
-        st.bind(1, detail::to_ms(before)).bind(2, static_cast<std::int64_t>(limit)).run();
-    tx.commit();
-    return static_cast<std::size_t>(n);
+    return purge(statements::purge_published, before, limit);
   }
 
   std::size_t purge_inbox(time_point before, std::size_t limit) {
+    return purge(statements::purge_inbox, before, limit);
+  }
+
+ private:
+  std::size_t purge(std::string_view sql, time_point before, std::size_t limit) {
     prepare();
     detail::immediate_transaction tx(db_);
-    detail::statement st(db_,
-                         "DELETE FROM outbox_inbox WHERE rowid IN (SELECT rowid FROM outbox_inbox "
-                         "WHERE processed_at < ? ORDER BY processed_at LIMIT ?)");
+    detail::statement st(db_, sql);
     const auto n =
         st.bind(1, detail::to_ms(before)).bind(2, static_cast<std::int64_t>(limit)).run();
     tx.commit();
     return static_cast<std::size_t>(n);
   }
 
- private:
-  /// The current row of a statement whose first nine columns are seq, event_id, aggregate_type,
-  /// aggregate_id, event_type, payload, headers, attempts, created_at (ms): claim and
-  /// dead_letters both select them in this order. Never throws on content: what cannot be
-  /// read (a row written by another program) is left empty and `why` says what it was.
-  static message read_message(const detail::statement& st, std::string& why) {
-    message m;
-    m.sequence = st.column_int64(0);
-    m.id = uuid::parse(st.column_view(1)).value_or(uuid{});
-    m.aggregate_type = st.column_text(2);
-    m.aggregate_id = st.column_text(3);
-    m.event_type = st.column_text(4);
-    m.payload = st.column_text(5);
-    m.attempts = clamp_attempts(st.column_int64(7));
-    m.created_at = detail::from_ms(st.column_int64(8));
-    why = read_stored_headers(m, st.column_view(6));
-    return m;
-  }
+  /// The hot statements, prepared once per connection.
+  struct prepared {
+    detail::statement claim, mark_published, delete_published, release, retry, dead, inbox_insert;
+  };
 
-  /// Prepares the hot statements once per connection (re-prepared if the session reconnected).
+  /// Prepares the hot statements once per connection (again if the session reconnected).
   void prepare() {
     auto* db = detail::handle(*sql_);
     if (db == db_ && prepared_) return;
     prepared_ = false;
     db_ = db;
-    claim_ = detail::statement(db_, claim_sql, true);
-    mark_published_ = detail::statement(
-        db_,
-        "UPDATE outbox SET state = 1, published_at = ?3, lease_owner = NULL, lease_token = NULL "
-        "WHERE seq IN (SELECT value FROM json_each(?1)) AND lease_token = ?2 AND state = 0",
-        true);
-    delete_published_ =
-        detail::statement(db_,
-                          "DELETE FROM outbox WHERE seq IN (SELECT value FROM json_each(?1)) "
-                          "AND lease_token = ?2 AND state = 0",
-                          true);
-    release_ = detail::statement(
-        db_,
-        "UPDATE outbox SET available_at = 0, attempts = attempts - 1, lease_owner = NULL, "
-        "lease_token = NULL WHERE seq IN (SELECT value FROM json_each(?1)) "
-        "AND lease_token = ?2 AND state = 0",
-        true);
-    retry_ = detail::statement(
-        db_,
-        "UPDATE outbox SET available_at = ?1, last_error = ?2, lease_owner = NULL, "
-        "lease_token = NULL WHERE seq = ?3 AND lease_token = ?4 AND state = 0",
-        true);
-    dead_ = detail::statement(
-        db_,
-        "UPDATE outbox SET state = 2, dead_at = ?1, last_error = ?2, lease_owner = NULL, "
-        "lease_token = NULL WHERE seq = ?3 AND lease_token = ?4 AND state = 0",
-        true);
-    inbox_insert_ = detail::statement(
-        db_,
-        "INSERT INTO outbox_inbox (consumer, event_id, processed_at) VALUES (?, ?, ?) "
-        "ON CONFLICT DO NOTHING",
-        true);
+    st_.claim = detail::statement(db_, statements::claim, true);
+    st_.mark_published = detail::statement(db_, statements::settle_published_keep, true);
+    st_.delete_published = detail::statement(db_, statements::settle_published_delete, true);
+    st_.release = detail::statement(db_, statements::settle_release, true);
+    st_.retry = detail::statement(db_, statements::settle_retry, true);
+    st_.dead = detail::statement(db_, statements::settle_dead, true);
+    st_.inbox_insert = detail::statement(db_, statements::inbox_insert, true);
     prepared_ = true;  // last: a failure above leaves the store to prepare again next time
   }
 
- public:
-  /// The claim, one statement (kept public for the bare-SQL benchmark that measures it alone).
-  /// ?1 lease expiry, ?2 owner, ?3 fencing token, ?4 now, ?5 limit.
-  static constexpr std::string_view claim_sql =
-      "UPDATE outbox SET available_at = ?1, lease_owner = ?2, lease_token = ?3, "
-      "attempts = attempts + 1 "
-      "WHERE seq IN ("
-      " SELECT o.seq FROM outbox AS o INDEXED BY outbox_by_state"
-      " WHERE o.state = 0 AND o.available_at <= ?4"
-      "  AND NOT EXISTS (SELECT 1 FROM outbox AS p INDEXED BY outbox_pending_by_aggregate"
-      "   WHERE p.state = 0 AND p.aggregate_type = o.aggregate_type"
-      "    AND p.aggregate_id = o.aggregate_id AND p.seq < o.seq AND p.available_at > ?4)"
-      " ORDER BY o.seq LIMIT ?5) "
-      "RETURNING seq, event_id, aggregate_type, aggregate_id, event_type, payload, headers, "
-      "attempts, created_at";
-
- private:
-  ::soci::session* sql_;
+  session_type* sql_;
   detail::sq::sqlite3* db_;
   bool prepared_ = false;
   store_options options_;
   std::mt19937_64 rng_;
-  detail::statement claim_, mark_published_, delete_published_, release_, retry_, dead_,
-      inbox_insert_;
+  prepared st_;
 };
 
 static_assert(concepts::store<store>);
+
+/// `store::configure` (the name this namespace had before the store kit).
+inline void configure(::soci::session& sql, const session_options& o = {}) {
+  store::configure(sql, o);
+}
+/// `store::migrate`.
+inline int migrate(::soci::session& sql, int target = outbox::store::latest_version) {
+  return store::migrate(sql, target);
+}
 
 }  // namespace outbox::sqlite

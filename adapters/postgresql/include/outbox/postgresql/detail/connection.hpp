@@ -1,7 +1,7 @@
 #pragma once
 /// @file
-/// Thin RAII access to the libpq connection under a `soci::session`: prepared statements with
-/// text parameters, results, SQLSTATE translation.
+/// The PostgreSQL dialect's connection layer: the libpq connection under a `soci::session`,
+/// prepared statements with text (and binary bytea) parameters, results, SQLSTATE translation.
 
 #include <charconv>
 #include <chrono>
@@ -18,6 +18,7 @@
 
 #include <outbox/error.hpp>
 #include <outbox/message.hpp>
+#include <outbox/store/soci_session.hpp>
 #include <outbox/time.hpp>
 #include <outbox/validate.hpp>
 
@@ -115,20 +116,27 @@ inline result check(PGconn* conn, PGresult* raw, std::string_view what) {
 /// Runs a statement without parameters.
 inline result exec(PGconn* conn, const char* sql) { return check(conn, PQexec(conn, sql), sql); }
 
-/// Text parameters of one statement. Values are copied, so temporaries are fine.
+/// Parameters of one statement: text, or bytes sent in binary (bytea, exact). Values are copied,
+/// so temporaries are fine.
 class params {
  public:
   params& add(std::string v) {
     values_.push_back(std::move(v));
-    nulls_.push_back(false);
+    kinds_.push_back(kind::text);
     return *this;
   }
   params& add(std::string_view v) { return add(std::string(v)); }
   params& add(const char* v) { return add(std::string(v)); }
   params& add(std::int64_t v) { return add(std::to_string(v)); }
+  /// Bytes for a bytea parameter, sent in binary format: no escaping, NUL bytes included.
+  params& add_bytes(std::string_view v) {
+    values_.emplace_back(v);
+    kinds_.push_back(kind::binary);
+    return *this;
+  }
   params& add_null() {
     values_.emplace_back();
-    nulls_.push_back(true);
+    kinds_.push_back(kind::null);
     return *this;
   }
   [[nodiscard]] int size() const noexcept { return static_cast<int>(values_.size()); }
@@ -136,13 +144,30 @@ class params {
   [[nodiscard]] std::vector<const char*> pointers() const {
     std::vector<const char*> p(values_.size());
     for (std::size_t i = 0; i < values_.size(); ++i)
-      p[i] = nulls_[i] ? nullptr : values_[i].c_str();
+      p[i] = kinds_[i] == kind::null ? nullptr : values_[i].data();
     return p;
+  }
+  /// Lengths and formats for libpq (null when every parameter is text: the common case).
+  [[nodiscard]] bool any_binary() const noexcept {
+    for (const auto k : kinds_)
+      if (k == kind::binary) return true;
+    return false;
+  }
+  [[nodiscard]] std::vector<int> lengths() const {
+    std::vector<int> l(values_.size());
+    for (std::size_t i = 0; i < values_.size(); ++i) l[i] = static_cast<int>(values_[i].size());
+    return l;
+  }
+  [[nodiscard]] std::vector<int> formats() const {
+    std::vector<int> f(values_.size());
+    for (std::size_t i = 0; i < values_.size(); ++i) f[i] = kinds_[i] == kind::binary ? 1 : 0;
+    return f;
   }
 
  private:
+  enum class kind : unsigned char { text, binary, null };
   std::vector<std::string> values_;
-  std::vector<bool> nulls_;
+  std::vector<kind> kinds_;
 };
 
 /// A PostgreSQL array literal (`{1,2}`, `{"a","b"}`) built one element at a time, so that a
@@ -180,11 +205,18 @@ class array_literal {
   std::size_t n_ = 0;
 };
 
-/// Runs an unnamed statement with text parameters (one round trip).
+/// Runs an unnamed statement (one round trip).
 inline result exec(PGconn* conn, const std::string& sql, const params& p, std::string_view what) {
   const auto ptrs = p.pointers();
+  if (!p.any_binary())
+    return check(
+        conn, PQexecParams(conn, sql.c_str(), p.size(), nullptr, ptrs.data(), nullptr, nullptr, 0),
+        what);
+  const auto lengths = p.lengths();
+  const auto formats = p.formats();
   return check(conn,
-               PQexecParams(conn, sql.c_str(), p.size(), nullptr, ptrs.data(), nullptr, nullptr, 0),
+               PQexecParams(conn, sql.c_str(), p.size(), nullptr, ptrs.data(), lengths.data(),
+                            formats.data(), 0),
                what);
 }
 
@@ -192,7 +224,14 @@ inline result exec(PGconn* conn, const std::string& sql, const params& p, std::s
 inline result exec_prepared(PGconn* conn, const char* name, const params& p,
                             std::string_view what) {
   const auto ptrs = p.pointers();
-  return check(conn, PQexecPrepared(conn, name, p.size(), ptrs.data(), nullptr, nullptr, 0), what);
+  if (!p.any_binary())
+    return check(conn, PQexecPrepared(conn, name, p.size(), ptrs.data(), nullptr, nullptr, 0),
+                 what);
+  const auto lengths = p.lengths();
+  const auto formats = p.formats();
+  return check(conn,
+               PQexecPrepared(conn, name, p.size(), ptrs.data(), lengths.data(), formats.data(), 0),
+               what);
 }
 
 /// Prepares `sql` under `name` on this connection.
@@ -203,11 +242,9 @@ inline void prepare(PGconn* conn, const char* name, std::string_view sql) {
 /// The libpq connection of a SOCI session.
 /// @throws outbox::error `misconfigured` when the session does not use the postgresql backend.
 inline PGconn* handle(::soci::session& sql) {
-  // Not is_connected(): for PostgreSQL that is a round trip to the server.
-  if (sql.get_backend() == nullptr || sql.get_backend_name() != "postgresql")
-    throw error(errc::misconfigured, "postgresql", {},
-                "the session is not connected with SOCI's postgresql backend");
-  return static_cast<::soci::postgresql_session_backend*>(sql.get_backend())->conn_;
+  return outbox::store::soci_backend<::soci::postgresql_session_backend>(sql, "postgresql",
+                                                                         "postgresql")
+      .conn_;
 }
 
 /// Microseconds since the Unix epoch: the wire form of every timestamp we pass. Read back
@@ -215,5 +252,36 @@ inline PGconn* handle(::soci::session& sql) {
 /// (`outbox/time.hpp`).
 inline std::int64_t to_us(time_point t) { return to_unix<std::micro>(t); }
 inline time_point from_us(std::int64_t us) { return from_unix_clamped<std::micro>(us); }
+
+/// The bytes of a bytea value in text result format (hex, "\\x0a1b..."); a value that is not
+/// hex (the server's bytea_output set to 'escape') is returned as it is.
+inline std::string bytea_from_text(std::string_view t) {
+  if (t.size() < 2 || t[0] != '\\' || t[1] != 'x') return std::string(t);
+  const auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  out.resize((t.size() - 2) / 2);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const int hi = nibble(t[2 + 2 * i]);
+    const int lo = nibble(t[3 + 2 * i]);
+    if (hi < 0 || lo < 0) return std::string(t);
+    out[i] = static_cast<char>((hi << 4) | lo);
+  }
+  return out;
+}
+
+/// Row `i` of a result, as `outbox::store::read_message` reads it.
+struct row {
+  const result& r;
+  int i;
+  [[nodiscard]] std::int64_t int64(int c) const { return r.int64(i, c); }
+  [[nodiscard]] std::string_view text(int c) const { return r.text(i, c); }
+  [[nodiscard]] std::string bytes(int c) const { return bytea_from_text(r.text(i, c)); }
+  [[nodiscard]] time_point time(int c) const { return from_us(r.int64(i, c)); }
+};
 
 }  // namespace outbox::postgresql::detail

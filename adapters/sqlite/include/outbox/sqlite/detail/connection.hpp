@@ -1,6 +1,7 @@
 #pragma once
 /// @file
-/// Thin RAII access to the sqlite3 handle under a `soci::session`: the hot statements of the
+/// The SQLite dialect's connection layer: the sqlite3 handle under a `soci::session`, prepared
+/// statements, classification of result codes, BEGIN IMMEDIATE. The hot statements of the
 /// store are prepared once and stepped directly (SOCI re-prepares `session << ...` each time and
 /// converts every value through its type layer; see the adapter's README for the measurements).
 
@@ -17,6 +18,7 @@
 
 #include <outbox/error.hpp>
 #include <outbox/message.hpp>
+#include <outbox/store/soci_session.hpp>
 #include <outbox/time.hpp>
 
 namespace outbox::sqlite::detail {
@@ -36,12 +38,19 @@ inline errc classify(int rc) noexcept {
   return errc::permanent;
 }
 
-/// Translates an sqlite3 result code into an `outbox::error`.
+/// Translates an sqlite3 result code into an `outbox::error`. A statement on a table of the
+/// outbox that does not exist means the database was never migrated: `misconfigured`, as on every
+/// store (SQLite reports it as a generic SQLITE_ERROR).
 [[noreturn]] inline void throw_sqlite(sq::sqlite3* db, int rc, std::string_view what) {
-  const errc kind = classify(rc);
+  errc kind = classify(rc);
   std::string msg(what);
   msg += ": ";
-  msg += db ? sq::sqlite3_errmsg(db) : sq::sqlite3_errstr(rc);
+  const std::string native = db ? sq::sqlite3_errmsg(db) : sq::sqlite3_errstr(rc);
+  if ((rc & 0xFF) == SQLITE_ERROR && native.starts_with("no such table: outbox")) {
+    kind = errc::misconfigured;
+    msg += "the database is not migrated (call migrate): ";
+  }
+  msg += native;
   throw error(kind, "sqlite", std::to_string(rc) + " " + sq::sqlite3_errstr(rc), msg);
 }
 
@@ -49,12 +58,8 @@ inline errc classify(int rc) noexcept {
 /// @throws outbox::error `misconfigured` when the session is not connected with the sqlite3
 ///         backend.
 inline sq::sqlite3* handle(::soci::session& sql) {
-  // Not is_connected(): for PostgreSQL that is a round trip to the server.
-  if (sql.get_backend() == nullptr || sql.get_backend_name() != "sqlite3")
-    throw error(errc::misconfigured, "sqlite", {},
-                "the session is not connected with SOCI's sqlite3 backend");
-  auto* backend = static_cast<::soci::sqlite3_session_backend*>(sql.get_backend());
-  return backend->conn_;
+  return outbox::store::soci_backend<::soci::sqlite3_session_backend>(sql, "sqlite3", "sqlite")
+      .conn_;
 }
 
 /// Runs one or more statements with no parameters and no results.
@@ -69,8 +74,8 @@ inline void exec(sq::sqlite3* db, const char* sql_text) {
   }
 }
 
-/// Unix milliseconds: the form of every timestamp column. Read back clamped, since a row another
-/// program wrote may hold any integer (`outbox/time.hpp`).
+/// Unix milliseconds: the form of every timestamp column (`outbox/time.hpp`; read back clamped,
+/// since a row another program wrote may hold any integer).
 inline std::int64_t to_ms(time_point t) { return to_unix<std::milli>(t); }
 inline time_point from_ms(std::int64_t ms) { return from_unix_clamped<std::milli>(ms); }
 
@@ -107,6 +112,13 @@ class statement {
   }
   statement& bind(int i, std::int64_t v) {
     check(sq::sqlite3_bind_int64(stmt_, i, v));
+    return *this;
+  }
+  /// Bytes, kept exactly (a BLOB; an empty one is a zero-length BLOB, not NULL).
+  statement& bind_blob(int i, std::string_view v) {
+    check(v.empty() ? sq::sqlite3_bind_zeroblob(stmt_, i, 0)
+                    : sq::sqlite3_bind_blob(stmt_, i, v.data(), static_cast<int>(v.size()),
+                                            SQLITE_STATIC));
     return *this;
   }
   statement& bind_null(int i) {
@@ -149,6 +161,12 @@ class statement {
     const auto* p = reinterpret_cast<const char*>(sq::sqlite3_column_text(stmt_, i));
     return p ? std::string_view(p, static_cast<std::size_t>(sq::sqlite3_column_bytes(stmt_, i)))
              : std::string_view();
+  }
+  /// The bytes of a column (BLOB or TEXT), exactly.
+  [[nodiscard]] std::string column_bytes(int i) const {
+    const auto* p = static_cast<const char*>(sq::sqlite3_column_blob(stmt_, i));
+    return p ? std::string(p, static_cast<std::size_t>(sq::sqlite3_column_bytes(stmt_, i)))
+             : std::string();
   }
   [[nodiscard]] bool column_is_null(int i) const {
     return sq::sqlite3_column_type(stmt_, i) == SQLITE_NULL;

@@ -1,0 +1,72 @@
+#pragma once
+/// @file
+/// The settle plan: a batch's fates split the way every settle statement consumes them, and the
+/// one place `settle_result::fenced` is counted.
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <outbox/message.hpp>
+#include <outbox/store/row.hpp>
+
+namespace outbox::store {
+
+/// The fates of one batch, by kind. Error texts are made storable (`storable_text`) here, once.
+struct settle_plan {
+  /// A retry or a dead letter.
+  struct failure {
+    std::int64_t seq;
+    fate_code code;       ///< `retry` or `dead`.
+    time_point retry_at;  ///< For `retry`.
+    std::string error;    ///< Storable.
+  };
+
+  std::vector<std::int64_t> published;  ///< Sequences confirmed by the transport.
+  std::vector<std::int64_t> released;   ///< Sequences not attempted.
+  std::vector<failure> failed;          ///< Retries and dead letters, in batch order.
+
+  /// Splits `fates` (index-aligned with `batch.messages`).
+  /// @throws outbox::error `misconfigured` unless there is one fate per message.
+  static settle_plan of(const claimed_batch& batch, std::span<const settlement> fates,
+                        const char* adapter) {
+    batch.require_one_fate_each(fates.size(), adapter);
+    settle_plan p;
+    p.published.reserve(fates.size());
+    for (std::size_t i = 0; i < fates.size(); ++i) {
+      const auto seq = batch.messages[i].sequence;
+      const auto& f = fates[i];
+      switch (f.what) {
+        case settlement::kind::published:
+          p.published.push_back(seq);
+          break;
+        case settlement::kind::release:
+          p.released.push_back(seq);
+          break;
+        case settlement::kind::retry:
+          p.failed.push_back({seq, fate_code::retry, f.retry_at, storable_text(f.error)});
+          break;
+        case settlement::kind::dead:
+          p.failed.push_back({seq, fate_code::dead, f.retry_at, storable_text(f.error)});
+          break;
+      }
+    }
+    return p;
+  }
+
+  /// How many fates the plan holds.
+  [[nodiscard]] std::size_t size() const noexcept {
+    return published.size() + released.size() + failed.size();
+  }
+
+  /// `r` with `fenced` counted: the fates that touched no row were no longer held under the
+  /// batch's claim (another claim took them over), and were left untouched.
+  [[nodiscard]] settle_result finish(settle_result r) const noexcept {
+    const std::size_t applied = r.published + r.retried + r.dead + r.released;
+    r.fenced = size() > applied ? size() - applied : 0;
+    return r;
+  }
+};
+
+}  // namespace outbox::store

@@ -1,0 +1,29 @@
+-- The leasing claim, one autocommit statement: the candidates of the locking claim
+-- (claim_locking.sql explains the filters), kept only if every earlier pending row of their
+-- aggregate is a candidate too, are stamped with lease expiry, owner, fencing token and one
+-- more attempt, and returned (in no particular order: the store sorts by seq).
+-- $1 lease expiry (Unix us), $2 owner, $3 fencing token, $4 now (Unix us), $5 limit.
+-- Columns: the message columns of outbox::store::column.
+WITH c AS (
+  SELECT o.seq, o.aggregate_type, o.aggregate_id
+  FROM outbox o
+  WHERE o.state = 0 AND o.available_at <= outbox_ts($4::bigint)
+    AND (NOT EXISTS (SELECT 1 FROM outbox w0
+                     WHERE w0.state = 0 AND w0.available_at > '-infinity'
+                       AND w0.available_at > outbox_ts($4::bigint))
+         OR (SELECT 1 FROM outbox w
+             WHERE w.state = 0 AND w.available_at > '-infinity'
+               AND w.aggregate_type = o.aggregate_type AND w.aggregate_id = o.aggregate_id
+               AND w.seq < o.seq AND w.available_at > outbox_ts($4::bigint) LIMIT 1) IS NULL)
+  ORDER BY o.seq LIMIT $5 FOR UPDATE SKIP LOCKED),
+ok AS (
+  SELECT c.seq FROM c
+  WHERE (SELECT p.seq FROM outbox p
+         WHERE p.state = 0 AND p.aggregate_type = c.aggregate_type
+           AND p.aggregate_id = c.aggregate_id AND p.seq < c.seq
+           AND NOT EXISTS (SELECT 1 FROM c c2 WHERE c2.seq = p.seq) LIMIT 1) IS NULL)
+UPDATE outbox o SET available_at = outbox_ts($1::bigint), lease_owner = $2, lease_token = $3,
+                    attempts = least(o.attempts, 2147483646) + 1
+FROM ok WHERE o.seq = ok.seq
+RETURNING o.seq, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload,
+          o.headers::text, o.attempts, outbox_us(o.created_at), o.content_type

@@ -1,0 +1,6 @@
+-- The consumer's inbox record, in the handler's transaction; a duplicate changes no row (and
+-- does not abort the transaction).
+-- $1 consumer, $2 event_id (UUID text), $3 processed_at (Unix us).
+INSERT INTO outbox_inbox (consumer, event_id, processed_at)
+VALUES ($1, $2::uuid, outbox_ts($3::bigint))
+ON CONFLICT DO NOTHING
