@@ -274,6 +274,49 @@ BOOST_AUTO_TEST_CASE(a_plain_client_sees_properties_headers_and_routing_key) {
   BOOST_TEST(fx.publisher().where().find("@") == std::string::npos);
 }
 
+BOOST_AUTO_TEST_CASE(the_content_type_property_is_the_messages_and_absent_means_json) {
+  amqp_fixture fx;
+  fx.close_receiver();  // the message stays in the queue for the plain client
+  auto m = sample("ct");
+  m.content_type = "application/avro";
+  m.payload = std::string("\0\x02\xff\xfe\0", 5);
+  const auto r = fx.publisher().publish(std::span(&m, 1), std::chrono::steady_clock::now() + 5s);
+  BOOST_TEST_REQUIRE(r.size() == 1u);
+  BOOST_TEST_REQUIRE(r[0].confirmed, r[0].error);
+  outbox::test::amqp_admin admin(amqp_fixture::url());
+  amqp_connection_state_t s = admin.conn().state();
+  amqp_rpc_reply_t rr{};
+  for (int i = 0; i < 100; ++i) {
+    rr = amqp_basic_get(s, outbox::amqp::connection::channel, outbox::amqp::bytes(fx.queue()), 1);
+    admin.conn().check(rr, "basic.get");
+    if (rr.reply.id == AMQP_BASIC_GET_OK_METHOD) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  BOOST_TEST_REQUIRE(rr.reply.id == AMQP_BASIC_GET_OK_METHOD);
+  amqp_message_t msg{};
+  admin.conn().check(amqp_read_message(s, outbox::amqp::connection::channel, &msg, 0), "read");
+  BOOST_TEST((msg.properties._flags & AMQP_BASIC_CONTENT_TYPE_FLAG) != 0);
+  BOOST_TEST(outbox::amqp::to_string(msg.properties.content_type) == "application/avro");
+  BOOST_TEST((outbox::amqp::to_string(msg.body) == m.payload));
+  amqp_destroy_message(&msg);
+  // A delivery without the property (another publisher's): the default content type.
+  fx.restart_receiver();
+  publish_with_timestamp(admin, fx.exchange(), 1'700'000'000);
+  auto d = fx.receiver().receive(5s);
+  BOOST_TEST_REQUIRE(d.has_value());
+  BOOST_TEST(d->msg.content_type == "application/json");
+  fx.receiver().ack(*d);
+  BOOST_TEST(fx.receiver().malformed() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_content_type_over_255_bytes_fails_only_its_message_as_permanent) {
+  amqp_fixture fx;
+  auto bad = sample("long-content-type");
+  bad.content_type = "application/" + std::string(250, 'x');  // a short string: 255 at most
+  only_that_message_fails(fx, fx.publisher(), {sample("first"), bad, sample("third")}, 1,
+                          {"content_type", "255"});
+}
+
 BOOST_AUTO_TEST_CASE(a_malformed_delivery_is_rejected_without_requeue_and_counted) {
   amqp_fixture fx;
   // A message published by someone else, without message_id or aggregate headers.

@@ -24,14 +24,13 @@
 #include <outbox/concepts/transport.hpp>
 #include <outbox/message.hpp>
 #include <outbox/time.hpp>
+#include <outbox/validate.hpp>
 
 namespace outbox::amqp {
 
 /// Header names the transport itself uses in the AMQP headers table.
 inline constexpr std::string_view aggregate_type_header = "aggregate_type";
 inline constexpr std::string_view aggregate_id_header = "aggregate_id";
-/// The `content_type` property of every message.
-inline constexpr std::string_view payload_content_type = "application/json";
 
 /// Options of a publisher. Fill with designated initialisers.
 struct publisher_options {
@@ -130,7 +129,7 @@ class publisher {
       props._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG |
                      AMQP_BASIC_MESSAGE_ID_FLAG | AMQP_BASIC_TYPE_FLAG | AMQP_BASIC_HEADERS_FLAG |
                      AMQP_BASIC_TIMESTAMP_FLAG;
-      props.content_type = bytes(payload_content_type);
+      props.content_type = bytes(m.content_type);
       props.delivery_mode = 2;  // persistent
       props.message_id = bytes(id);
       props.type = bytes(m.event_type);
@@ -195,6 +194,8 @@ class publisher {
                       key.size());
     if (m.event_type.size() > max_short_string)
       return too_long("event_type (the `type` property)", m.event_type.size());
+    if (const auto why = outbox::detail::content_type_problem(m.content_type); !why.empty())
+      return "the content_type (the `content_type` property) " + why;
     if (m.headers.contains(aggregate_type_header) || m.headers.contains(aggregate_id_header))
       return "a user header is named aggregate_type or aggregate_id";
     if (m.headers.contains("CC") || m.headers.contains("BCC"))
@@ -224,8 +225,8 @@ class publisher {
     // The content header is one frame: 7 bytes of frame header, 12 of class, weight and body
     // size, the properties (flags, then content_type, headers, delivery_mode, message_id (a UUID:
     // 36 bytes), timestamp, type, in wire order), 1 frame-end byte.
-    const std::size_t properties = 2 + (1 + payload_content_type.size()) + table + 1 + (1 + 36) +
-                                   8 + (1 + m.event_type.size());
+    const std::size_t properties =
+        2 + (1 + m.content_type.size()) + table + 1 + (1 + 36) + 8 + (1 + m.event_type.size());
     if (properties + 20 > frame_max)
       return "the properties with the headers take " + std::to_string(properties) +
              " bytes: over what one content header frame holds (" + std::to_string(frame_max - 20) +

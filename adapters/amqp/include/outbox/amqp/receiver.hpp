@@ -19,6 +19,7 @@
 #include <outbox/message.hpp>
 #include <outbox/time.hpp>
 #include <outbox/uuid.hpp>
+#include <outbox/validate.hpp>
 
 namespace outbox::amqp {
 
@@ -50,10 +51,12 @@ struct receiver_options {
 /// A `concepts::receiver` over AMQP 0-9-1. `receive` returns the next basic.deliver parsed back
 /// into an `outbox::message` (message_id = id, type = event_type, headers aggregate_type and
 /// aggregate_id, the other string headers as headers (except the broker's dead-lettering
-/// headers `x-death`, `x-first-death-*`, `x-last-death-*`), body = payload); `redelivered` is the
-/// broker's flag. A malformed delivery (no valid message_id, missing aggregate headers, a
-/// non-string header, a timestamp outside what `time_point` represents) is rejected without
-/// requeue and counted (`malformed()`).
+/// headers `x-death`, `x-first-death-*`, `x-last-death-*`), body = payload, its exact bytes,
+/// `content_type` = content_type, `application/json` when the property is absent or empty);
+/// `redelivered` is the broker's flag. A malformed delivery (no valid message_id, missing
+/// aggregate headers, a non-string header, a timestamp outside what `time_point` represents, a
+/// content type that is not a media type) is rejected without requeue and counted
+/// (`malformed()`). The payload is never checked: it is the application's, whatever its type.
 /// `ack` = basic.ack, `nack(requeue)` = basic.nack. A lost connection is `transient`; the next
 /// `receive` reconnects, and the broker redelivers what was not acknowledged (acks of deliveries
 /// from the old connection are ignored: their tags died with it).
@@ -201,7 +204,12 @@ class receiver {
       }
     }
     if (!has_type || !has_id || m.aggregate_type.empty() || m.aggregate_id.empty()) return false;
-    m.payload = to_string(in.body);
+    m.payload = to_string(in.body);  // bytes, exactly (NUL and all)
+    // Absent (a publisher that sets none): the default, as for an event written without one.
+    m.content_type = (p._flags & AMQP_BASIC_CONTENT_TYPE_FLAG) && p.content_type.len > 0
+                         ? to_string(p.content_type)
+                         : std::string(json_content_type);
+    if (!outbox::detail::content_type_problem(m.content_type).empty()) return false;
     if (p._flags & AMQP_BASIC_TIMESTAMP_FLAG) {
       if (p.timestamp > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
         return false;

@@ -108,7 +108,8 @@ class publisher {
   /// consumers' acks. Returns a confirmed result per acked message; a failed one per nacked
   /// (permanent), refused (permanent: a frame over `max_frame_bytes` or over what every connected
   /// consumer announced, a `created_at` the wire cannot carry) or unacknowledged message
-  /// (transient).
+  /// (transient). An event's content type goes with it (see protocol.hpp); one that is not a
+  /// media type (`validate.hpp`) is refused `permanent`, never sent.
   /// @throws outbox::error `transient` when nothing could be sent by `until` because no consumer
   ///         was connected (or none had credit): back-pressure, not a failure of the messages,
   ///         so the relay releases the batch without counting an attempt; `transient` too when
@@ -143,6 +144,10 @@ class publisher {
             refuse(
                 "zeromq: created_at is outside what the wire carries (Unix ms within +-292 "
                 "years of 1970)");
+            continue;
+          }
+          if (auto why = outbox::detail::content_type_problem(m.content_type); !why.empty()) {
+            refuse("zeromq: the content_type " + why);  // the receiver would refuse it
             continue;
           }
           encoded = detail::encode_event(m);
