@@ -11,6 +11,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include <unistd.h>
@@ -798,6 +799,51 @@ BOOST_AUTO_TEST_CASE(refuses_to_send_an_event_whose_content_type_is_not_a_media_
     }
   }
   BOOST_TEST(pub.stats().sent == 2u);
+}
+
+/// A publisher on an ephemeral port, returned by value.
+zq::publisher bound_publisher() {
+  zq::publisher pub({.endpoint = "tcp://127.0.0.1:*"});
+  return pub;
+}
+
+BOOST_AUTO_TEST_CASE(publishers_and_receivers_are_move_only_and_work_after_a_move) {
+  static_assert(!std::is_copy_constructible_v<zq::publisher>);
+  static_assert(!std::is_copy_assignable_v<zq::receiver>);
+  static_assert(std::is_move_constructible_v<zq::publisher>);
+  static_assert(std::is_move_assignable_v<zq::publisher>);
+  static_assert(std::is_move_assignable_v<zq::receiver>);
+  zq::publisher pub = bound_publisher();
+  zq::publisher other = bound_publisher();
+  other = std::move(pub);  // assignment over a bound publisher: its own sockets closed first
+  zq::publisher relay(std::move(other));
+  // Receivers kept in a vector, which moves them as it grows.
+  std::vector<zq::receiver> receivers;
+  for (int i = 0; i < 3; ++i)
+    receivers.push_back(
+        zq::receiver({.endpoint = relay.endpoint(), .name = "moved-" + std::to_string(i)}));
+  BOOST_TEST_REQUIRE(eventually([&] { return relay.consumers() == 3; }, [&] { relay.poll(20ms); }));
+  const auto batch = transport_conformance::make_messages(6);
+  std::vector<outbox::publish_result> results;
+  std::atomic<std::size_t> acked{0};
+  {
+    std::jthread consumer([&](std::stop_token st) {
+      while (!st.stop_requested() && acked < batch.size())
+        for (auto& r : receivers)
+          if (auto d = r.receive(5ms)) {
+            // A delivery held across a move is acked by the receiver it moved into.
+            zq::receiver holder(std::move(r));
+            holder.ack(*d);
+            r = std::move(holder);
+            ++acked;
+          }
+    });
+    results = relay.publish(batch, std::chrono::steady_clock::now() + 10s);
+  }
+  BOOST_TEST_REQUIRE(results.size() == batch.size());
+  for (const auto& r : results) BOOST_TEST(r.confirmed, r.error);
+  BOOST_TEST(relay.stats().rejected() == 0u);
+  for (const auto& r : receivers) BOOST_TEST(r.held() == 0u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -56,6 +56,7 @@ struct publisher_options {
 /// is written: the rest of the batch goes out on the same connection.
 ///
 /// Threading: one connection, not thread-safe; use it from one thread (or behind a lock).
+/// Move-only (see the move constructor).
 class publisher {
  public:
   /// Parses the URL; connects lazily (first `publish`) unless `connect()` is called.
@@ -72,6 +73,11 @@ class publisher {
 
   publisher(const publisher&) = delete;
   publisher& operator=(const publisher&) = delete;
+  /// Move-only: the connection (open or not) goes with the publisher; moving into a publisher
+  /// closes its own connection first. A moved-from publisher may only be destroyed or assigned
+  /// to. Nothing (no thread, no callback) keeps the address of a publisher.
+  publisher(publisher&&) = default;
+  publisher& operator=(publisher&&) = default;
 
   /// Opens the connection now (declares the exchange, enters confirm mode).
   /// @throws outbox::error `transient` or `misconfigured`.

@@ -55,7 +55,7 @@ struct receiver_options {
 /// `receive` reconnects, and the broker redelivers what was not acknowledged (acks of deliveries
 /// from the old connection are ignored: their tags died with it).
 ///
-/// Threading: one connection, one thread.
+/// Threading: one connection, one thread. Move-only (see the move constructor).
 class receiver {
  public:
   /// @throws outbox::error `misconfigured` for a bad URL or an empty queue name.
@@ -73,6 +73,11 @@ class receiver {
   }
   receiver(const receiver&) = delete;
   receiver& operator=(const receiver&) = delete;
+  /// Move-only: the connection, its consumer and the deliveries held go with the receiver (their
+  /// tags stay valid for it); moving into a receiver closes its own connection first (the broker
+  /// requeues what it held). A moved-from receiver may only be destroyed or assigned to.
+  receiver(receiver&&) = default;
+  receiver& operator=(receiver&&) = default;
 
   /// Connects now: declares and binds the queue, starts consuming.
   /// @throws outbox::error `transient` or `misconfigured`.
