@@ -19,6 +19,8 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <type_traits>
+#include <vector>
 
 #include "../support/amqp_fixture.hpp"
 #include "../support/sqlite_fixture.hpp"
@@ -272,6 +274,110 @@ BOOST_AUTO_TEST_CASE(a_plain_client_sees_properties_headers_and_routing_key) {
   BOOST_TEST_REQUIRE(!password.empty());
   BOOST_TEST(fx.publisher().where().find(password) == std::string::npos);
   BOOST_TEST(fx.publisher().where().find("@") == std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(the_content_type_property_is_the_messages_and_absent_means_json) {
+  amqp_fixture fx;
+  fx.close_receiver();  // the message stays in the queue for the plain client
+  auto m = sample("ct");
+  m.content_type = "application/avro";
+  m.payload = std::string("\0\x02\xff\xfe\0", 5);
+  const auto r = fx.publisher().publish(std::span(&m, 1), std::chrono::steady_clock::now() + 5s);
+  BOOST_TEST_REQUIRE(r.size() == 1u);
+  BOOST_TEST_REQUIRE(r[0].confirmed, r[0].error);
+  outbox::test::amqp_admin admin(amqp_fixture::url());
+  amqp_connection_state_t s = admin.conn().state();
+  amqp_rpc_reply_t rr{};
+  for (int i = 0; i < 100; ++i) {
+    rr = amqp_basic_get(s, outbox::amqp::connection::channel, outbox::amqp::bytes(fx.queue()), 1);
+    admin.conn().check(rr, "basic.get");
+    if (rr.reply.id == AMQP_BASIC_GET_OK_METHOD) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  BOOST_TEST_REQUIRE(rr.reply.id == AMQP_BASIC_GET_OK_METHOD);
+  amqp_message_t msg{};
+  admin.conn().check(amqp_read_message(s, outbox::amqp::connection::channel, &msg, 0), "read");
+  BOOST_TEST((msg.properties._flags & AMQP_BASIC_CONTENT_TYPE_FLAG) != 0);
+  BOOST_TEST(outbox::amqp::to_string(msg.properties.content_type) == "application/avro");
+  BOOST_TEST((outbox::amqp::to_string(msg.body) == m.payload));
+  amqp_destroy_message(&msg);
+  // A delivery without the property (another publisher's): the default content type.
+  fx.restart_receiver();
+  publish_with_timestamp(admin, fx.exchange(), 1'700'000'000);
+  auto d = fx.receiver().receive(5s);
+  BOOST_TEST_REQUIRE(d.has_value());
+  BOOST_TEST(d->msg.content_type == "application/json");
+  fx.receiver().ack(*d);
+  BOOST_TEST(fx.receiver().malformed() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_content_type_over_255_bytes_fails_only_its_message_as_permanent) {
+  amqp_fixture fx;
+  auto bad = sample("long-content-type");
+  bad.content_type = "application/" + std::string(250, 'x');  // a short string: 255 at most
+  only_that_message_fails(fx, fx.publisher(), {sample("first"), bad, sample("third")}, 1,
+                          {"content_type", "255"});
+}
+
+/// A receiver on its own queue bound to `fx`'s exchange, connected, returned by value.
+outbox::amqp::receiver connected_receiver(const amqp_fixture& fx, const std::string& queue) {
+  auto opts = fx.receiver_options();
+  opts.queue = queue;
+  outbox::amqp::receiver r(std::move(opts));
+  r.connect();
+  return r;
+}
+
+BOOST_AUTO_TEST_CASE(publishers_receivers_and_connections_are_move_only_and_work_after_a_move) {
+  static_assert(std::is_nothrow_move_constructible_v<outbox::amqp::connection>);
+  static_assert(!std::is_copy_constructible_v<outbox::amqp::publisher>);
+  static_assert(!std::is_copy_assignable_v<outbox::amqp::receiver>);
+  static_assert(std::is_move_assignable_v<outbox::amqp::publisher>);
+  static_assert(std::is_move_assignable_v<outbox::amqp::receiver>);
+  amqp_fixture fx;
+  // Receivers returned from a function and kept in a vector (which moves them as it grows).
+  std::vector<outbox::amqp::receiver> receivers;
+  for (int i = 0; i < 3; ++i)
+    receivers.push_back(connected_receiver(fx, fx.queue() + "-moved-" + std::to_string(i)));
+  // A connected publisher moved twice (construction, then assignment over an open one).
+  outbox::amqp::publisher first(fx.publisher_options());
+  first.connect();
+  outbox::amqp::publisher second(std::move(first));
+  outbox::amqp::publisher pub(fx.publisher_options());
+  pub.connect();
+  pub = std::move(second);
+  BOOST_TEST(pub.connections() == 1u);  // the connection moved with it: no reconnect
+  const auto m = sample("moved");
+  const auto r = pub.publish(std::span(&m, 1), std::chrono::steady_clock::now() + 5s);
+  BOOST_TEST_REQUIRE(r.size() == 1u);
+  BOOST_TEST(r[0].confirmed, r[0].error);
+  BOOST_TEST(pub.connections() == 1u);
+  for (auto& rcv : receivers) {
+    auto d = rcv.receive(5s);
+    BOOST_TEST_REQUIRE(d.has_value());
+    BOOST_TEST(d->msg.id == m.id);
+    BOOST_TEST(rcv.connections() == 1u);
+    // A delivery held across a move is acked by the receiver it moved into.
+    outbox::amqp::receiver holder(std::move(rcv));
+    BOOST_TEST(holder.held() == 1u);
+    holder.ack(*d);
+    BOOST_TEST(holder.held() == 0u);
+    rcv = std::move(holder);
+  }
+  // A connection moved: the moved-from one is closed, the other keeps the channel open.
+  outbox::amqp::connection c({.url = amqp_fixture::url()});
+  c.ensure();
+  std::vector<outbox::amqp::connection> conns;
+  conns.push_back(std::move(c));
+  BOOST_TEST(!c.open());  // NOLINT(bugprone-use-after-move): documented state
+  BOOST_TEST(conns[0].open());
+  outbox::test::amqp_admin admin(amqp_fixture::url());
+  for (int i = 0; i < 3; ++i) {
+    const std::string q = fx.queue() + "-moved-" + std::to_string(i);
+    BOOST_TEST(admin.ready(q) == 0u);  // acked, not requeued
+    receivers[static_cast<std::size_t>(i)] = outbox::amqp::receiver(fx.receiver_options());
+    admin.delete_queue(q);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(a_malformed_delivery_is_rejected_without_requeue_and_counted) {

@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "../support/amqp_fixture.hpp"
 
@@ -224,6 +225,39 @@ BOOST_AUTO_TEST_CASE(a_cut_tls_connection_fails_the_batch_and_the_next_publish_r
   const auto got = transport_conformance::receive_n(fx.receiver(), 9, 2s);
   BOOST_TEST(got.size() >= 6u);
   for (const auto& d : got) fx.receiver().ack(d);
+}
+
+BOOST_AUTO_TEST_CASE(a_tls_connection_keeps_working_and_reconnecting_after_a_move) {
+  // OpenSSL's verify callback writes into state the connection owns: it must follow a move.
+  std::vector<outbox::amqp::connection> conns;
+  for (int i = 0; i < 3; ++i) {  // the vector moves the first ones as it grows
+    outbox::amqp::connection c(amqp_tls_fixture::connection());
+    c.ensure();
+    conns.push_back(std::move(c));
+  }
+  for (auto& c : conns) {
+    BOOST_TEST_REQUIRE(c.open());
+    outbox::amqp::connection moved(std::move(c));
+    amqp_exchange_declare(moved.state(), outbox::amqp::connection::channel,
+                          outbox::amqp::bytes("amq.topic"), outbox::amqp::bytes("topic"), 1, 0, 0,
+                          0, amqp_empty_table);
+    moved.check(amqp_get_rpc_reply(moved.state()), "exchange.declare (passive)");
+    moved.drop();
+    BOOST_TEST(moved.ensure());  // a new TLS handshake after the move
+    BOOST_TEST(moved.generation() == 2u);
+    c = std::move(moved);
+  }
+  // A refusal found by the verify callback of a moved connection still names its reason.
+  outbox::amqp::connection untrusted(
+      {.url = amqp_tls_fixture::url(),
+       .tls = {.ca_cert = amqp_tls_fixture::tls_file("other-ca.pem")}});
+  outbox::amqp::connection moved(std::move(untrusted));
+  try {
+    moved.ensure();
+    BOOST_ERROR("the broker's certificate was expected to be refused");
+  } catch (const outbox::error& e) {
+    check_refusal(e, outbox::errc::misconfigured, "the broker's certificate is not trusted: ");
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

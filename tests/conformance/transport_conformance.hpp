@@ -42,7 +42,9 @@ inline std::vector<outbox::message> make_messages(int n, const std::string& agg 
   return v;
 }
 
-inline auto deadline(std::chrono::milliseconds d = 5s) { return std::chrono::steady_clock::now() + d; }
+inline auto deadline(std::chrono::milliseconds d = 5s) {
+  return std::chrono::steady_clock::now() + d;
+}
 
 /// Receives up to `n` deliveries (stops at the first timeout).
 template <class Receiver>
@@ -122,6 +124,34 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(delivers_every_field_in_publish_order, Fixture, tr
     BOOST_TEST(!got[i].redelivered);
     fx.receiver().ack(got[i]);
   }
+  BOOST_TEST(!fx.receiver().receive(50ms).has_value());
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(carries_the_content_type_and_the_exact_payload_bytes, Fixture,
+                              transport_fixtures) {
+  using namespace std::string_literals;
+  Fixture fx;
+  auto batch = transport_conformance::make_messages(3);
+  // Opaque bytes: NUL (leading, inner, trailing), 0xFF, and invalid UTF-8 (an overlong NUL, a
+  // lone surrogate, a truncated sequence).
+  batch[0].content_type = "application/octet-stream";
+  batch[0].payload = "\0\xff\xfe bin\0ary \xc0\x80 \xed\xa0\x80 \xe2\x82\0"s;
+  // JSON of another media type, spacing and key order as written.
+  batch[1].content_type = "application/cloudevents+json";
+  batch[1].payload = R"({ "specversion" : "1.0",  "id":"x", "data" : {"b":1,"a":2} })";
+  // batch[2]: the default, application/json.
+  (void)transport_conformance::send(fx, batch);
+  auto got = transport_conformance::receive_n(fx.receiver(), batch.size());
+  BOOST_TEST_REQUIRE(got.size() == batch.size());
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    const auto& m = got[i].msg;
+    BOOST_TEST(m.id == batch[i].id);
+    BOOST_TEST(m.content_type == batch[i].content_type);
+    BOOST_TEST(m.payload.size() == batch[i].payload.size());
+    BOOST_TEST((m.payload == batch[i].payload));
+    fx.receiver().ack(got[i]);
+  }
+  BOOST_TEST(got[2].msg.content_type == "application/json");
   BOOST_TEST(!fx.receiver().receive(50ms).has_value());
 }
 

@@ -6,7 +6,7 @@
 // (OUTBOX_TEST_AMQPS), verifying the broker and showing a client certificate.
 
 #include <chrono>
-#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -105,7 +105,7 @@ struct amqp_fixture {
   /// Replaces the receiver with a fresh one (a consumer process that restarted).
   void restart_receiver() {
     rcv_.reset();
-    rcv_ = std::make_unique<outbox::amqp::receiver>(receiver_options());
+    rcv_ = outbox::amqp::receiver(receiver_options());  // moved in
     rcv_->connect();
   }
 
@@ -115,7 +115,7 @@ struct amqp_fixture {
       : connection_(std::move(c)),
         exchange_("outbox-test-" + make_uuid_v7().to_string()),
         queue_("outbox-test-q-" + make_uuid_v7().to_string()),
-        pub_(std::make_unique<outbox::amqp::publisher>(publisher_options())) {
+        pub_(outbox::amqp::publisher(publisher_options())) {
     restart_receiver();
     pub_->connect();
   }
@@ -124,8 +124,8 @@ struct amqp_fixture {
   outbox::amqp::connection_options connection_;
   std::string exchange_;
   std::string queue_;
-  std::unique_ptr<outbox::amqp::publisher> pub_;
-  std::unique_ptr<outbox::amqp::receiver> rcv_;
+  std::optional<outbox::amqp::publisher> pub_;
+  std::optional<outbox::amqp::receiver> rcv_;
 };
 
 /// The AMQP fixture over TLS: amqps:// to the broker's TLS listener (OUTBOX_TEST_AMQPS), the

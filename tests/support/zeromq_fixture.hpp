@@ -7,7 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
-#include <memory>
+#include <optional>
 #include <string>
 
 #include <outbox/zeromq/zeromq.hpp>
@@ -25,8 +25,9 @@ struct zeromq_fixture {
   /// Sockets are not thread-safe: concurrent relays share the publisher through a lock.
   static constexpr bool thread_safe_publisher = false;
 
-  zeromq_fixture() : pub_(std::make_unique<outbox::zeromq::publisher>(publisher_options())) {
-    rcv_ = std::make_unique<outbox::zeromq::receiver>(
+  // Publisher and receiver are moved into the fixture (they are move-only owners).
+  zeromq_fixture() : pub_(outbox::zeromq::publisher(publisher_options())) {
+    rcv_ = outbox::zeromq::receiver(
         outbox::zeromq::receiver_options{.endpoint = pub_->endpoint(), .name = "test-consumer"});
     wait_for_consumers(1);
   }
@@ -63,7 +64,7 @@ struct zeromq_fixture {
   /// Replaces the receiver with a fresh one (a consumer process that restarted).
   void restart_receiver() {
     rcv_.reset();
-    rcv_ = std::make_unique<outbox::zeromq::receiver>(
+    rcv_ = outbox::zeromq::receiver(
         outbox::zeromq::receiver_options{.endpoint = pub_->endpoint(), .name = "restarted"});
   }
 
@@ -81,8 +82,8 @@ struct zeromq_fixture {
   }
 
   std::filesystem::path dir_;
-  std::unique_ptr<outbox::zeromq::publisher> pub_;
-  std::unique_ptr<outbox::zeromq::receiver> rcv_;
+  std::optional<outbox::zeromq::publisher> pub_;
+  std::optional<outbox::zeromq::receiver> rcv_;
 };
 
 using zeromq_tcp_fixture = zeromq_fixture<false>;

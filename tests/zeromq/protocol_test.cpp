@@ -8,8 +8,10 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include <unistd.h>
@@ -692,6 +694,156 @@ BOOST_AUTO_TEST_CASE(a_limit_announcement_with_a_bad_value_is_refused_as_bad_fie
       eventually([&] { return pub.stats().rejected() >= 4; }, [&] { pub.poll(20ms); }));
   BOOST_TEST(pub.stats().bad_field == 3u);
   BOOST_TEST(pub.stats().bad_frame_count == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(a_json_event_keeps_eleven_frames_and_another_content_type_adds_a_twelfth) {
+  // What a receiver of the first version 1 sees: JSON events unchanged; the content type of any
+  // other event in one more frame (which such a receiver counts as bad_frame_count).
+  zq::publisher pub({.endpoint = "tcp://127.0.0.1:*"});
+  zmq::context_t ctx;
+  zmq::socket_t raw(ctx, zmq::socket_type::dealer);
+  raw.set(zmq::sockopt::linger, 0);
+  raw.set(zmq::sockopt::rcvtimeo, 10'000);
+  raw.connect(pub.endpoint());
+  send_raw(raw, {"outbox.zmq/1", "HELLO", "10", "raw"});
+  BOOST_TEST_REQUIRE(eventually([&] { return pub.consumers() == 1; }, [&] { pub.poll(20ms); }));
+  auto batch = transport_conformance::make_messages(2);
+  batch[1].content_type = "application/x-protobuf";
+  batch[1].payload = std::string("\x08\x96\x01\0\xff", 5);
+  std::vector<std::vector<zmq::message_t>> seen;
+  std::vector<outbox::publish_result> results;
+  {
+    std::jthread consumer([&] {
+      for (std::size_t n = 0; n < batch.size(); ++n) {
+        std::vector<zmq::message_t> in;
+        if (!zmq::recv_multipart(raw, std::back_inserter(in)) || in.size() < 3u) return;
+        send_raw(raw, {"outbox.zmq/1", "ACK", in[2].to_string()});
+        seen.push_back(std::move(in));
+      }
+    });
+    results = pub.publish(batch, std::chrono::steady_clock::now() + 10s);
+  }
+  BOOST_TEST_REQUIRE(results.size() == batch.size());
+  for (const auto& r : results) BOOST_TEST(r.confirmed, r.error);
+  BOOST_TEST_REQUIRE(seen.size() == 2u);
+  BOOST_TEST(seen[0].size() == 11u);
+  BOOST_TEST_REQUIRE(seen[1].size() == 12u);
+  BOOST_TEST(seen[1][7].to_string() == batch[1].payload);
+  BOOST_TEST(seen[1][11].to_string() == "application/x-protobuf");
+}
+
+BOOST_AUTO_TEST_CASE(a_payload_must_be_utf8_only_under_a_json_content_type) {
+  zmq::context_t ctx;
+  zmq::socket_t relay(ctx, zmq::socket_type::router);
+  relay.set(zmq::sockopt::linger, 0);
+  relay.bind("tcp://127.0.0.1:*");
+  zq::receiver rcv({.endpoint = relay.get(zmq::sockopt::last_endpoint)});
+  const std::string rid = await_hello(relay);
+  const auto ms = transport_conformance::make_messages(5);
+  const std::string bytes("\xff\0\xc0\x80", 4);
+  auto f = event_frames(ms[0]);
+  f[7] = bytes;
+  send_raw(relay, f, &rid);  // 11 frames: application/json, so refused (bad_utf8)
+  f = event_frames(ms[1]);
+  f[7] = bytes;
+  f.push_back("application/vnd.acme+json");
+  send_raw(relay, f, &rid);  // a JSON type: refused too
+  f = event_frames(ms[2]);
+  f.push_back("not a media type");
+  send_raw(relay, f, &rid);  // bad_field: content_type
+  f = event_frames(ms[3]);
+  f.push_back("application/json");
+  send_raw(relay, f, &rid);  // the default, spelled out: fine
+  f = event_frames(ms[4]);
+  f[7] = bytes;
+  f.push_back("application/octet-stream");
+  send_raw(relay, f, &rid);  // opaque bytes: carried
+  const auto got = transport_conformance::receive_n(rcv, 2);
+  BOOST_TEST_REQUIRE(got.size() == 2u);
+  BOOST_TEST(got[0].msg.id == ms[3].id);
+  BOOST_TEST(got[0].msg.content_type == "application/json");
+  BOOST_TEST(got[1].msg.id == ms[4].id);
+  BOOST_TEST(got[1].msg.content_type == "application/octet-stream");
+  BOOST_TEST((got[1].msg.payload == bytes));
+  BOOST_TEST(rcv.stats().bad_utf8 == 2u);
+  BOOST_TEST(rcv.stats().bad_field == 1u);
+  std::set<std::string> reasons;
+  for (int i = 0; i < 3; ++i) {
+    const auto nack = await_command(relay, "NACK");
+    BOOST_TEST_REQUIRE(nack.size() == 5u);
+    reasons.insert(nack[4].to_string());
+  }
+  BOOST_TEST(reasons.count("refused by the receiver: not valid UTF-8: payload") == 1u);
+  BOOST_TEST(reasons.count("refused by the receiver: bad field: content_type") == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(refuses_to_send_an_event_whose_content_type_is_not_a_media_type) {
+  zq::publisher pub({.endpoint = "tcp://127.0.0.1:*"});
+  zq::receiver rcv({.endpoint = pub.endpoint()});
+  BOOST_TEST_REQUIRE(eventually([&] { return pub.consumers() == 1; }, [&] { pub.poll(20ms); }));
+  auto batch = transport_conformance::make_messages(3);
+  batch[1].content_type = "";
+  std::vector<outbox::publish_result> results;
+  {
+    const auto a = acker(rcv);
+    results = pub.publish(batch, std::chrono::steady_clock::now() + 10s);
+  }
+  BOOST_TEST_REQUIRE(results.size() == batch.size());
+  for (const auto& r : results) {
+    if (r.id == batch[1].id) {
+      BOOST_TEST(!r.confirmed);
+      BOOST_TEST((r.error_class == outbox::errc::permanent));
+      BOOST_TEST(r.error.find("content_type") != std::string::npos, r.error);
+    } else {
+      BOOST_TEST(r.confirmed);
+    }
+  }
+  BOOST_TEST(pub.stats().sent == 2u);
+}
+
+/// A publisher on an ephemeral port, returned by value.
+zq::publisher bound_publisher() {
+  zq::publisher pub({.endpoint = "tcp://127.0.0.1:*"});
+  return pub;
+}
+
+BOOST_AUTO_TEST_CASE(publishers_and_receivers_are_move_only_and_work_after_a_move) {
+  static_assert(!std::is_copy_constructible_v<zq::publisher>);
+  static_assert(!std::is_copy_assignable_v<zq::receiver>);
+  static_assert(std::is_move_constructible_v<zq::publisher>);
+  static_assert(std::is_move_assignable_v<zq::publisher>);
+  static_assert(std::is_move_assignable_v<zq::receiver>);
+  zq::publisher pub = bound_publisher();
+  zq::publisher other = bound_publisher();
+  other = std::move(pub);  // assignment over a bound publisher: its own sockets closed first
+  zq::publisher relay(std::move(other));
+  // Receivers kept in a vector, which moves them as it grows.
+  std::vector<zq::receiver> receivers;
+  for (int i = 0; i < 3; ++i)
+    receivers.push_back(
+        zq::receiver({.endpoint = relay.endpoint(), .name = "moved-" + std::to_string(i)}));
+  BOOST_TEST_REQUIRE(eventually([&] { return relay.consumers() == 3; }, [&] { relay.poll(20ms); }));
+  const auto batch = transport_conformance::make_messages(6);
+  std::vector<outbox::publish_result> results;
+  std::atomic<std::size_t> acked{0};
+  {
+    std::jthread consumer([&](std::stop_token st) {
+      while (!st.stop_requested() && acked < batch.size())
+        for (auto& r : receivers)
+          if (auto d = r.receive(5ms)) {
+            // A delivery held across a move is acked by the receiver it moved into.
+            zq::receiver holder(std::move(r));
+            holder.ack(*d);
+            r = std::move(holder);
+            ++acked;
+          }
+    });
+    results = relay.publish(batch, std::chrono::steady_clock::now() + 10s);
+  }
+  BOOST_TEST_REQUIRE(results.size() == batch.size());
+  for (const auto& r : results) BOOST_TEST(r.confirmed, r.error);
+  BOOST_TEST(relay.stats().rejected() == 0u);
+  for (const auto& r : receivers) BOOST_TEST(r.held() == 0u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <ratio>
 #include <span>
 #include <string>
 #include <string_view>
@@ -21,17 +20,11 @@
 #include <vector>
 
 #include <outbox/amqp/connection.hpp>
+#include <outbox/amqp/protocol.hpp>
 #include <outbox/concepts/transport.hpp>
 #include <outbox/message.hpp>
-#include <outbox/time.hpp>
 
 namespace outbox::amqp {
-
-/// Header names the transport itself uses in the AMQP headers table.
-inline constexpr std::string_view aggregate_type_header = "aggregate_type";
-inline constexpr std::string_view aggregate_id_header = "aggregate_id";
-/// The `content_type` property of every message.
-inline constexpr std::string_view payload_content_type = "application/json";
 
 /// Options of a publisher. Fill with designated initialisers.
 struct publisher_options {
@@ -63,6 +56,7 @@ struct publisher_options {
 /// is written: the rest of the batch goes out on the same connection.
 ///
 /// Threading: one connection, not thread-safe; use it from one thread (or behind a lock).
+/// Move-only (see the move constructor).
 class publisher {
  public:
   /// Parses the URL; connects lazily (first `publish`) unless `connect()` is called.
@@ -79,6 +73,11 @@ class publisher {
 
   publisher(const publisher&) = delete;
   publisher& operator=(const publisher&) = delete;
+  /// Move-only: the connection (open or not) goes with the publisher; moving into a publisher
+  /// closes its own connection first. A moved-from publisher may only be destroyed or assigned
+  /// to. Nothing (no thread, no callback) keeps the address of a publisher.
+  publisher(publisher&&) = default;
+  publisher& operator=(publisher&&) = default;
 
   /// Opens the connection now (declares the exchange, enters confirm mode).
   /// @throws outbox::error `transient` or `misconfigured`.
@@ -110,34 +109,21 @@ class publisher {
       results[i].error = "no confirm by the deadline";
     }
     std::string key;
-    std::vector<amqp_table_entry_t> entries;
-    const auto frame_max = static_cast<std::size_t>(amqp_get_frame_max(conn_.state()));
+    encoded_message out;
+    const wire_limits limits{
+        .frame_max = static_cast<std::size_t>(amqp_get_frame_max(conn_.state())),
+        .max_message_bytes = options_.max_message_bytes,
+        .custom_routing_key = static_cast<bool>(options_.routing_key)};
     std::size_t sent = 0;
     for (; sent < batch.size(); ++sent) {
       const message& m = batch[sent];
       key = options_.routing_key ? options_.routing_key(m) : m.aggregate_type + "." + m.event_type;
-      if (std::string why = unsendable(m, key, frame_max); !why.empty()) {
+      if (std::string why = unsendable(m, key, limits); !why.empty()) {
         results[sent].error_class = errc::permanent;
         results[sent].error = std::move(why);
         continue;
       }
-      const std::string id = m.id.to_string();
-      entries.clear();
-      entries.push_back(utf8_entry(aggregate_type_header, m.aggregate_type));
-      entries.push_back(utf8_entry(aggregate_id_header, m.aggregate_id));
-      for (const auto& [k, v] : m.headers) entries.push_back(utf8_entry(k, v));
-      amqp_basic_properties_t props{};
-      props._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG |
-                     AMQP_BASIC_MESSAGE_ID_FLAG | AMQP_BASIC_TYPE_FLAG | AMQP_BASIC_HEADERS_FLAG |
-                     AMQP_BASIC_TIMESTAMP_FLAG;
-      props.content_type = bytes(payload_content_type);
-      props.delivery_mode = 2;  // persistent
-      props.message_id = bytes(id);
-      props.type = bytes(m.event_type);
-      // Not before 1970: `unsendable` checked it (AMQP's timestamp is unsigned).
-      props.timestamp = static_cast<std::uint64_t>(to_unix<std::ratio<1>>(m.created_at));
-      props.headers.num_entries = static_cast<int>(entries.size());
-      props.headers.entries = entries.data();
+      encode(m, out);
       // rabbitmq-c writes without a time limit: a broker that stops reading (an alarm, frozen,
       // a half-open connection) would block here past `until` once the socket buffers fill.
       if (!writable_by(until)) {
@@ -146,7 +132,7 @@ class publisher {
       }
       const int rc =
           amqp_basic_publish(conn_.state(), connection::channel, bytes(options_.exchange),
-                             bytes(key), 1, 0, &props, bytes(m.payload));
+                             bytes(key), 1, 0, &out.properties, bytes(m.payload));
       if (rc != AMQP_STATUS_OK) {
         if (rc == AMQP_STATUS_BAD_AMQP_DATA || rc == AMQP_STATUS_TABLE_TOO_BIG) {
           // rabbitmq-c could not encode this message after all (`unsendable` should have said
@@ -161,7 +147,7 @@ class publisher {
       }
       const std::uint64_t tag = ++next_tag_;
       pending_.emplace(tag, sent);
-      by_id_.emplace(id, sent);
+      by_id_.emplace(std::move(out.id), sent);
       if (options_.drain_every != 0 && (sent + 1) % options_.drain_every == 0)
         if (!read_frames(results, std::chrono::steady_clock::now(), true)) return results;
     }
@@ -178,70 +164,6 @@ class publisher {
   }
 
  private:
-  /// Why `m` (with routing key `key`) cannot be carried on a connection of `frame_max`; empty when
-  /// it can. Checked before any byte of it is written, since rabbitmq-c refuses a short string
-  /// over 255 bytes (in a property only after the basic.publish method went out: the connection is
-  /// then unusable), truncates the length byte of a longer header name (a malformed frame: the
-  /// broker closes the connection with 541), and fails a content header larger than a frame.
-  [[nodiscard]] std::string unsendable(const message& m, std::string_view key,
-                                       std::size_t frame_max) const {
-    const auto too_long = [](const std::string& what, std::size_t size) {
-      return what + " is " + std::to_string(size) + " bytes: over AMQP's limit of " +
-             std::to_string(max_short_string) + " for a short string";
-    };
-    if (key.size() > max_short_string)
-      return too_long(options_.routing_key ? "the routing key (publisher_options::routing_key)"
-                                           : "the routing key <aggregate_type>.<event_type>",
-                      key.size());
-    if (m.event_type.size() > max_short_string)
-      return too_long("event_type (the `type` property)", m.event_type.size());
-    if (m.headers.contains(aggregate_type_header) || m.headers.contains(aggregate_id_header))
-      return "a user header is named aggregate_type or aggregate_id";
-    if (m.headers.contains("CC") || m.headers.contains("BCC"))
-      return "a header is named CC or BCC: RabbitMQ reads those as lists of extra routing keys and "
-             "closes the channel for a string (406)";
-    // Each header is a table entry: name (short string), kind, long string (4-byte length).
-    const auto entry_bytes = [](std::string_view k, std::string_view v) {
-      return 1 + k.size() + 1 + 4 + v.size();
-    };
-    std::size_t table = 4 + entry_bytes(aggregate_type_header, m.aggregate_type) +
-                        entry_bytes(aggregate_id_header, m.aggregate_id);
-    for (const auto& [k, v] : m.headers) {
-      if (k.size() > max_short_string) {
-        std::size_t cut = std::min<std::size_t>(k.size(), 32);
-        while (cut > 0 && (static_cast<unsigned char>(k[cut]) & 0xC0) == 0x80) --cut;  // UTF-8
-        return too_long("the header name \"" + k.substr(0, cut) + "...\"", k.size());
-      }
-      table += entry_bytes(k, v);
-    }
-    if (to_unix<std::ratio<1>>(m.created_at) < 0)
-      return "created_at is before 1970: the AMQP timestamp property (unsigned seconds since "
-             "1970) cannot carry it";
-    if (m.payload.size() > options_.max_message_bytes)
-      return "the payload is " + std::to_string(m.payload.size()) +
-             " bytes: over publisher_options::max_message_bytes (" +
-             std::to_string(options_.max_message_bytes) + ")";
-    // The content header is one frame: 7 bytes of frame header, 12 of class, weight and body
-    // size, the properties (flags, then content_type, headers, delivery_mode, message_id (a UUID:
-    // 36 bytes), timestamp, type, in wire order), 1 frame-end byte.
-    const std::size_t properties = 2 + (1 + payload_content_type.size()) + table + 1 + (1 + 36) +
-                                   8 + (1 + m.event_type.size());
-    if (properties + 20 > frame_max)
-      return "the properties with the headers take " + std::to_string(properties) +
-             " bytes: over what one content header frame holds (" + std::to_string(frame_max - 20) +
-             " of the connection's frame_max " + std::to_string(frame_max) +
-             "; header names and values, aggregate_type, aggregate_id and event_type count)";
-    return {};
-  }
-
-  static amqp_table_entry_t utf8_entry(std::string_view k, std::string_view v) {
-    amqp_table_entry_t e{};
-    e.key = bytes(k);
-    e.value.kind = AMQP_FIELD_KIND_UTF8;
-    e.value.value.bytes = bytes(v);
-    return e;
-  }
-
   void ensure() {
     if (!conn_.ensure()) return;
     next_tag_ = 0;  // delivery tags restart with the channel
@@ -300,9 +222,9 @@ class publisher {
       amqp_maybe_release_buffers(s);
       const auto left = until - std::chrono::steady_clock::now();
       if (!poll && left <= std::chrono::steady_clock::duration::zero()) break;
-      timeval tv = connection::to_timeval(
-          poll ? std::chrono::microseconds(0)
-               : std::chrono::duration_cast<std::chrono::microseconds>(left));
+      timeval tv =
+          detail::to_timeval(poll ? std::chrono::microseconds(0)
+                                  : std::chrono::duration_cast<std::chrono::microseconds>(left));
       amqp_frame_t frame{};
       const int rc = amqp_simple_wait_frame_noblock(s, &frame, &tv);
       if (rc == AMQP_STATUS_TIMEOUT) {
@@ -353,26 +275,11 @@ class publisher {
         }
         case AMQP_CHANNEL_CLOSE_METHOD:
         case AMQP_CONNECTION_CLOSE_METHOD: {
-          const bool channel = frame.payload.method.id == AMQP_CHANNEL_CLOSE_METHOD;
-          std::uint16_t code = 0;
-          std::string text;
-          if (channel) {
-            const auto* c = static_cast<const amqp_channel_close_t*>(frame.payload.method.decoded);
-            code = c->reply_code;
-            text = to_string(c->reply_text);
-          } else {
-            const auto* c =
-                static_cast<const amqp_connection_close_t*>(frame.payload.method.decoded);
-            code = c->reply_code;
-            text = to_string(c->reply_text);
-          }
+          const broker_close closed = *decode_close(frame.payload.method);
           // A vanished exchange that this publisher declares comes back with the reconnect.
           const errc cls =
-              code == 404 && options_.declare_exchange ? errc::transient : classify_reply(code);
-          lost(results,
-               std::string(channel ? "channel" : "connection") +
-                   " closed by the broker: " + std::to_string(code) + " " + text,
-               cls);
+              closed.code == 404 && options_.declare_exchange ? errc::transient : closed.kind();
+          lost(results, closed.describe(), cls);
           return false;
         }
         default:

@@ -5,20 +5,15 @@
 
 #include <chrono>
 #include <cstdint>
-#include <limits>
 #include <optional>
-#include <ratio>
 #include <string>
-#include <string_view>
 #include <unordered_set>
 #include <utility>
 
 #include <outbox/amqp/connection.hpp>
-#include <outbox/amqp/publisher.hpp>
+#include <outbox/amqp/protocol.hpp>
 #include <outbox/concepts/transport.hpp>
 #include <outbox/message.hpp>
-#include <outbox/time.hpp>
-#include <outbox/uuid.hpp>
 
 namespace outbox::amqp {
 
@@ -50,15 +45,17 @@ struct receiver_options {
 /// A `concepts::receiver` over AMQP 0-9-1. `receive` returns the next basic.deliver parsed back
 /// into an `outbox::message` (message_id = id, type = event_type, headers aggregate_type and
 /// aggregate_id, the other string headers as headers (except the broker's dead-lettering
-/// headers `x-death`, `x-first-death-*`, `x-last-death-*`), body = payload); `redelivered` is the
-/// broker's flag. A malformed delivery (no valid message_id, missing aggregate headers, a
-/// non-string header, a timestamp outside what `time_point` represents) is rejected without
-/// requeue and counted (`malformed()`).
+/// headers `x-death`, `x-first-death-*`, `x-last-death-*`), body = payload, its exact bytes,
+/// `content_type` = content_type, `application/json` when the property is absent or empty);
+/// `redelivered` is the broker's flag. A malformed delivery (no valid message_id, missing
+/// aggregate headers, a non-string header, a timestamp outside what `time_point` represents, a
+/// content type that is not a media type) is rejected without requeue and counted
+/// (`malformed()`). The payload is never checked: it is the application's, whatever its type.
 /// `ack` = basic.ack, `nack(requeue)` = basic.nack. A lost connection is `transient`; the next
 /// `receive` reconnects, and the broker redelivers what was not acknowledged (acks of deliveries
 /// from the old connection are ignored: their tags died with it).
 ///
-/// Threading: one connection, one thread.
+/// Threading: one connection, one thread. Move-only (see the move constructor).
 class receiver {
  public:
   /// @throws outbox::error `misconfigured` for a bad URL or an empty queue name.
@@ -76,6 +73,11 @@ class receiver {
   }
   receiver(const receiver&) = delete;
   receiver& operator=(const receiver&) = delete;
+  /// Move-only: the connection, its consumer and the deliveries held go with the receiver (their
+  /// tags stay valid for it); moving into a receiver closes its own connection first (the broker
+  /// requeues what it held). A moved-from receiver may only be destroyed or assigned to.
+  receiver(receiver&&) = default;
+  receiver& operator=(receiver&&) = default;
 
   /// Connects now: declares and binds the queue, starts consuming.
   /// @throws outbox::error `transient` or `misconfigured`.
@@ -91,14 +93,14 @@ class receiver {
       amqp_maybe_release_buffers(s);
       const auto left = std::chrono::duration_cast<std::chrono::microseconds>(
           until - std::chrono::steady_clock::now());
-      timeval tv = connection::to_timeval(left);
+      timeval tv = detail::to_timeval(left);
       amqp_envelope_t env{};
       const amqp_rpc_reply_t r = amqp_consume_message(s, &env, &tv, 0);
       if (r.reply_type == AMQP_RESPONSE_NORMAL) {
         delivery d;
         d.tag = env.delivery_tag;
         d.redelivered = env.redelivered != 0;
-        const bool ok = parse(env.message, d.msg);
+        const bool ok = decode(env.message, d.msg);
         amqp_destroy_envelope(&env);
         if (!ok) {
           ++malformed_;
@@ -120,24 +122,9 @@ class receiver {
         if (rc != AMQP_STATUS_OK)
           conn_.fail(errc::transient, amqp_error_string2(rc), "connection lost");
         if (frame.frame_type == AMQP_FRAME_METHOD) {
-          switch (frame.payload.method.id) {
-            case AMQP_CHANNEL_CLOSE_METHOD: {
-              const auto* c =
-                  static_cast<const amqp_channel_close_t*>(frame.payload.method.decoded);
-              conn_.fail(classify_reply(c->reply_code), std::to_string(c->reply_code),
-                         "channel closed by the broker: " + to_string(c->reply_text));
-            }
-            case AMQP_CONNECTION_CLOSE_METHOD: {
-              const auto* c =
-                  static_cast<const amqp_connection_close_t*>(frame.payload.method.decoded);
-              conn_.fail(classify_reply(c->reply_code), std::to_string(c->reply_code),
-                         "connection closed by the broker: " + to_string(c->reply_text));
-            }
-            case AMQP_BASIC_CANCEL_METHOD:
-              conn_.fail(errc::transient, {}, "the broker cancelled the consumer (queue deleted?)");
-            default:
-              break;
-          }
+          if (const auto closed = decode_close(frame.payload.method)) conn_.fail(*closed);
+          if (frame.payload.method.id == AMQP_BASIC_CANCEL_METHOD)
+            conn_.fail(errc::transient, {}, "the broker cancelled the consumer (queue deleted?)");
         }
         continue;
       }
@@ -169,55 +156,7 @@ class receiver {
   /// Connections opened so far.
   [[nodiscard]] std::uint64_t connections() const noexcept { return conn_.generation(); }
 
-  /// Parses an AMQP message into `m`; false when it is not an outbox event (or carries a
-  /// timestamp that `time_point` cannot represent: any publisher can put any uint64 there).
-  static bool parse(const amqp_message_t& in, message& m) {
-    const amqp_basic_properties_t& p = in.properties;
-    if (!(p._flags & AMQP_BASIC_MESSAGE_ID_FLAG) || !(p._flags & AMQP_BASIC_TYPE_FLAG) ||
-        !(p._flags & AMQP_BASIC_HEADERS_FLAG))
-      return false;
-    const auto id = uuid::parse(to_string(p.message_id));
-    if (!id) return false;
-    m.id = *id;
-    m.event_type = to_string(p.type);
-    if (m.event_type.empty()) return false;
-    bool has_type = false;
-    bool has_id = false;
-    for (int i = 0; i < p.headers.num_entries; ++i) {
-      const amqp_table_entry_t& e = p.headers.entries[i];
-      std::string k = to_string(e.key);
-      if (broker_header(k)) continue;  // x-death... added when the broker dead-lettered it
-      if (e.value.kind != AMQP_FIELD_KIND_UTF8 && e.value.kind != AMQP_FIELD_KIND_BYTES)
-        return false;
-      std::string v = to_string(e.value.value.bytes);
-      if (k == aggregate_type_header) {
-        m.aggregate_type = std::move(v);
-        has_type = true;
-      } else if (k == aggregate_id_header) {
-        m.aggregate_id = std::move(v);
-        has_id = true;
-      } else {
-        m.headers.insert_or_assign(std::move(k), std::move(v));
-      }
-    }
-    if (!has_type || !has_id || m.aggregate_type.empty() || m.aggregate_id.empty()) return false;
-    m.payload = to_string(in.body);
-    if (p._flags & AMQP_BASIC_TIMESTAMP_FLAG) {
-      if (p.timestamp > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
-        return false;
-      const auto t = from_unix<std::ratio<1>>(static_cast<std::int64_t>(p.timestamp));
-      if (!t) return false;
-      m.created_at = *t;
-    }
-    return true;
-  }
-
  private:
-  /// Headers RabbitMQ adds to a dead-lettered message (not the event's own).
-  static bool broker_header(std::string_view k) noexcept {
-    return k == "x-death" || k.starts_with("x-first-death-") || k.starts_with("x-last-death-");
-  }
-
   // A delivery's tag carries the connection generation in its top 16 bits, so an ack of a
   // delivery from an earlier connection is recognised (and ignored) instead of acking a
   // different delivery that happens to have the same tag on the new channel.

@@ -12,6 +12,12 @@
 ///   bad field such as a `created_at` out of range) when its id frame is readable, so the
 ///   publisher fails that event at once (`permanent`) instead of at its deadline. An EVENT with
 ///   the wrong frame count or version is still dropped without a NACK (its layout is unknown).
+/// - The content type (relay -> consumer): an EVENT whose content type is `application/json`
+///   (the default, and all that earlier peers knew) is the 11 frames it always was; any other
+///   content type travels in a 12th frame. An earlier receiver counts a 12-frame EVENT as
+///   `bad_frame_count` and drops it, so such an event is retried until dead-lettered: upgrade the
+///   consumers before writing events of other content types (JSON events interoperate both ways).
+///   Payloads are bytes: only under a JSON content type must they be UTF-8.
 
 #include <algorithm>
 #include <charconv>
@@ -40,7 +46,7 @@ inline constexpr std::string_view protocol_version = "outbox.zmq/1";
 
 /// Frame 1: the command.
 namespace command {
-inline constexpr std::string_view event = "EVENT";  ///< relay -> consumer, 11 frames
+inline constexpr std::string_view event = "EVENT";  ///< relay -> consumer, 11 or 12 frames
 inline constexpr std::string_view hello = "HELLO";  ///< consumer -> relay, 4 frames
 inline constexpr std::string_view ack = "ACK";      ///< consumer -> relay, 3 frames
 inline constexpr std::string_view nack = "NACK";    ///< consumer -> relay, 4 frames
@@ -50,7 +56,9 @@ inline constexpr std::string_view limit = "LIMIT";
 }  // namespace command
 
 /// Frame counts per command (excluding the routing id a ROUTER prepends).
-inline constexpr std::size_t event_frames = 11;
+inline constexpr std::size_t event_frames = 11;  ///< An EVENT of content type application/json.
+/// An EVENT of any other content type: frame 11 is the content type.
+inline constexpr std::size_t typed_event_frames = 12;
 inline constexpr std::size_t hello_frames = 4;
 inline constexpr std::size_t ack_frames = 3;
 inline constexpr std::size_t nack_frames = 4;
@@ -69,11 +77,12 @@ struct wire_stats {
   std::uint64_t bad_frame_count = 0;  ///< Wrong number of frames for the command.
   std::uint64_t bad_version = 0;      ///< Frame 0 is not `protocol_version`.
   std::uint64_t oversized = 0;        ///< A frame over `max_frame_bytes`.
-  std::uint64_t bad_utf8 = 0;         ///< A name, header or payload that is not valid UTF-8.
-  std::uint64_t bad_field = 0;        ///< Unknown command, bad id, number, name or JSON.
-  std::uint64_t unknown_acks = 0;     ///< Ack/nack for an id not in flight to that peer.
-  std::uint64_t unroutable = 0;       ///< Publisher: a peer that vanished (ROUTER_MANDATORY).
-  std::uint64_t denied = 0;           ///< Publisher: a CURVE client key not on the allow list.
+  /// A name or header that is not valid UTF-8, or a payload of a JSON content type that is not.
+  std::uint64_t bad_utf8 = 0;
+  std::uint64_t bad_field = 0;     ///< Unknown command, bad id, number, name, JSON or content type.
+  std::uint64_t unknown_acks = 0;  ///< Ack/nack for an id not in flight to that peer.
+  std::uint64_t unroutable = 0;    ///< Publisher: a peer that vanished (ROUTER_MANDATORY).
+  std::uint64_t denied = 0;        ///< Publisher: a CURVE client key not on the allow list.
 
   /// Everything refused from the wire.
   [[nodiscard]] std::uint64_t rejected() const noexcept {
@@ -161,10 +170,11 @@ inline zmq::message_t id_frame(const uuid& id) { return zmq::message_t(id.bytes(
 
 inline zmq::message_t text_frame(std::string_view s) { return zmq::message_t(s.data(), s.size()); }
 
-/// The frames of one EVENT (without a routing id).
+/// The frames of one EVENT (without a routing id): 11 under `application/json`, 12 (the content
+/// type last) under any other content type.
 inline frames encode_event(const message& m) {
   frames f;
-  f.reserve(event_frames);
+  f.reserve(typed_event_frames);
   f.push_back(text_frame(protocol_version));
   f.push_back(text_frame(command::event));
   f.push_back(id_frame(m.id));
@@ -176,6 +186,7 @@ inline frames encode_event(const message& m) {
   f.push_back(text_frame(std::to_string(m.attempts)));
   f.push_back(text_frame(std::to_string(to_unix<std::milli>(m.created_at))));
   f.push_back(text_frame(std::to_string(m.sequence)));
+  if (m.content_type != json_content_type) f.push_back(text_frame(m.content_type));
   return f;
 }
 
@@ -221,10 +232,11 @@ inline verdict check_envelope(const frames& f, std::size_t first, std::size_t ma
     if (f[i].size() > max_frame_bytes) return verdict::oversized;
   if (view(f[first]) != protocol_version) return verdict::bad_version;
   cmd = view(f[first + 1]);
-  std::size_t want = 0;
+  const std::size_t n = f.size() - first;
   if (cmd == command::event)
-    want = event_frames;
-  else if (cmd == command::hello)
+    return n == event_frames || n == typed_event_frames ? verdict::ok : verdict::bad_frame_count;
+  std::size_t want = 0;
+  if (cmd == command::hello)
     want = hello_frames;
   else if (cmd == command::ack)
     want = ack_frames;
@@ -236,7 +248,7 @@ inline verdict check_envelope(const frames& f, std::size_t first, std::size_t ma
     want = limit_frames;
   else
     return verdict::bad_field;
-  return f.size() - first == want ? verdict::ok : verdict::bad_frame_count;
+  return n == want ? verdict::ok : verdict::bad_frame_count;
 }
 
 /// A name (aggregate_type, aggregate_id, event_type, consumer name): 1..255 bytes of UTF-8. Empty
@@ -246,8 +258,9 @@ inline verdict check_name(std::string_view s) {
   return is_valid_utf8(s) ? verdict::ok : verdict::bad_utf8;
 }
 
-/// Decodes a checked EVENT (frames after any routing id; `f.size() == event_frames`). On a
-/// refusal `why` names the offending frame (for the NACK's reason).
+/// Decodes a checked EVENT (frames after any routing id; `event_frames` or `typed_event_frames`
+/// of them). On a refusal `why` names the offending frame (for the NACK's reason). The payload is
+/// taken as bytes; it must be UTF-8 only under a JSON content type.
 inline verdict decode_event(const frames& f, message& out, std::string_view& why) {
   static constexpr std::string_view names[] = {"aggregate_type", "aggregate_id", "event_type"};
   const auto id = parse_id(view(f[2]));
@@ -259,10 +272,14 @@ inline verdict decode_event(const frames& f, message& out, std::string_view& why
   }
   const auto headers = view(f[6]);
   const auto payload = view(f[7]);
+  const std::string_view content_type =
+      f.size() == typed_event_frames ? view(f[11]) : json_content_type;
+  why = "content_type";
+  if (!outbox::detail::content_type_problem(content_type).empty()) return verdict::bad_field;
   why = "headers";
   if (!is_valid_utf8(headers)) return verdict::bad_utf8;
   why = "payload";
-  if (!is_valid_utf8(payload)) return verdict::bad_utf8;
+  if (is_json_content_type(content_type) && !is_valid_utf8(payload)) return verdict::bad_utf8;
   const auto attempts = parse_int(view(f[8]));
   why = "attempts";
   if (!attempts || *attempts < 0 || *attempts > 1'000'000) return verdict::bad_field;
@@ -289,6 +306,7 @@ inline verdict decode_event(const frames& f, message& out, std::string_view& why
   out.aggregate_id = view(f[4]);
   out.event_type = view(f[5]);
   out.payload = payload;
+  out.content_type = content_type;
   out.attempts = static_cast<int>(*attempts);
   out.created_at = *created_at;
   out.sequence = *seq;
@@ -296,10 +314,11 @@ inline verdict decode_event(const frames& f, message& out, std::string_view& why
 }
 
 /// The id of an EVENT refused for its content, when the receiver can NACK it: the envelope is an
-/// EVENT of this version with the right frame count and a readable id (frames without a routing
+/// EVENT of this version with a right frame count and a readable id (frames without a routing
 /// id). A message with another layout has no id one could trust: `nullopt`.
 inline std::optional<uuid> refusable_event_id(const frames& f) noexcept {
-  if (f.size() != event_frames || view(f[0]) != protocol_version || view(f[1]) != command::event)
+  if ((f.size() != event_frames && f.size() != typed_event_frames) ||
+      view(f[0]) != protocol_version || view(f[1]) != command::event)
     return std::nullopt;
   return parse_id(view(f[2]));
 }

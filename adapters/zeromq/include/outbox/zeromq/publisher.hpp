@@ -52,7 +52,8 @@ struct publisher_options {
 ///
 /// Threading: a publisher owns its own `zmq::context_t` and sockets, which are not thread-safe:
 /// use it from one thread at a time (one relay thread). It does I/O only inside `publish` and
-/// `poll`, so between batches consumers' hellos and late acks wait in the socket.
+/// `poll`, so between batches consumers' hellos and late acks wait in the socket. Move-only (see
+/// the move constructor).
 class publisher {
  public:
   /// Binds (or connects) the ROUTER socket.
@@ -102,13 +103,38 @@ class publisher {
 
   publisher(const publisher&) = delete;
   publisher& operator=(const publisher&) = delete;
+  /// Move-only: the context, the sockets (bound or connected), the consumers known and the
+  /// counters go with the publisher; moving into a publisher closes its own sockets first. A
+  /// moved-from publisher may only be destroyed or assigned to. Nothing (no thread, no callback)
+  /// keeps the address of a publisher: the ZAP handler is a socket served inside its calls.
+  publisher(publisher&&) = default;
+  publisher& operator=(publisher&& other) noexcept {
+    if (this != &other) {
+      // Sockets before their context: terminating a context waits until its sockets are closed.
+      zap_.reset();
+      router_.close();
+      ctx_ = std::move(other.ctx_);
+      router_ = std::move(other.router_);
+      zap_ = std::move(other.zap_);
+      other.zap_.reset();
+      options_ = std::move(other.options_);
+      endpoint_ = std::move(other.endpoint_);
+      peers_ = std::move(other.peers_);
+      announced_limits_ = std::move(other.announced_limits_);
+      next_ = other.next_;
+      pending_ = std::move(other.pending_);
+      stats_ = other.stats_;
+    }
+    return *this;
+  }
 
   /// Sends every message of `batch` in order, each to a consumer with credit that can take it
   /// (messages of one aggregate to the same consumer), then waits until `until` for the
   /// consumers' acks. Returns a confirmed result per acked message; a failed one per nacked
   /// (permanent), refused (permanent: a frame over `max_frame_bytes` or over what every connected
   /// consumer announced, a `created_at` the wire cannot carry) or unacknowledged message
-  /// (transient).
+  /// (transient). An event's content type goes with it (see protocol.hpp); one that is not a
+  /// media type (`validate.hpp`) is refused `permanent`, never sent.
   /// @throws outbox::error `transient` when nothing could be sent by `until` because no consumer
   ///         was connected (or none had credit): back-pressure, not a failure of the messages,
   ///         so the relay releases the batch without counting an attempt; `transient` too when
@@ -143,6 +169,10 @@ class publisher {
             refuse(
                 "zeromq: created_at is outside what the wire carries (Unix ms within +-292 "
                 "years of 1970)");
+            continue;
+          }
+          if (auto why = outbox::detail::content_type_problem(m.content_type); !why.empty()) {
+            refuse("zeromq: the content_type " + why);  // the receiver would refuse it
             continue;
           }
           encoded = detail::encode_event(m);
@@ -491,8 +521,9 @@ class publisher {
     }
   }
 
+  // A member added here goes into the move assignment too.
   publisher_options options_;
-  zmq::context_t ctx_;
+  zmq::context_t ctx_;  ///< Declared before the sockets: destroyed after them.
   zmq::socket_t router_;
   std::optional<zmq::socket_t> zap_;
   std::string endpoint_;

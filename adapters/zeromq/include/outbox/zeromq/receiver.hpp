@@ -52,7 +52,8 @@ struct receiver_options {
 ///
 /// Threading: owns its own `zmq::context_t` and DEALER socket; use it from one thread (one
 /// consumer thread). The routing id is random per receiver, so a restarted consumer is a new
-/// peer; a reconnecting one keeps its id (the relay sets ROUTER_HANDOVER).
+/// peer; a reconnecting one keeps its id (the relay sets ROUTER_HANDOVER). Move-only (see the
+/// move constructor).
 class receiver {
  public:
   /// @throws outbox::error `misconfigured` for a bad endpoint or CURVE without libzmq support.
@@ -93,6 +94,26 @@ class receiver {
 
   receiver(const receiver&) = delete;
   receiver& operator=(const receiver&) = delete;
+  /// Move-only: the context, the DEALER socket (and so the routing id the relay knows), the
+  /// deliveries held and the counters go with the receiver; moving into a receiver closes its
+  /// own socket first (the relay re-sends what it held, as for a consumer that died). A
+  /// moved-from receiver may only be destroyed or assigned to.
+  receiver(receiver&&) = default;
+  receiver& operator=(receiver&& other) noexcept {
+    if (this != &other) {
+      dealer_.close();  // before its context: terminating a context waits for its sockets
+      ctx_ = std::move(other.ctx_);
+      dealer_ = std::move(other.dealer_);
+      options_ = std::move(other.options_);
+      endpoint_ = std::move(other.endpoint_);
+      last_hello_ = other.last_hello_;
+      unacked_ = std::move(other.unacked_);
+      requeued_ = std::move(other.requeued_);
+      next_tag_ = other.next_tag_;
+      stats_ = other.stats_;
+    }
+    return *this;
+  }
 
   /// The next delivery, or `nullopt` after `timeout`. Malformed messages are counted and skipped;
   /// an EVENT refused for its content whose id is readable is NACKed, so the relay fails it at
@@ -244,8 +265,9 @@ class receiver {
     if (detail::send_frames(dealer_, nack)) ++stats_.sent;
   }
 
+  // A member added here goes into the move assignment too.
   receiver_options options_;
-  zmq::context_t ctx_;
+  zmq::context_t ctx_;  ///< Declared before the socket: destroyed after it.
   zmq::socket_t dealer_;
   std::string endpoint_;
   std::chrono::steady_clock::time_point last_hello_{};
