@@ -143,6 +143,8 @@ inline void check_name(std::string_view field, std::string_view value, std::size
                   "is " + std::to_string(value.size()) + " bytes, limit " + std::to_string(max));
   if (!is_valid_utf8(value)) throw_invalid(std::string(field), "is not valid UTF-8");
 }
+}  // namespace detail
+
 /// Why `type` cannot be a content type, or an empty string when it can: a media type of
 /// printable ASCII ("application/avro", "application/json; charset=utf-8"), at most 255 bytes
 /// (what an AMQP short string holds), with a '/'.
@@ -157,8 +159,6 @@ inline void check_name(std::string_view field, std::string_view value, std::size
     return "is not a media type (type/subtype)";
   return {};
 }
-}  // namespace detail
-
 /// True when `type` is a JSON media type: `application/json` or a `+json` suffix
 /// (`application/cloudevents+json`), in any case, parameters ignored. A payload of a JSON type is
 /// validated as JSON text by the writer; any other payload is opaque bytes.
@@ -189,7 +189,7 @@ inline void validate(const event& e, const validation_limits& limits = {}) {
   if (e.payload.size() > limits.max_payload_bytes)
     throw_invalid("payload", "is " + std::to_string(e.payload.size()) + " bytes, limit " +
                                  std::to_string(limits.max_payload_bytes));
-  if (const auto why = detail::content_type_problem(e.content_type); !why.empty())
+  if (const auto why = content_type_problem(e.content_type); !why.empty())
     throw_invalid("content_type", why);
   if (is_json_content_type(e.content_type))
     detail::check_json("payload", e.payload, limits.max_json_depth);
@@ -281,7 +281,7 @@ inline void validate(const event& e, const validation_limits& limits = {}) {
     if (!is_valid_utf8(*value)) return std::string("stored ") + field + " is not valid UTF-8";
   }
   if (m.id.is_nil()) return "stored event_id is not a UUID";
-  if (const auto why = detail::content_type_problem(m.content_type); !why.empty())
+  if (const auto why = content_type_problem(m.content_type); !why.empty())
     return "stored content_type " + why;
   // A JSON payload is not parsed again on the claim's hot path (the writer checked it); bytes
   // no JSON text can hold are refused. Any other payload is opaque bytes.

@@ -35,7 +35,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(payload_bytes_and_content_type_arrive_exactly, Fix
   // JSON the way an application wrote it (spaces, key order, escapes): not normalized.
   const std::string json = "{ \"zeta\" : 1,\n  \"alpha\":[ 2.50, \"caf\\u00e9\" ] }";
   // Bytes no JSON column could hold: NUL, 0xFF, invalid UTF-8.
-  const std::string avro("\0\x01\xff\xfe{not json\xc3\x28\0", 13);
+  const std::string avro("\0\x01\xff\xfe{not json\xc3\x28\0", 16);
   std::vector<outbox::event> events{conformance::make_event("a", "json", json),
                                     conformance::make_event("b", "avro", avro),
                                     conformance::make_event("c", "empty", "")};

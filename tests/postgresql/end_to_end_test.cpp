@@ -34,6 +34,7 @@ using e2e_combinations = std::tuple<
     >;
 
 #include "../conformance/end_to_end.hpp"
+#include "../conformance/end_to_end_bytes.hpp"
 
 #ifdef OUTBOX_TEST_WITH_AMQP
 // The PostgreSQL x amqp combos also need OUTBOX_TEST_AMQP. Unset: they are disabled (SKIP) and

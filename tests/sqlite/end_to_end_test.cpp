@@ -12,3 +12,4 @@ using e2e_combinations =
     std::tuple<e2e::combo<outbox::test::sqlite_fixture, outbox::test::memory_transport_fixture>>;
 
 #include "../conformance/end_to_end.hpp"
+#include "../conformance/end_to_end_bytes.hpp"

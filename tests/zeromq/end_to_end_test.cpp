@@ -17,6 +17,7 @@ using e2e_combinations =
                e2e::combo<outbox::test::sqlite_fixture, outbox::test::zeromq_ipc_fixture>>;
 
 #include "../conformance/end_to_end.hpp"
+#include "../conformance/end_to_end_bytes.hpp"
 
 namespace {
 

@@ -200,7 +200,7 @@ struct wire_limits {
                     key.size());
   if (m.event_type.size() > max_short_string)
     return too_long("event_type (the `type` property)", m.event_type.size());
-  if (const auto why = outbox::detail::content_type_problem(m.content_type); !why.empty())
+  if (const auto why = outbox::content_type_problem(m.content_type); !why.empty())
     return "the content_type (the `content_type` property) " + why;
   if (m.headers.contains(aggregate_type_header) || m.headers.contains(aggregate_id_header))
     return "a user header is named aggregate_type or aggregate_id";
@@ -271,7 +271,7 @@ struct wire_limits {
   m.content_type = (p._flags & AMQP_BASIC_CONTENT_TYPE_FLAG) && p.content_type.len > 0
                        ? to_string(p.content_type)
                        : std::string(json_content_type);
-  if (!outbox::detail::content_type_problem(m.content_type).empty()) return false;
+  if (!outbox::content_type_problem(m.content_type).empty()) return false;
   if (p._flags & AMQP_BASIC_TIMESTAMP_FLAG) {
     if (p.timestamp > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
       return false;

@@ -275,7 +275,7 @@ inline verdict decode_event(const frames& f, message& out, std::string_view& why
   const std::string_view content_type =
       f.size() == typed_event_frames ? view(f[11]) : json_content_type;
   why = "content_type";
-  if (!outbox::detail::content_type_problem(content_type).empty()) return verdict::bad_field;
+  if (!outbox::content_type_problem(content_type).empty()) return verdict::bad_field;
   why = "headers";
   if (!is_valid_utf8(headers)) return verdict::bad_utf8;
   why = "payload";

@@ -171,7 +171,7 @@ class publisher {
                 "years of 1970)");
             continue;
           }
-          if (auto why = outbox::detail::content_type_problem(m.content_type); !why.empty()) {
+          if (auto why = outbox::content_type_problem(m.content_type); !why.empty()) {
             refuse("zeromq: the content_type " + why);  // the receiver would refuse it
             continue;
           }

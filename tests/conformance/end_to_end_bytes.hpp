@@ -1,0 +1,48 @@
+#pragma once
+// End-to-end, second part: payloads are bytes with a content type (issue 10). Included after
+// end_to_end.hpp by every end-to-end test file, so every store x transport runs it.
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+BOOST_AUTO_TEST_SUITE(end_to_end_bytes)
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(the_consumer_gets_exactly_the_bytes_and_content_type_written, Combo,
+                              e2e_combinations) {
+  e2e::world<Combo> w;
+  // JSON as the application wrote it (spaces, key order): no store may normalize it.
+  const std::string json = "{ \"zeta\" : 1,  \"alpha\":[ 2.50, \"caf\\u00e9\" ] }";
+  // Bytes no JSON could be: NUL, 0xFF, invalid UTF-8.
+  const std::string avro("\0\x01\xff\xfe\xc3\x28 bytes\0", 13);
+  std::vector<outbox::event> events{{"order", "j", "placed", json, {}},
+                                    {"order", "b", "placed", avro, {{"schema", "order.v3"}}}};
+  events[1].content_type = "application/avro";
+  {
+    auto tx = Combo::store_fixture::begin(*w.app_sql);
+    w.writer.enqueue(*w.app_sql, events);
+    tx->commit();
+  }
+  std::mutex mutex;
+  std::map<std::string, outbox::message> got;
+  auto relay = w.make_relay();
+  auto consumer = w.make_consumer([&](const outbox::message& m) {
+    std::lock_guard lock(mutex);
+    got[m.aggregate_id] = m;
+  });
+  w.with_consumer(consumer, [&] { w.drain(relay); });
+  w.consume_all(consumer);
+  std::lock_guard lock(mutex);
+  BOOST_TEST_REQUIRE(got.size() == 2u);
+  BOOST_TEST(got["j"].payload == json);
+  BOOST_TEST(got["j"].content_type == "application/json");
+  BOOST_TEST(got["b"].payload == avro);
+  BOOST_TEST(got["b"].payload.size() == avro.size());
+  BOOST_TEST(got["b"].content_type == "application/avro");
+  BOOST_TEST(got["b"].headers.at("schema") == "order.v3");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
