@@ -124,7 +124,7 @@ result run_naive(soci::session& check, const args& a) {
   PGconn* c = pd::handle(sql);
   outbox::testing::memory_transport t(sink(a));
   pd::prepare(c, "naive_select",
-              "SELECT seq, event_id, aggregate_type, aggregate_id, event_type, payload::text "
+              "SELECT seq, event_id, aggregate_type, aggregate_id, event_type, payload_bytes "
               "FROM outbox WHERE state = 0 ORDER BY seq LIMIT 100 FOR UPDATE SKIP LOCKED");
   pd::prepare(c, "naive_mark", "UPDATE outbox SET state = 1, published_at = now() WHERE seq = $1");
   return timed(check, a.rows, [&] {

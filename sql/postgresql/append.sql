@@ -3,6 +3,6 @@
 -- $1 event_id (UUID text), $2 aggregate_type, $3 aggregate_id, $4 event_type, $5 payload
 -- (bytea, sent in binary), $6 headers (JSON object text), $7 created_at (Unix us),
 -- $8 content_type.
-INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload, headers,
-                    created_at, content_type)
+INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload_bytes,
+                    headers, created_at, content_type)
 VALUES ($1::uuid, $2, $3, $4, $5::bytea, $6::jsonb, outbox_ts($7::bigint), $8)

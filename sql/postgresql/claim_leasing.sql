@@ -25,5 +25,5 @@ ok AS (
 UPDATE outbox o SET available_at = outbox_ts($1::bigint), lease_owner = $2, lease_token = $3,
                     attempts = least(o.attempts, 2147483646) + 1
 FROM ok WHERE o.seq = ok.seq
-RETURNING o.seq, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload,
+RETURNING o.seq, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload_bytes,
           o.headers::text, o.attempts, outbox_us(o.created_at), o.content_type

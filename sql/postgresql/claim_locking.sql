@@ -21,7 +21,7 @@
 -- Columns: the message columns of outbox::store::column (attempts counting this one), then
 -- the per-aggregate flag.
 WITH c AS (
-  SELECT o.seq, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload,
+  SELECT o.seq, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload_bytes,
          o.headers, o.attempts, o.created_at, o.content_type
   FROM outbox o
   WHERE o.state = 0 AND o.available_at <= outbox_ts($1::bigint)
@@ -36,7 +36,7 @@ WITH c AS (
                AND w.aggregate_type = o.aggregate_type AND w.aggregate_id = o.aggregate_id
                AND w.seq < o.seq AND w.available_at > outbox_ts($1::bigint) LIMIT 1) IS NULL)
   ORDER BY o.seq LIMIT $2 FOR UPDATE SKIP LOCKED)
-SELECT c.seq, c.event_id, c.aggregate_type, c.aggregate_id, c.event_type, c.payload,
+SELECT c.seq, c.event_id, c.aggregate_type, c.aggregate_id, c.event_type, c.payload_bytes,
        c.headers::text, least(c.attempts, 2147483646) + 1, outbox_us(c.created_at),
        c.content_type,
        (SELECT p.seq FROM outbox p

@@ -1,7 +1,7 @@
 -- Dead letters (state 2), oldest first: the message columns of outbox::store::column, then
 -- last_error and dead_at (Unix us).
 -- $1 limit.
-SELECT seq, event_id, aggregate_type, aggregate_id, event_type, payload, headers::text,
+SELECT seq, event_id, aggregate_type, aggregate_id, event_type, payload_bytes, headers::text,
        attempts, outbox_us(created_at), content_type, coalesce(last_error, ''),
        coalesce(outbox_us(dead_at), 0)
 FROM outbox WHERE state = 2 ORDER BY seq LIMIT $1

@@ -177,7 +177,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(notify_wakes_an_idle_relay_on_commit_even_for_rows
   auto other = fx.open_session();  // another program, plain SQL, no library
   {
     soci::transaction tx(*other);
-    *other << "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload, "
+    *other << "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload_bytes, "
               "created_at) VALUES ('" + outbox::make_uuid_v7().to_string() +
                   "', 'order', '9', 'placed', '{}', now())";
     std::this_thread::sleep_for(300ms);
@@ -402,7 +402,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(rows_with_infinite_timestamps_do_not_stop_the_rela
   enqueue_many(fx, 3, 3);
   auto sql = fx.open_session();
   for (const char* t : {"infinity", "-infinity"})
-    *sql << "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload, "
+    *sql << "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload_bytes, "
             "created_at) VALUES ('" + outbox::make_uuid_v7().to_string() +
                 "', 'order', 'inf', 'placed', '{}', '" + t + "')";
   auto st = fx.make_store(*sql);

@@ -107,9 +107,19 @@ struct postgresql_fixture : soci_fixture_base {
   /// Writes an outbox row directly, as another program would (no validation).
   static void insert_raw(session_type& sql, const std::string& event_id,
                          const std::string& aggregate_id, const std::string& headers) {
+    sql << "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, "
+           "payload_bytes, headers, created_at) VALUES (CAST(:e AS uuid), 'order', :a, 'raw', "
+           "'{}', CAST(:h AS jsonb), now())",
+        ::soci::use(event_id), ::soci::use(aggregate_id), ::soci::use(headers);
+  }
+  /// The same on the schema before the latest migration (payload jsonb, no content type), as
+  /// the previous release wrote rows.
+  static void insert_raw_previous_schema(session_type& sql, const std::string& event_id,
+                                         const std::string& aggregate_id,
+                                         const std::string& headers) {
     sql << "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload, "
-           "headers, created_at) VALUES (CAST(:e AS uuid), 'order', :a, 'raw', '{}', "
-           "CAST(:h AS jsonb), now())",
+           "headers, created_at) VALUES (CAST(:e AS uuid), 'order', :a, 'raw', "
+           "'{\"total\": 42}', CAST(:h AS jsonb), now())",
         ::soci::use(event_id), ::soci::use(aggregate_id), ::soci::use(headers);
   }
   /// Runs a statement that fails and takes the open transaction down with it, and swallows

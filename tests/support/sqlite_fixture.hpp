@@ -81,6 +81,16 @@ struct sqlite_fixture : soci_fixture_base {
            "CAST(strftime('%s','now') AS INTEGER) * 1000)",
         ::soci::use(event_id), ::soci::use(aggregate_id), ::soci::use(headers);
   }
+  /// The same on the schema before the latest migration (no content type), as the previous
+  /// release wrote rows.
+  static void insert_raw_previous_schema(session_type& sql, const std::string& event_id,
+                                         const std::string& aggregate_id,
+                                         const std::string& headers) {
+    sql << "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload, "
+           "headers, created_at) VALUES (:e, 'order', :a, 'raw', '{\"total\": 42}', :h, "
+           "CAST(strftime('%s','now') AS INTEGER) * 1000)",
+        ::soci::use(event_id), ::soci::use(aggregate_id), ::soci::use(headers);
+  }
   /// Runs a statement that fails and takes the open transaction down with it, and swallows
   /// the error (a handler's "insert, ignore the duplicate"): INSERT OR ROLLBACK.
   static void swallow_a_failure_that_aborts_the_transaction(session_type& sql) {

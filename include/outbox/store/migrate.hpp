@@ -15,7 +15,8 @@ namespace outbox::store {
 
 /// What a dialect provides to the runner, on one session:
 /// - `begin_exclusive()`: opens a transaction that excludes concurrent migrations (an advisory
-///   lock, or the database's write lock);
+///   lock, or the database's write lock); `misconfigured` when the session is already in a
+///   transaction (a migration would commit the caller's work, or fail half-way);
 /// - `applied()`: the versions recorded so far, ascending (empty when the version table does not
 ///   exist yet);
 /// - `apply(m)`: runs the file's text; `record(m)`: records it as applied;
@@ -52,8 +53,8 @@ int run_migrations(Host& host, std::span<const migration> migrations, const char
     throw error(errc::misconfigured, adapter, {},
                 "migrate: no migration " + std::to_string(target) + " (the library has 1.." +
                     std::to_string(known) + ")");
-  host.begin_exclusive();
   try {
+    host.begin_exclusive();
     const std::vector<int> done = host.applied();
     for (std::size_t i = 0; i < done.size(); ++i)
       if (done[i] != static_cast<int>(i) + 1)

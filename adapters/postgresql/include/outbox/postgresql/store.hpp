@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <exception>
 #include <iterator>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <random>
@@ -58,6 +59,10 @@ class migration_host {
  public:
   explicit migration_host(PGconn* c) : c_(c) {}
   void begin_exclusive() {
+    if (PQtransactionStatus(c_) != PQTRANS_IDLE)
+      throw error(errc::misconfigured, "postgresql", {},
+                  "migrate: the session is in a transaction; call migrate outside one (its "
+                  "COMMIT would commit the caller's work)");
     exec(c_, "BEGIN");
     open_ = true;
     exec(c_, std::string(statements::migrations_lock).c_str());
@@ -160,11 +165,18 @@ class store {
   ///            locking.
   explicit store(session_type& sql, store_options options = {}) : options_(std::move(options)) {
     if (options_.policy == claim_policy::store_default) options_.policy = claim_policy::locking;
+    // PostgreSQL takes 1 ms .. INT_MAX ms (0 would mean "never": a stalled relay kept forever).
+    const auto idle = options_.idle_in_transaction_timeout.count();
+    if (idle < 1 || idle > std::numeric_limits<int>::max())
+      throw error(errc::misconfigured, "postgresql", {},
+                  "store_options.idle_in_transaction_timeout must be 1 ms .. 2^31-1 ms, got " +
+                      std::to_string(idle) + " ms");
     link_ = std::make_unique<detail::link>(
         sql,
         std::vector<detail::prepared_statement>{{"outbox_claim", claim_statement(options_.policy)},
                                                 {"outbox_settle", settle_statement()},
-                                                {"outbox_inbox_insert", statements::inbox_insert}});
+                                                {"outbox_inbox_insert", statements::inbox_insert}},
+        statements::schema_version, schema_version);
   }
   /// Movable (its connection, open claim and transactions stay valid: they live in the link).
   store(store&&) noexcept = default;
@@ -190,11 +202,12 @@ class store {
       batch.lease_until = req.now + req.lease;
       const bool locking = options_.policy == claim_policy::locking;
       if (locking) {
+        // Open before BEGIN: a failure from here on (BEGIN, SET, the claim) rolls it back.
+        link_->begin_claim(batch.token);
         // The limit applies to this claim transaction only (not to other uses of the session).
         detail::exec(c, ("BEGIN; SET LOCAL idle_in_transaction_session_timeout = " +
                          std::to_string(options_.idle_in_transaction_timeout.count()))
                             .c_str());
-        link_->begin_claim(batch.token);
       }
       detail::array_literal bad_seqs, bad_errors;  // rows that cannot be read, and why
       const auto take = [&](const detail::result& r, int i) {

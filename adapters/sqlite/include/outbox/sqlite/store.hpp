@@ -77,7 +77,18 @@ inline std::string json_array(std::span<const std::int64_t> seqs) {
 class migration_host {
  public:
   explicit migration_host(sq::sqlite3* db) : db_(db) {}
-  void begin_exclusive() { tx_.emplace(db_); }
+  void begin_exclusive() {
+    if (sq::sqlite3_get_autocommit(db_) == 0)
+      throw error(errc::misconfigured, "sqlite", {},
+                  "migrate: the session is in a transaction; call migrate outside one");
+    // Several processes may migrate at once: wait for the write lock even on a session that
+    // was never configured (busy timeout 0), then put its setting back.
+    statement current(db_, "PRAGMA busy_timeout");
+    busy_timeout_ = current.step() ? static_cast<int>(current.column_int64(0)) : 0;
+    current.reset();
+    if (busy_timeout_ == 0) sq::sqlite3_busy_timeout(db_, 30'000);
+    tx_.emplace(db_);
+  }
   std::vector<int> applied() {
     statement exists(db_, statements::migrations_table_exists);
     exists.step();
@@ -95,11 +106,24 @@ class migration_host {
         .bind(3, to_ms(std::chrono::system_clock::now()))
         .run();
   }
-  void commit() { tx_->commit(); }
-  void rollback() noexcept { tx_.reset(); }
+  void commit() {
+    tx_->commit();
+    tx_.reset();
+    restore();
+  }
+  void rollback() noexcept {
+    tx_.reset();
+    restore();
+  }
 
  private:
+  void restore() noexcept {
+    if (busy_timeout_ == 0) sq::sqlite3_busy_timeout(db_, 0);
+    busy_timeout_ = -1;
+  }
+
   sq::sqlite3* db_;
+  int busy_timeout_ = -1;  // the session's own, while a migration runs with a longer one
   std::optional<immediate_transaction> tx_;
 };
 
@@ -409,6 +433,16 @@ class store {
     if (db == db_ && prepared_) return;
     prepared_ = false;
     db_ = db;
+    {
+      // A database behind the library fails here, clearly, rather than on a missing column.
+      detail::statement v(db_, statements::schema_version);
+      const auto version = v.step() ? v.column_int64(0) : 0;
+      if (version < schema_version)
+        throw error(errc::misconfigured, "sqlite", {},
+                    "the database is at schema version " + std::to_string(version) +
+                        ", this library needs " + std::to_string(schema_version) +
+                        ": call migrate");
+    }
     st_.claim = detail::statement(db_, statements::claim, true);
     st_.mark_published = detail::statement(db_, statements::settle_published_keep, true);
     st_.delete_published = detail::statement(db_, statements::settle_published_delete, true);

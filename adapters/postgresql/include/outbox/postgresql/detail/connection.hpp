@@ -28,7 +28,8 @@ namespace outbox::postgresql::detail {
 /// terminated), 40001 (serialization), 40P01 (deadlock), 25P03 (idle-in-transaction timeout),
 /// 57014 (statement cancelled), 55P03 (lock not available), 53xxx (insufficient resources)
 /// -> transient; 23505 -> duplicate; 28xxx (authentication),
-/// 3D000 (no database), 42P01 (no table: not migrated) -> misconfigured; others -> permanent.
+/// 3D000 (no database), 42P01, 42703, 42883 (no such table, column or function: the schema is
+/// not migrated, or behind) -> misconfigured; others -> permanent.
 inline errc classify(std::string_view sqlstate) {
   if (sqlstate.size() != 5) return errc::transient;  // no SQLSTATE: the connection broke
   if (sqlstate.substr(0, 2) == "08" || sqlstate.substr(0, 2) == "53" || sqlstate == "57P01" ||
@@ -37,7 +38,7 @@ inline errc classify(std::string_view sqlstate) {
     return errc::transient;
   if (sqlstate == "23505") return errc::duplicate;
   if (sqlstate.substr(0, 2) == "28" || sqlstate == "3D000" || sqlstate == "42P01" ||
-      sqlstate == "42883")
+      sqlstate == "42703" || sqlstate == "42883")
     return errc::misconfigured;
   return errc::permanent;
 }

@@ -27,8 +27,16 @@ struct prepared_statement {
 
 class link {
  public:
-  link(::soci::session& sql, std::vector<prepared_statement> statements)
-      : sql_(&sql), conn_(handle(sql)), statements_(std::move(statements)) {}
+  /// @param version_check a statement returning the database's schema version, run on each new
+  ///        connection before the statements are prepared; @param schema_version what they
+  ///        need.
+  link(::soci::session& sql, std::vector<prepared_statement> statements,
+       std::string_view version_check, int schema_version)
+      : sql_(&sql),
+        conn_(handle(sql)),
+        statements_(std::move(statements)),
+        version_check_(version_check),
+        schema_version_(schema_version) {}
   link(const link&) = delete;
   link& operator=(const link&) = delete;
   ~link() {
@@ -70,6 +78,13 @@ class link {
       prepared_ = false;
       listening_ = false;
       in_claim_ = false;
+      // A database behind the library fails here, clearly, rather than on a missing column.
+      const auto v = exec(c, std::string(version_check_).c_str()).int64(0, 0);
+      if (v < schema_version_)
+        throw error(errc::misconfigured, "postgresql", {},
+                    "the database is at schema version " + std::to_string(v) +
+                        ", this library needs " + std::to_string(schema_version_) +
+                        ": call migrate");
       // Idempotent: a preparation cut short by an error may have left some of them behind.
       std::string names;
       for (const auto& s : statements_)
@@ -209,6 +224,8 @@ class link {
   PGconn* conn_;  // the connection statements were prepared on; null while it is lost
   std::uint64_t generation_ = 0;  // counts connections: a transaction belongs to one
   std::vector<prepared_statement> statements_;
+  std::string_view version_check_;
+  int schema_version_;
   bool prepared_ = false;
   bool broken_ = false;
   bool listening_ = false;

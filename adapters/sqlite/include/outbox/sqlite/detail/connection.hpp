@@ -38,17 +38,19 @@ inline errc classify(int rc) noexcept {
   return errc::permanent;
 }
 
-/// Translates an sqlite3 result code into an `outbox::error`. A statement on a table of the
-/// outbox that does not exist means the database was never migrated: `misconfigured`, as on every
-/// store (SQLite reports it as a generic SQLITE_ERROR).
+/// Translates an sqlite3 result code into an `outbox::error` (for the store's own statements).
+/// A table or column of the outbox that does not exist means the database was never migrated,
+/// or is behind the library: `misconfigured`, as on every store (SQLite reports it as a
+/// generic SQLITE_ERROR).
 [[noreturn]] inline void throw_sqlite(sq::sqlite3* db, int rc, std::string_view what) {
   errc kind = classify(rc);
   std::string msg(what);
   msg += ": ";
   const std::string native = db ? sq::sqlite3_errmsg(db) : sq::sqlite3_errstr(rc);
-  if ((rc & 0xFF) == SQLITE_ERROR && native.starts_with("no such table: outbox")) {
+  if ((rc & 0xFF) == SQLITE_ERROR &&
+      (native.starts_with("no such table: ") || native.starts_with("no such column: "))) {
     kind = errc::misconfigured;
-    msg += "the database is not migrated (call migrate): ";
+    msg += "the database is not migrated, or behind this library (call migrate): ";
   }
   msg += native;
   throw error(kind, "sqlite", std::to_string(rc) + " " + sq::sqlite3_errstr(rc), msg);
