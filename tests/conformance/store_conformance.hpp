@@ -1,7 +1,24 @@
 #pragma once
 // Store conformance suite, written once. A test file defines `store_fixtures` (a std::tuple of
-// fixture types, see tests/support/sqlite_fixture.hpp for the interface) and includes this
-// header inside a Boost.Test module. Capability differences are fixture traits.
+// fixture types) and includes this header inside a Boost.Test module. Capability differences
+// are fixture traits.
+//
+// The suite never writes SQL: it observes and manipulates the database through named fixture
+// hooks, so a store without SQL (the in-memory one) runs it too. A fixture provides
+//   session_type, store_type, name, in_flight_visible, leases_expire, retentions()
+//   open_session(), make_store(session[, retention])
+//   begin(session) -> pointer to a transaction with commit()/rollback()
+//   insert_order(session, id, total)           a business row beside enqueue
+//   outbox_rows(session)                       committed outbox rows, any state
+//   published_rows(session)                    outbox rows marked published
+//   orders(session)                            business rows (insert_order)
+//   inbox_rows(session), inbox_dead_rows(session)
+//   max_out_attempts(session)                  every outbox row's attempts at the column's max
+//   insert_raw(session, event_id, aggregate_id, headers_json)   a row as another program writes it
+//   swallow_a_failure_that_aborts_the_transaction(session)
+//   raise_transient_sql_error(session)         a failing statement the store classifies transient
+// (tests/support/soci_fixture.hpp, sqlite_fixture.hpp, postgresql_fixture.hpp with SQL;
+// tests/support/memory_store_fixture.hpp on a memory_database.)
 
 #include <chrono>
 #include <limits>
@@ -70,8 +87,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(rollback_leaves_no_event, Fixture, store_fixtures)
     w.enqueue(*sql, conformance::make_event("o-1"));
     tx->rollback();
   }
-  BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM outbox") == 0);
-  BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM orders") == 0);
+  BOOST_TEST(Fixture::outbox_rows(*sql) == 0);
+  BOOST_TEST(Fixture::orders(*sql) == 0);
   outbox::testing::manual_clock clock;
   BOOST_TEST(st->claim(conformance::req(clock)).empty());
 }
@@ -97,7 +114,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(commit_makes_the_event_claimable_with_every_field,
   BOOST_TEST((nlohmann::json::parse(m.payload) == nlohmann::json::parse(e.payload)));
   BOOST_TEST((m.headers == e.headers));
   BOOST_TEST(m.attempts == 1);
-  BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM outbox") == 1);
+  BOOST_TEST(Fixture::outbox_rows(*sql) == 1);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(claimed_rows_are_not_claimed_again_while_the_lease_holds, Fixture,
@@ -183,10 +200,10 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(published_rows_are_kept_or_deleted_by_retention, F
     auto r = st->settle(b, conformance::all(b.size(), outbox::settlement::kind::published));
     BOOST_TEST(r.published == 2u);
     BOOST_TEST(st->claim(conformance::req(clock)).empty());
-    const auto rows = Fixture::count(*sql, "SELECT count(*) FROM outbox");
+    const auto rows = Fixture::outbox_rows(*sql);
     if (retention == decltype(retention)::keep) {
       BOOST_TEST(rows == 2);
-      BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM outbox WHERE published_at IS NOT NULL") == 2);
+      BOOST_TEST(Fixture::published_rows(*sql) == 2);
     } else {
       BOOST_TEST(rows == 0);
     }
@@ -332,13 +349,13 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(inbox_reports_a_duplicate_without_aborting_the_tra
     Fixture::insert_order(st->session(), "after-duplicate", 1);  // still usable
     tx.commit();
   }
-  BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM outbox_inbox") == 2);
-  BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM orders") == 1);
+  BOOST_TEST(Fixture::inbox_rows(*sql) == 2);
+  BOOST_TEST(Fixture::orders(*sql) == 1);
   {
     auto tx = st->begin();  // not committed: rolled back
     BOOST_TEST(st->record_delivery("audit", id, now));
   }
-  BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM outbox_inbox") == 2);
+  BOOST_TEST(Fixture::inbox_rows(*sql) == 2);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(purges_run_in_bounded_batches, Fixture, store_fixtures) {
@@ -356,7 +373,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(purges_run_in_bounded_batches, Fixture, store_fixt
   BOOST_TEST(st->purge_published(later, 8) == 8u);
   BOOST_TEST(st->purge_published(later, 8) == 4u);
   BOOST_TEST(st->purge_published(later, 8) == 0u);
-  BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM outbox") == 5);  // the pending ones stay
+  BOOST_TEST(Fixture::outbox_rows(*sql) == 5);  // the pending ones stay
   BOOST_TEST(st->purge_published(std::chrono::system_clock::now() - 1h, 8) == 0u);
 
   const auto old = std::chrono::system_clock::now() - 48h;
@@ -370,7 +387,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(purges_run_in_bounded_batches, Fixture, store_fixt
   BOOST_TEST(st->purge_inbox(cutoff, 3) == 3u);
   BOOST_TEST(st->purge_inbox(cutoff, 3) == 2u);
   BOOST_TEST(st->purge_inbox(cutoff, 3) == 0u);
-  BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM outbox_inbox") == 1);
+  BOOST_TEST(Fixture::inbox_rows(*sql) == 1);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(backlog_stats_count_pending_in_flight_dead_and_age, Fixture,
@@ -511,7 +528,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(an_absurd_attempt_count_written_by_another_program
   Fixture fx;
   const auto id = conformance::commit_events(fx, {conformance::make_event("a")}).front();
   auto sql = fx.open_session();
-  *sql << std::string("UPDATE outbox SET attempts = ") + Fixture::max_attempts_literal;
+  Fixture::max_out_attempts(*sql);
   auto st = fx.make_store(*sql);
   outbox::testing::manual_clock clock;
   auto b = st->claim(conformance::req(clock));
@@ -542,7 +559,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(dead_lettering_a_delivery_keeps_content_of_any_kin
   m.headers = {{"ok", "v"}, {"binary", "\xff\xfe"}};
   const auto now = std::chrono::system_clock::now();
   BOOST_CHECK_NO_THROW(st->dead_letter_delivery("billing", m, "handler failed", now));
-  BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM outbox_inbox_dead") == 1);
+  BOOST_TEST(Fixture::inbox_dead_rows(*sql) == 1);
   auto tx = st->begin();
   BOOST_TEST(!st->record_delivery("billing", m.id, now));  // redeliveries are skipped
 }
@@ -568,14 +585,14 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_transaction_aborted_by_a_swallowed_error_does_no
       BOOST_TEST((e.kind() == outbox::errc::permanent), e.what());
     }
   }
-  BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM outbox_inbox") == 0);
-  BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM orders") == 0);
+  BOOST_TEST(Fixture::inbox_rows(*sql) == 0);
+  BOOST_TEST(Fixture::orders(*sql) == 0);
   {  // the session is usable afterwards
     auto tx = st->begin();
     BOOST_TEST(st->record_delivery("billing", id, std::chrono::system_clock::now()));
     tx.commit();
   }
-  BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM outbox_inbox") == 1);
+  BOOST_TEST(Fixture::inbox_rows(*sql) == 1);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_handler_sql_error_is_classified_by_its_native_code, Fixture,

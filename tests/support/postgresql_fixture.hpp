@@ -89,6 +89,11 @@ struct postgresql_fixture : soci_fixture_base {
 
   /// The largest attempt count the outbox column holds.
   static constexpr const char* max_attempts_literal = "2147483647";
+  /// Sets every outbox row's attempt count to the largest value the column holds, as another
+  /// program might.
+  static void max_out_attempts(session_type& sql) {
+    sql << std::string("UPDATE outbox SET attempts = ") + max_attempts_literal;
+  }
   /// Writes an outbox row directly, as another program would (no validation).
   static void insert_raw(session_type& sql, const std::string& event_id,
                          const std::string& aggregate_id, const std::string& headers) {
