@@ -46,9 +46,7 @@ struct memory_store_fixture {
   // ---- the application's statements ----------------------------------------------------------
 
   /// Starts a transaction the way an application would.
-  static auto begin(session_type& sql) {
-    return std::make_unique<session_type::transaction>(sql);
-  }
+  static auto begin(session_type& sql) { return std::make_unique<session_type::transaction>(sql); }
   /// Inserts a business row: the statement a service would run beside enqueue.
   static void insert_order(session_type& sql, const std::string& id, int total) {
     sql.insert("orders", id, std::to_string(total));
@@ -97,8 +95,9 @@ struct memory_store_fixture {
 
   /// Sets every outbox row's attempt count to the largest value the column holds.
   static void max_out_attempts(session_type& sql) {
-    sql.database().update_rows(
-        [](outbox::testing::memory_row& r) { r.attempts = std::numeric_limits<std::int64_t>::max(); });
+    sql.database().update_rows([](outbox::testing::memory_row& r) {
+      r.attempts = std::numeric_limits<std::int64_t>::max();
+    });
   }
   /// Writes an outbox row directly, as another program would (no validation).
   static void insert_raw(session_type& sql, const std::string& event_id,

@@ -137,8 +137,8 @@ BOOST_AUTO_TEST_CASE(an_event_id_appended_twice_is_a_duplicate_and_aborts) {
   BOOST_TEST((kind_of([&] { tx.commit(); }) == outbox::errc::permanent));
   memory_database elsewhere;
   memory_session foreign(elsewhere);
-  BOOST_TEST((kind_of([&] { store.append(foreign, std::span(&row, 1)); }) ==
-              outbox::errc::misconfigured));
+  BOOST_TEST(
+      (kind_of([&] { store.append(foreign, std::span(&row, 1)); }) == outbox::errc::misconfigured));
   BOOST_TEST(db.outbox().size() == 1u);
 }
 

@@ -53,7 +53,7 @@ enum class memory_operation : std::uint32_t {
   record_delivery = 1U << 5,       ///< `memory_store::record_delivery` (the consumer's inbox).
   dead_letter_delivery = 1U << 6,  ///< `memory_store::dead_letter_delivery`.
   operations = 1U << 7,  ///< `stats`, `dead_letters`, `requeue`, `purge_published`, `purge_inbox`.
-  statement = 1U << 8,   ///< A session's own business statements (`insert`, `put`, `erase`, `find`).
+  statement = 1U << 8,  ///< A session's own business statements (`insert`, `put`, `erase`, `find`).
   any = ~0U,
 };
 
@@ -94,7 +94,7 @@ struct memory_row {
   std::string aggregate_type{};
   std::string aggregate_id{};
   std::string event_type{};
-  std::string payload{};         ///< Kept byte for byte.
+  std::string payload{};           ///< Kept byte for byte.
   std::string headers_json{"{}"};  ///< As stored; read back (and checked) on the claim.
   std::string content_type{json_content_type};
   std::int64_t attempts = 0;  ///< Counted at claim; 64 bits, like the SQLite column.
@@ -128,6 +128,7 @@ using memory_table = std::map<std::string, std::string, std::less<>>;
 
 class memory_session;
 
+// clang-format off
 /// The shared state. Thread-safe: sessions and stores on any threads refer to one database.
 /// Not copyable or movable (sessions and stores keep a pointer to it).
 ///
@@ -148,6 +149,7 @@ class memory_session;
 /// transaction either aborts it. An injected `commit` fault rolls the transaction back, except
 /// for `in_doubt`: then the transaction IS committed and the error reports that the answer was
 /// lost (what a client sees when the connection dies right after COMMIT).
+// clang-format on
 class memory_database {
  public:
   memory_database() = default;
@@ -270,6 +272,7 @@ class memory_database {
   std::size_t injected_ = 0;
 };
 
+// clang-format off
 /// A connection to a `memory_database`: what a SQL session is to a SQL store. One thread at a
 /// time (like a SQL connection); many sessions may work on one database concurrently.
 ///
@@ -290,6 +293,7 @@ class memory_database {
 /// A statement that throws inside a transaction aborts it (later statements throw
 /// `memory_statement_error` "aborted", `commit` rolls back and throws `permanent`). Outside a
 /// transaction each statement commits on its own.
+// clang-format on
 class memory_session {
  public:
   /// A transaction on a session; rolls back on destruction unless `commit()` ran (the shape of
@@ -373,9 +377,9 @@ class memory_session {
   void insert(std::string_view table, std::string_view key, std::string value) {
     run<true>(memory_operation::statement, "insert", [&] {
       if (current(table, key))
-        throw memory_statement_error(errc::duplicate, "duplicate_key",
-                                     "insert: key '" + std::string(key) + "' exists in table '" +
-                                         std::string(table) + "'");
+        throw memory_statement_error(
+            errc::duplicate, "duplicate_key",
+            "insert: key '" + std::string(key) + "' exists in table '" + std::string(table) + "'");
       writes_.push_back({std::string(table), std::string(key), std::move(value), true});
     });
   }

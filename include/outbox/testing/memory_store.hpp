@@ -111,10 +111,9 @@ class memory_store {
                   "append: the session belongs to another memory_database");
     sql.run<false>(memory_operation::append, "append", [&] {
       for (const auto& r : rows) {
-        const bool taken =
-            db_->by_id_.contains(r.id) ||
-            std::any_of(sql.appended_.begin(), sql.appended_.end(),
-                        [&](const memory_row& mine) { return mine.id == r.id; });
+        const bool taken = db_->by_id_.contains(r.id) ||
+                           std::any_of(sql.appended_.begin(), sql.appended_.end(),
+                                       [&](const memory_row& mine) { return mine.id == r.id; });
         if (taken)
           throw error(errc::duplicate, "memory", "duplicate_key",
                       "append: event id " + r.id.to_string() + " exists");
@@ -366,8 +365,8 @@ class memory_store {
   bool wait_for_work(std::chrono::milliseconds d) noexcept {
     try {
       std::unique_lock lock(db_->mutex_);
-      const bool woken = db_->cv_.wait_for(
-          lock, d, [&] { return interrupted_ || db_->appended_ != seen_; });
+      const bool woken =
+          db_->cv_.wait_for(lock, d, [&] { return interrupted_ || db_->appended_ != seen_; });
       interrupted_ = false;
       seen_ = db_->appended_;
       return woken;
