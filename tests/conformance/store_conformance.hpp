@@ -96,7 +96,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(rollback_leaves_no_event, Fixture, store_fixtures)
 BOOST_AUTO_TEST_CASE_TEMPLATE(commit_makes_the_event_claimable_with_every_field, Fixture,
                               store_fixtures) {
   Fixture fx;
-  outbox::event e = conformance::make_event("o-7", "order_paid", R"({"quote":"'; DROP TABLE outbox; --","n":[1,2]})");
+  outbox::event e = conformance::make_event("o-7", "order_paid",
+                                            R"({"quote":"'; DROP TABLE outbox; --","n":[1,2]})");
   e.headers = {{"trace-id", "abc"}, {"tenant", "caf\xc3\xa9"}};
   const auto ids = conformance::commit_events(fx, {e});
   auto sql = fx.open_session();
@@ -249,7 +250,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(release_returns_rows_without_counting_an_attempt, 
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(dead_letters_are_kept_listed_and_requeued, Fixture, store_fixtures) {
   Fixture fx;
-  const auto ids = conformance::commit_events(fx, {conformance::make_event("a"), conformance::make_event("b")});
+  const auto ids =
+      conformance::commit_events(fx, {conformance::make_event("a"), conformance::make_event("b")});
   auto sql = fx.open_session();
   auto st = fx.make_store(*sql);
   outbox::testing::manual_clock clock;
@@ -280,13 +282,15 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(dead_letters_are_kept_listed_and_requeued, Fixture
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(error_texts_survive_the_settle_verbatim, Fixture, store_fixtures) {
   Fixture fx;
-  const auto ids = conformance::commit_events(fx, {conformance::make_event("a"), conformance::make_event("b")});
+  const auto ids =
+      conformance::commit_events(fx, {conformance::make_event("a"), conformance::make_event("b")});
   auto sql = fx.open_session();
   auto st = fx.make_store(*sql);
   outbox::testing::manual_clock clock;
   auto b = st->claim(conformance::req(clock));
   BOOST_TEST_REQUIRE(b.size() == 2u);
-  const std::string nasty = R"(quote " backslash \ braces {a,b} 'single' NULL)" "\n caf\xc3\xa9";
+  const std::string nasty = R"(quote " backslash \ braces {a,b} 'single' NULL)"
+                            "\n caf\xc3\xa9";
   std::vector<outbox::settlement> f(2);
   f[0].what = outbox::settlement::kind::dead;
   f[0].error = nasty;
@@ -303,8 +307,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_later_event_waits_while_an_earlier_one_of_its_ag
                               Fixture, store_fixtures) {
   Fixture fx;
   // x1 x2 y1 x3: x2 and x3 must not be claimed while x1 is in flight or waiting for a retry.
-  conformance::commit_events(fx, {conformance::make_event("x", "e1"), conformance::make_event("x", "e2"),
-                                  conformance::make_event("y", "e1"), conformance::make_event("x", "e3")});
+  conformance::commit_events(
+      fx, {conformance::make_event("x", "e1"), conformance::make_event("x", "e2"),
+           conformance::make_event("y", "e1"), conformance::make_event("x", "e3")});
   auto s1 = fx.open_session();
   auto s2 = fx.open_session();
   auto st1 = fx.make_store(*s1);
@@ -345,7 +350,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(inbox_reports_a_duplicate_without_aborting_the_tra
   {
     auto tx = st->begin();
     BOOST_TEST(!st->record_delivery("billing", id, now));
-    BOOST_TEST(st->record_delivery("shipping", id, now));  // another consumer name
+    BOOST_TEST(st->record_delivery("shipping", id, now));        // another consumer name
     Fixture::insert_order(st->session(), "after-duplicate", 1);  // still usable
     tx.commit();
   }
@@ -461,8 +466,10 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(rows_behind_another_relays_batch_do_not_hold_back_
   // LIMIT, were dropped by the per-aggregate check, and B got nothing until A settled.
   Fixture fx;
   std::vector<outbox::event> events;
-  for (int i = 0; i < 40; ++i) events.push_back(conformance::make_event("x", "x" + std::to_string(i)));
-  for (int i = 0; i < 5; ++i) events.push_back(conformance::make_event("y", "y" + std::to_string(i)));
+  for (int i = 0; i < 40; ++i)
+    events.push_back(conformance::make_event("x", "x" + std::to_string(i)));
+  for (int i = 0; i < 5; ++i)
+    events.push_back(conformance::make_event("y", "y" + std::to_string(i)));
   conformance::commit_events(fx, events);
   auto s1 = fx.open_session();
   auto s2 = fx.open_session();
@@ -506,7 +513,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_row_that_cannot_be_read_is_dead_lettered_and_the
   BOOST_TEST(batch.messages[0].aggregate_id == "a");
   BOOST_TEST(batch.messages[1].aggregate_id == "c");
   BOOST_TEST(batch.unreadable == 3u);
-  BOOST_TEST(st->settle(batch, conformance::all(2, outbox::settlement::kind::published)).published == 2u);
+  BOOST_TEST(
+      st->settle(batch, conformance::all(2, outbox::settlement::kind::published)).published == 2u);
   BOOST_TEST(st->claim(conformance::req(clock)).empty());
   const auto dead = st->dead_letters(10);  // listing them does not fail either
   BOOST_TEST_REQUIRE(dead.size() == 3u);

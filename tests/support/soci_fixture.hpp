@@ -38,7 +38,9 @@ struct soci_fixture_base {
     return count(sql, "SELECT count(*) FROM outbox WHERE published_at IS NOT NULL");
   }
   /// Business rows written by insert_order.
-  static std::int64_t orders(session_type& sql) { return count(sql, "SELECT count(*) FROM orders"); }
+  static std::int64_t orders(session_type& sql) {
+    return count(sql, "SELECT count(*) FROM orders");
+  }
   /// Inbox records (consumer, event id).
   static std::int64_t inbox_rows(session_type& sql) {
     return count(sql, "SELECT count(*) FROM outbox_inbox");

@@ -1,19 +1,19 @@
 #pragma once
 // The SQLite store fixture of the conformance suites and the end-to-end tests.
 
+#include <unistd.h>
 #include <array>
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <string>
-#include <unistd.h>
 
 #include <soci/soci.h>
 
-#include "soci_fixture.hpp"
 #include <outbox/sqlite/store.hpp>
 #include <outbox/testing/manual_clock.hpp>
+#include "soci_fixture.hpp"
 
 namespace outbox::test {
 
@@ -53,8 +53,8 @@ struct sqlite_fixture : soci_fixture_base {
     outbox::sqlite::configure(*sql);
     return sql;
   }
-  std::unique_ptr<store_type> make_store(session_type& sql,
-                                         outbox::sqlite::retention r = outbox::sqlite::retention::keep) {
+  std::unique_ptr<store_type> make_store(
+      session_type& sql, outbox::sqlite::retention r = outbox::sqlite::retention::keep) {
     return std::make_unique<store_type>(sql, outbox::sqlite::store_options{.retention = r});
   }
   static constexpr auto retentions() {
