@@ -1,7 +1,24 @@
 #pragma once
 // Store conformance suite, written once. A test file defines `store_fixtures` (a std::tuple of
-// fixture types, see tests/support/sqlite_fixture.hpp for the interface) and includes this
-// header inside a Boost.Test module. Capability differences are fixture traits.
+// fixture types) and includes this header inside a Boost.Test module. Capability differences
+// are fixture traits.
+//
+// The suite never writes SQL: it observes and manipulates the database through named fixture
+// hooks, so a store without SQL (the in-memory one) runs it too. A fixture provides
+//   session_type, store_type, name, in_flight_visible, leases_expire, retentions()
+//   open_session(), make_store(session[, retention])
+//   begin(session) -> pointer to a transaction with commit()/rollback()
+//   insert_order(session, id, total)           a business row beside enqueue
+//   outbox_rows(session)                       committed outbox rows, any state
+//   published_rows(session)                    outbox rows marked published
+//   orders(session)                            business rows (insert_order)
+//   inbox_rows(session), inbox_dead_rows(session)
+//   max_out_attempts(session)                  every outbox row's attempts at the column's max
+//   insert_raw(session, event_id, aggregate_id, headers_json)   a row as another program writes it
+//   swallow_a_failure_that_aborts_the_transaction(session)
+//   raise_transient_sql_error(session)         a failing statement the store classifies transient
+// (tests/support/soci_fixture.hpp, sqlite_fixture.hpp, postgresql_fixture.hpp with SQL;
+// tests/support/memory_store_fixture.hpp on a memory_database.)
 
 #include <chrono>
 #include <limits>
@@ -70,8 +87,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(rollback_leaves_no_event, Fixture, store_fixtures)
     w.enqueue(*sql, conformance::make_event("o-1"));
     tx->rollback();
   }
-  BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM outbox") == 0);
-  BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM orders") == 0);
+  BOOST_TEST(Fixture::outbox_rows(*sql) == 0);
+  BOOST_TEST(Fixture::orders(*sql) == 0);
   outbox::testing::manual_clock clock;
   BOOST_TEST(st->claim(conformance::req(clock)).empty());
 }
@@ -79,7 +96,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(rollback_leaves_no_event, Fixture, store_fixtures)
 BOOST_AUTO_TEST_CASE_TEMPLATE(commit_makes_the_event_claimable_with_every_field, Fixture,
                               store_fixtures) {
   Fixture fx;
-  outbox::event e = conformance::make_event("o-7", "order_paid", R"({"quote":"'; DROP TABLE outbox; --","n":[1,2]})");
+  outbox::event e = conformance::make_event("o-7", "order_paid",
+                                            R"({"quote":"'; DROP TABLE outbox; --","n":[1,2]})");
   e.headers = {{"trace-id", "abc"}, {"tenant", "caf\xc3\xa9"}};
   const auto ids = conformance::commit_events(fx, {e});
   auto sql = fx.open_session();
@@ -97,7 +115,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(commit_makes_the_event_claimable_with_every_field,
   BOOST_TEST((nlohmann::json::parse(m.payload) == nlohmann::json::parse(e.payload)));
   BOOST_TEST((m.headers == e.headers));
   BOOST_TEST(m.attempts == 1);
-  BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM outbox") == 1);
+  BOOST_TEST(Fixture::outbox_rows(*sql) == 1);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(claimed_rows_are_not_claimed_again_while_the_lease_holds, Fixture,
@@ -183,10 +201,10 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(published_rows_are_kept_or_deleted_by_retention, F
     auto r = st->settle(b, conformance::all(b.size(), outbox::settlement::kind::published));
     BOOST_TEST(r.published == 2u);
     BOOST_TEST(st->claim(conformance::req(clock)).empty());
-    const auto rows = Fixture::count(*sql, "SELECT count(*) FROM outbox");
+    const auto rows = Fixture::outbox_rows(*sql);
     if (retention == decltype(retention)::keep) {
       BOOST_TEST(rows == 2);
-      BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM outbox WHERE published_at IS NOT NULL") == 2);
+      BOOST_TEST(Fixture::published_rows(*sql) == 2);
     } else {
       BOOST_TEST(rows == 0);
     }
@@ -232,7 +250,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(release_returns_rows_without_counting_an_attempt, 
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(dead_letters_are_kept_listed_and_requeued, Fixture, store_fixtures) {
   Fixture fx;
-  const auto ids = conformance::commit_events(fx, {conformance::make_event("a"), conformance::make_event("b")});
+  const auto ids =
+      conformance::commit_events(fx, {conformance::make_event("a"), conformance::make_event("b")});
   auto sql = fx.open_session();
   auto st = fx.make_store(*sql);
   outbox::testing::manual_clock clock;
@@ -263,13 +282,15 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(dead_letters_are_kept_listed_and_requeued, Fixture
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(error_texts_survive_the_settle_verbatim, Fixture, store_fixtures) {
   Fixture fx;
-  const auto ids = conformance::commit_events(fx, {conformance::make_event("a"), conformance::make_event("b")});
+  const auto ids =
+      conformance::commit_events(fx, {conformance::make_event("a"), conformance::make_event("b")});
   auto sql = fx.open_session();
   auto st = fx.make_store(*sql);
   outbox::testing::manual_clock clock;
   auto b = st->claim(conformance::req(clock));
   BOOST_TEST_REQUIRE(b.size() == 2u);
-  const std::string nasty = R"(quote " backslash \ braces {a,b} 'single' NULL)" "\n caf\xc3\xa9";
+  const std::string nasty = R"(quote " backslash \ braces {a,b} 'single' NULL)"
+                            "\n caf\xc3\xa9";
   std::vector<outbox::settlement> f(2);
   f[0].what = outbox::settlement::kind::dead;
   f[0].error = nasty;
@@ -286,8 +307,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_later_event_waits_while_an_earlier_one_of_its_ag
                               Fixture, store_fixtures) {
   Fixture fx;
   // x1 x2 y1 x3: x2 and x3 must not be claimed while x1 is in flight or waiting for a retry.
-  conformance::commit_events(fx, {conformance::make_event("x", "e1"), conformance::make_event("x", "e2"),
-                                  conformance::make_event("y", "e1"), conformance::make_event("x", "e3")});
+  conformance::commit_events(
+      fx, {conformance::make_event("x", "e1"), conformance::make_event("x", "e2"),
+           conformance::make_event("y", "e1"), conformance::make_event("x", "e3")});
   auto s1 = fx.open_session();
   auto s2 = fx.open_session();
   auto st1 = fx.make_store(*s1);
@@ -328,17 +350,17 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(inbox_reports_a_duplicate_without_aborting_the_tra
   {
     auto tx = st->begin();
     BOOST_TEST(!st->record_delivery("billing", id, now));
-    BOOST_TEST(st->record_delivery("shipping", id, now));  // another consumer name
+    BOOST_TEST(st->record_delivery("shipping", id, now));        // another consumer name
     Fixture::insert_order(st->session(), "after-duplicate", 1);  // still usable
     tx.commit();
   }
-  BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM outbox_inbox") == 2);
-  BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM orders") == 1);
+  BOOST_TEST(Fixture::inbox_rows(*sql) == 2);
+  BOOST_TEST(Fixture::orders(*sql) == 1);
   {
     auto tx = st->begin();  // not committed: rolled back
     BOOST_TEST(st->record_delivery("audit", id, now));
   }
-  BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM outbox_inbox") == 2);
+  BOOST_TEST(Fixture::inbox_rows(*sql) == 2);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(purges_run_in_bounded_batches, Fixture, store_fixtures) {
@@ -356,7 +378,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(purges_run_in_bounded_batches, Fixture, store_fixt
   BOOST_TEST(st->purge_published(later, 8) == 8u);
   BOOST_TEST(st->purge_published(later, 8) == 4u);
   BOOST_TEST(st->purge_published(later, 8) == 0u);
-  BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM outbox") == 5);  // the pending ones stay
+  BOOST_TEST(Fixture::outbox_rows(*sql) == 5);  // the pending ones stay
   BOOST_TEST(st->purge_published(std::chrono::system_clock::now() - 1h, 8) == 0u);
 
   const auto old = std::chrono::system_clock::now() - 48h;
@@ -370,7 +392,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(purges_run_in_bounded_batches, Fixture, store_fixt
   BOOST_TEST(st->purge_inbox(cutoff, 3) == 3u);
   BOOST_TEST(st->purge_inbox(cutoff, 3) == 2u);
   BOOST_TEST(st->purge_inbox(cutoff, 3) == 0u);
-  BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM outbox_inbox") == 1);
+  BOOST_TEST(Fixture::inbox_rows(*sql) == 1);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(backlog_stats_count_pending_in_flight_dead_and_age, Fixture,
@@ -444,8 +466,10 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(rows_behind_another_relays_batch_do_not_hold_back_
   // LIMIT, were dropped by the per-aggregate check, and B got nothing until A settled.
   Fixture fx;
   std::vector<outbox::event> events;
-  for (int i = 0; i < 40; ++i) events.push_back(conformance::make_event("x", "x" + std::to_string(i)));
-  for (int i = 0; i < 5; ++i) events.push_back(conformance::make_event("y", "y" + std::to_string(i)));
+  for (int i = 0; i < 40; ++i)
+    events.push_back(conformance::make_event("x", "x" + std::to_string(i)));
+  for (int i = 0; i < 5; ++i)
+    events.push_back(conformance::make_event("y", "y" + std::to_string(i)));
   conformance::commit_events(fx, events);
   auto s1 = fx.open_session();
   auto s2 = fx.open_session();
@@ -489,7 +513,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_row_that_cannot_be_read_is_dead_lettered_and_the
   BOOST_TEST(batch.messages[0].aggregate_id == "a");
   BOOST_TEST(batch.messages[1].aggregate_id == "c");
   BOOST_TEST(batch.unreadable == 3u);
-  BOOST_TEST(st->settle(batch, conformance::all(2, outbox::settlement::kind::published)).published == 2u);
+  BOOST_TEST(
+      st->settle(batch, conformance::all(2, outbox::settlement::kind::published)).published == 2u);
   BOOST_TEST(st->claim(conformance::req(clock)).empty());
   const auto dead = st->dead_letters(10);  // listing them does not fail either
   BOOST_TEST_REQUIRE(dead.size() == 3u);
@@ -511,7 +536,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(an_absurd_attempt_count_written_by_another_program
   Fixture fx;
   const auto id = conformance::commit_events(fx, {conformance::make_event("a")}).front();
   auto sql = fx.open_session();
-  *sql << std::string("UPDATE outbox SET attempts = ") + Fixture::max_attempts_literal;
+  Fixture::max_out_attempts(*sql);
   auto st = fx.make_store(*sql);
   outbox::testing::manual_clock clock;
   auto b = st->claim(conformance::req(clock));
@@ -542,7 +567,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(dead_lettering_a_delivery_keeps_content_of_any_kin
   m.headers = {{"ok", "v"}, {"binary", "\xff\xfe"}};
   const auto now = std::chrono::system_clock::now();
   BOOST_CHECK_NO_THROW(st->dead_letter_delivery("billing", m, "handler failed", now));
-  BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM outbox_inbox_dead") == 1);
+  BOOST_TEST(Fixture::inbox_dead_rows(*sql) == 1);
   auto tx = st->begin();
   BOOST_TEST(!st->record_delivery("billing", m.id, now));  // redeliveries are skipped
 }
@@ -568,14 +593,14 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_transaction_aborted_by_a_swallowed_error_does_no
       BOOST_TEST((e.kind() == outbox::errc::permanent), e.what());
     }
   }
-  BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM outbox_inbox") == 0);
-  BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM orders") == 0);
+  BOOST_TEST(Fixture::inbox_rows(*sql) == 0);
+  BOOST_TEST(Fixture::orders(*sql) == 0);
   {  // the session is usable afterwards
     auto tx = st->begin();
     BOOST_TEST(st->record_delivery("billing", id, std::chrono::system_clock::now()));
     tx.commit();
   }
-  BOOST_TEST(Fixture::count(*sql, "SELECT count(*) FROM outbox_inbox") == 1);
+  BOOST_TEST(Fixture::inbox_rows(*sql) == 1);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_handler_sql_error_is_classified_by_its_native_code, Fixture,

@@ -2,18 +2,18 @@
 // The PostgreSQL store fixture: a fresh schema per fixture (search_path), in the database named
 // by OUTBOX_TEST_POSTGRESQL, dropped afterwards. One instantiation per claim policy.
 
+#include <unistd.h>
 #include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <unistd.h>
 
 #include <soci/soci.h>
 
-#include "soci_fixture.hpp"
 #include <outbox/postgresql/store.hpp>
 #include <outbox/testing/manual_clock.hpp>
+#include "soci_fixture.hpp"
 
 #include "services.hpp"
 
@@ -22,8 +22,9 @@ namespace outbox::test {
 template <outbox::postgresql::claim_policy Policy>
 struct postgresql_fixture : soci_fixture_base {
   using store_type = outbox::postgresql::store;
-  static constexpr const char* name =
-      Policy == outbox::postgresql::claim_policy::locking ? "postgresql-locking" : "postgresql-leasing";
+  static constexpr const char* name = Policy == outbox::postgresql::claim_policy::locking
+                                          ? "postgresql-locking"
+                                          : "postgresql-leasing";
   static constexpr bool single_writer = false;
   /// Capability: a claim that is never settled frees its rows when its lease expires (leasing)
   /// rather than when its transaction ends (locking).
@@ -104,6 +105,11 @@ struct postgresql_fixture : soci_fixture_base {
   static constexpr const char* now_literal = "now()";
   /// The largest attempt count the outbox column holds.
   static constexpr const char* max_attempts_literal = "2147483647";
+  /// Sets every outbox row's attempt count to the largest value the column holds, as another
+  /// program might.
+  static void max_out_attempts(session_type& sql) {
+    sql << std::string("UPDATE outbox SET attempts = ") + max_attempts_literal;
+  }
   /// Writes an outbox row directly, as another program would (no validation).
   static void insert_raw(session_type& sql, const std::string& event_id,
                          const std::string& aggregate_id, const std::string& headers) {
@@ -127,8 +133,7 @@ struct postgresql_fixture : soci_fixture_base {
   /// transaction.
   static void swallow_a_failure_that_aborts_the_transaction(session_type& sql) {
     const std::string id = "swallowed-duplicate";
-    sql << "INSERT INTO orders (id, total) VALUES (:id, 1) ON CONFLICT DO NOTHING",
-        ::soci::use(id);
+    sql << "INSERT INTO orders (id, total) VALUES (:id, 1) ON CONFLICT DO NOTHING", ::soci::use(id);
     try {
       sql << "INSERT INTO orders (id, total) VALUES (:id, 2)", ::soci::use(id);
     } catch (const ::soci::soci_error&) {

@@ -1,19 +1,19 @@
 #pragma once
 // The SQLite store fixture of the conformance suites and the end-to-end tests.
 
+#include <unistd.h>
 #include <array>
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <string>
-#include <unistd.h>
 
 #include <soci/soci.h>
 
-#include "soci_fixture.hpp"
 #include <outbox/sqlite/store.hpp>
 #include <outbox/testing/manual_clock.hpp>
+#include "soci_fixture.hpp"
 
 namespace outbox::test {
 
@@ -60,8 +60,8 @@ struct sqlite_fixture : soci_fixture_base {
     outbox::sqlite::configure(*sql);
     return sql;
   }
-  std::unique_ptr<store_type> make_store(session_type& sql,
-                                         outbox::sqlite::retention r = outbox::sqlite::retention::keep) {
+  std::unique_ptr<store_type> make_store(
+      session_type& sql, outbox::sqlite::retention r = outbox::sqlite::retention::keep) {
     return std::make_unique<store_type>(sql, outbox::sqlite::store_options{.retention = r});
   }
   static constexpr auto retentions() {
@@ -73,6 +73,11 @@ struct sqlite_fixture : soci_fixture_base {
   static constexpr const char* now_literal = "0";
   /// The largest attempt count the outbox column holds.
   static constexpr const char* max_attempts_literal = "9223372036854775807";
+  /// Sets every outbox row's attempt count to the largest value the column holds, as another
+  /// program might.
+  static void max_out_attempts(session_type& sql) {
+    sql << std::string("UPDATE outbox SET attempts = ") + max_attempts_literal;
+  }
   /// Writes an outbox row directly, as another program would (no validation).
   static void insert_raw(session_type& sql, const std::string& event_id,
                          const std::string& aggregate_id, const std::string& headers) {
