@@ -152,8 +152,8 @@ inline void check_name(std::string_view field, std::string_view value, std::size
   if (type.empty()) return "must not be empty";
   if (type.size() > 255)
     return "is " + std::to_string(type.size()) + " bytes, limit 255 (an AMQP short string)";
-  for (const char ch : type)
-    if (ch < 0x20 || ch > 0x7E) return "must be printable ASCII (a media type)";
+  for (const char ch : type)  // a tab may separate parameters (RFC 9110 OWS)
+    if ((ch < 0x20 && ch != '\t') || ch > 0x7E) return "must be printable ASCII (a media type)";
   const auto slash = type.find('/');
   if (slash == std::string_view::npos || slash == 0 || slash + 1 == type.size())
     return "is not a media type (type/subtype)";
@@ -278,6 +278,8 @@ inline void validate(const event& e, const validation_limits& limits = {}) {
                                                               {"event_type", &m.event_type}};
   for (const auto& [field, value] : names) {
     if (value->empty()) return std::string("stored ") + field + " is empty";
+    if (value->find('\0') != std::string::npos)
+      return std::string("stored ") + field + " contains a NUL byte";
     if (!is_valid_utf8(*value)) return std::string("stored ") + field + " is not valid UTF-8";
   }
   if (m.id.is_nil()) return "stored event_id is not a UUID";

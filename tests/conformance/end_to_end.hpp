@@ -380,7 +380,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_stale_relay_cannot_settle_rows_it_lost, Combo, e
     // Its confirm finally arrives; settling must not touch what the new owner settled.
     fates[0].what = outbox::settlement::kind::dead;
     fates[0].error = "stale relay thinks it failed";
-    const auto r = stale_store->settle(batch, fates);
+    const auto r = stale_store->settle(batch, fates, w.clock.now());
     BOOST_TEST(r.fenced == 1u);
     BOOST_TEST(r.dead == 0u);
     BOOST_TEST(w.app_store->stats(w.clock.now()).dead == 0);
@@ -391,7 +391,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_stale_relay_cannot_settle_rows_it_lost, Combo, e
     w.clock.advance(60s);
     BOOST_TEST(relay.run_once() == 0u);
     fates[0].what = outbox::settlement::kind::published;
-    const auto r = stale_store->settle(batch, fates);
+    const auto r = stale_store->settle(batch, fates, w.clock.now());
     BOOST_TEST(r.published == 1u);
     BOOST_TEST(relay.run_once() == 0u);
     BOOST_TEST(w.app_store->stats(w.clock.now()).pending == 0);

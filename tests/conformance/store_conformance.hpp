@@ -160,10 +160,12 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(an_abandoned_claim_is_claimable_again_and_the_stal
     BOOST_TEST_REQUIRE(fresh.size() == 2u);
     BOOST_TEST(fresh.messages[0].attempts == 2);  // the abandoned attempt counts
     // The stale relay got its confirms late: it must not settle rows it no longer holds.
-    auto r = st1->settle(stale, conformance::all(2, outbox::settlement::kind::published));
+    auto r =
+        st1->settle(stale, conformance::all(2, outbox::settlement::kind::published), clock.now());
     BOOST_TEST(r.published == 0u);
     BOOST_TEST(r.fenced == 2u);
-    auto r2 = st2->settle(fresh, conformance::all(2, outbox::settlement::kind::published));
+    auto r2 =
+        st2->settle(fresh, conformance::all(2, outbox::settlement::kind::published), clock.now());
     BOOST_TEST(r2.published == 2u);
     BOOST_TEST(r2.fenced == 0u);
   } else {
@@ -183,7 +185,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(an_abandoned_claim_is_claimable_again_and_the_stal
     }
     BOOST_TEST_REQUIRE(fresh.size() == 2u);
     BOOST_TEST(fresh.messages[0].attempts == 1);
-    auto r2 = st2->settle(fresh, conformance::all(2, outbox::settlement::kind::published));
+    auto r2 =
+        st2->settle(fresh, conformance::all(2, outbox::settlement::kind::published), clock.now());
     BOOST_TEST(r2.published == 2u);
   }
   BOOST_TEST(st2->stats(clock.now()).pending == 0);
@@ -198,7 +201,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(published_rows_are_kept_or_deleted_by_retention, F
     auto st = fx.make_store(*sql, retention);
     outbox::testing::manual_clock clock;
     auto b = st->claim(conformance::req(clock));
-    auto r = st->settle(b, conformance::all(b.size(), outbox::settlement::kind::published));
+    auto r =
+        st->settle(b, conformance::all(b.size(), outbox::settlement::kind::published), clock.now());
     BOOST_TEST(r.published == 2u);
     BOOST_TEST(st->claim(conformance::req(clock)).empty());
     const auto rows = Fixture::outbox_rows(*sql);
@@ -223,7 +227,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_retried_row_waits_for_its_time_and_counts_attemp
   f[0].what = outbox::settlement::kind::retry;
   f[0].retry_at = clock.now() + 2s;
   f[0].error = "broker said no";
-  BOOST_TEST(st->settle(b, f).retried == 1u);
+  BOOST_TEST(st->settle(b, f, clock.now()).retried == 1u);
   BOOST_TEST(st->claim(conformance::req(clock)).empty());
   clock.advance(1999ms);
   BOOST_TEST(st->claim(conformance::req(clock)).empty());
@@ -260,7 +264,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(dead_letters_are_kept_listed_and_requeued, Fixture
   f[0].what = outbox::settlement::kind::dead;
   f[0].error = "no route to exchange";
   f[1].what = outbox::settlement::kind::published;
-  auto r = st->settle(b, f);
+  auto r = st->settle(b, f, clock.now());
   BOOST_TEST(r.dead == 1u);
   BOOST_TEST(r.published == 1u);
   BOOST_TEST(st->stats(clock.now()).dead == 1);
@@ -295,7 +299,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(error_texts_survive_the_settle_verbatim, Fixture, 
   f[0].what = outbox::settlement::kind::dead;
   f[0].error = nasty;
   f[1].what = outbox::settlement::kind::dead;  // empty text
-  auto r = st->settle(b, f);
+  auto r = st->settle(b, f, clock.now());
   BOOST_TEST(r.dead == 2u);
   const auto dead = st->dead_letters(10);
   BOOST_TEST_REQUIRE(dead.size() == 2u);
@@ -321,11 +325,11 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_later_event_waits_while_an_earlier_one_of_its_ag
   auto second = st2->claim(conformance::req(clock));
   BOOST_TEST_REQUIRE(second.size() == 1u);  // only y1: x2 and x3 wait behind x1
   BOOST_TEST(second.messages[0].aggregate_id == "y");
-  st2->settle(second, conformance::all(1, outbox::settlement::kind::published));
+  st2->settle(second, conformance::all(1, outbox::settlement::kind::published), clock.now());
   std::vector<outbox::settlement> f(1);
   f[0].what = outbox::settlement::kind::retry;
   f[0].retry_at = clock.now() + 5s;
-  st1->settle(first, f);
+  st1->settle(first, f, clock.now());
   BOOST_TEST(st2->claim(conformance::req(clock)).empty());  // x1 waits for its retry, x2 behind it
   clock.advance(6s);
   auto third = st2->claim(conformance::req(clock));
@@ -372,7 +376,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(purges_run_in_bounded_batches, Fixture, store_fixt
   auto st = fx.make_store(*sql);
   outbox::testing::manual_clock clock;
   auto b = st->claim(conformance::req(clock, 20));
-  st->settle(b, conformance::all(b.size(), outbox::settlement::kind::published));
+  st->settle(b, conformance::all(b.size(), outbox::settlement::kind::published), clock.now());
   const auto later = std::chrono::system_clock::now() + 1h;
   BOOST_TEST(st->purge_published(later, 8) == 8u);
   BOOST_TEST(st->purge_published(later, 8) == 8u);
@@ -410,7 +414,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(backlog_stats_count_pending_in_flight_dead_and_age
   auto b = st->claim(conformance::req(clock, 3));
   std::vector<outbox::settlement> f(3);
   f[0].what = outbox::settlement::kind::dead;
-  st->settle(b, f);  // one dead, two released
+  st->settle(b, f, clock.now());  // one dead, two released
   auto b2 = st->claim(conformance::req(clock, 2));
   BOOST_TEST(b2.size() == 2u);
   clock.advance(10s);
@@ -447,11 +451,12 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_waiting_aggregate_does_not_hold_back_others_beyo
   std::vector<outbox::settlement> f(1);
   f[0].what = outbox::settlement::kind::retry;
   f[0].retry_at = clock.now() + 60s;
-  BOOST_TEST(st->settle(head, f).retried == 1u);
+  BOOST_TEST(st->settle(head, f, clock.now()).retried == 1u);
   auto batch = st->claim(conformance::req(clock, 500));
   BOOST_TEST_REQUIRE(batch.size() == 5u);
   for (const auto& m : batch.messages) BOOST_TEST(m.aggregate_id == "y");
-  st->settle(batch, conformance::all(batch.size(), outbox::settlement::kind::published));
+  st->settle(batch, conformance::all(batch.size(), outbox::settlement::kind::published),
+             clock.now());
   clock.advance(61s);  // X's head is due: X flows again, in order, from its head
   auto xs = st->claim(conformance::req(clock, 500));
   BOOST_TEST_REQUIRE(xs.size() == 500u);
@@ -481,8 +486,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(rows_behind_another_relays_batch_do_not_hold_back_
   auto mine = b->claim(conformance::req(clock, 10));
   BOOST_TEST_REQUIRE(mine.size() == 5u);
   for (const auto& m : mine.messages) BOOST_TEST(m.aggregate_id == "y");
-  b->settle(mine, conformance::all(5, outbox::settlement::kind::published));
-  a->settle(held, conformance::all(10, outbox::settlement::kind::published));
+  b->settle(mine, conformance::all(5, outbox::settlement::kind::published), clock.now());
+  a->settle(held, conformance::all(10, outbox::settlement::kind::published), clock.now());
   auto rest = b->claim(conformance::req(clock, 100));  // x11.. in order once A settled
   BOOST_TEST_REQUIRE(rest.size() == 30u);
   BOOST_TEST(rest.messages[0].event_type == "x10");
@@ -514,7 +519,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_row_that_cannot_be_read_is_dead_lettered_and_the
   BOOST_TEST(batch.messages[1].aggregate_id == "c");
   BOOST_TEST(batch.unreadable == 3u);
   BOOST_TEST(
-      st->settle(batch, conformance::all(2, outbox::settlement::kind::published)).published == 2u);
+      st->settle(batch, conformance::all(2, outbox::settlement::kind::published), clock.now())
+          .published == 2u);
   BOOST_TEST(st->claim(conformance::req(clock)).empty());
   const auto dead = st->dead_letters(10);  // listing them does not fail either
   BOOST_TEST_REQUIRE(dead.size() == 3u);
@@ -547,7 +553,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(an_absurd_attempt_count_written_by_another_program
   BOOST_TEST(retry.exhausted(b.messages[0].attempts - 1));  // what the relay checks first
   std::vector<outbox::settlement> f(1);
   f[0].what = outbox::settlement::kind::dead;
-  BOOST_TEST(st->settle(b, f).dead == 1u);
+  BOOST_TEST(st->settle(b, f, clock.now()).dead == 1u);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(dead_lettering_a_delivery_keeps_content_of_any_kind, Fixture,

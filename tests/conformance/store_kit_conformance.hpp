@@ -4,14 +4,18 @@
 // the first part: `open_unmigrated_session()` (a session on an empty database) and `insert_raw`.
 
 #include <chrono>
+#include <stop_token>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
 
 #include <outbox/concepts/store.hpp>
+#include <outbox/relay.hpp>
 #include <outbox/testing/manual_clock.hpp>
+#include <outbox/testing/memory_transport.hpp>
 #include <outbox/writer.hpp>
 
 BOOST_AUTO_TEST_SUITE(store_kit_conformance)
@@ -26,6 +30,19 @@ void expect_error(outbox::errc kind, F&& f, const char* what) {
   } catch (const outbox::error& e) {
     BOOST_TEST((e.kind() == kind), what << ": " << e.what());
   }
+}
+/// Expects a writer's enqueue on `sql` (in the application's transaction) to be refused as
+/// `misconfigured`.
+template <class Fixture>
+void expect_enqueue_misconfigured(typename Fixture::session_type& sql) {
+  outbox::writer<typename Fixture::store_type> w;
+  expect_error(
+      outbox::errc::misconfigured,
+      [&] {
+        auto tx = Fixture::begin(sql);
+        (void)w.enqueue(sql, conformance::make_event("a"));
+      },
+      "enqueue");
 }
 }  // namespace kit
 
@@ -106,14 +123,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(an_unmigrated_database_is_misconfigured_on_every_s
         (void)st->record_delivery("billing", outbox::make_uuid_v7(), clock.now());
       },
       "record_delivery");
-  outbox::writer<typename Fixture::store_type> w;
-  kit::expect_error(
-      outbox::errc::misconfigured,
-      [&] {
-        auto tx = Fixture::begin(*bare);
-        (void)w.enqueue(*bare, conformance::make_event("a"));
-      },
-      "enqueue");
+  kit::expect_enqueue_misconfigured<Fixture>(*bare);
   // Migrating it makes the same store usable.
   BOOST_TEST(Fixture::store_type::migrate(*bare) == Fixture::store_type::schema_version);
   BOOST_TEST(st->claim(conformance::req(clock)).empty());
@@ -160,6 +170,51 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(rows_of_the_previous_schema_are_readable_after_the
   BOOST_TEST(b.messages[0].payload == "{\"total\": 42}");
   BOOST_TEST(b.messages[0].content_type == "application/json");
   BOOST_TEST(b.messages[0].headers.at("k") == "v");
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_database_behind_the_library_is_misconfigured_and_run_stops, Fixture,
+                              store_fixtures) {
+  Fixture fx;
+  using store_type = typename Fixture::store_type;
+  auto bare = fx.open_unmigrated_session();
+  store_type::migrate(*bare, store_type::schema_version - 1);  // one migration behind
+  auto st = fx.make_store(*bare);
+  outbox::testing::manual_clock clock;
+  kit::expect_error(
+      outbox::errc::misconfigured, [&] { (void)st->claim(conformance::req(clock)); }, "claim");
+  kit::expect_enqueue_misconfigured<Fixture>(*bare);
+  // The relay's run loop stops on it (it backs off from everything else).
+  outbox::testing::memory_transport t;
+  outbox::relay relay(*st, t);
+  std::stop_source stop;  // a watchdog ends the run if it spins instead of stopping
+  std::jthread watchdog([&](std::stop_token done) {
+    for (int i = 0; i < 100 && !done.stop_requested(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    stop.request_stop();
+  });
+  kit::expect_error(
+      outbox::errc::misconfigured, [&] { relay.run(stop.get_token()); }, "relay.run");
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(migrate_refuses_a_session_inside_a_transaction_and_changes_nothing,
+                              Fixture, store_fixtures) {
+  Fixture fx;
+  using store_type = typename Fixture::store_type;
+  auto bare = fx.open_unmigrated_session();
+  {
+    auto tx = Fixture::begin(*bare);
+    *bare << "CREATE TABLE app_rows (id INTEGER)";
+    kit::expect_error(
+        outbox::errc::misconfigured, [&] { store_type::migrate(*bare); },
+        "migrate in a transaction");
+    tx->rollback();  // the caller's transaction is still the caller's
+  }
+  // Nothing was committed by the refused call, and the session is usable.
+  kit::expect_error(
+      outbox::errc::misconfigured,
+      [&] { (void)fx.make_store(*bare)->stats(std::chrono::system_clock::now()); },
+      "still unmigrated");
+  BOOST_TEST(store_type::migrate(*bare) == store_type::schema_version);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_store_moves_with_its_claim_and_its_transactions, Fixture,

@@ -378,7 +378,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(notify_still_wakes_the_relay_while_an_aggregate_wa
     std::vector<outbox::settlement> f(1);
     f[0].what = outbox::settlement::kind::retry;
     f[0].retry_at = std::chrono::system_clock::now() + 1h;
-    BOOST_TEST_REQUIRE(st->settle(head, f).retried == 1u);
+    BOOST_TEST_REQUIRE(st->settle(head, f, std::chrono::system_clock::now()).retried == 1u);
   }
   listening_relay r(fx);
   BOOST_TEST_REQUIRE(r.asleep());
@@ -416,6 +416,38 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(rows_with_infinite_timestamps_do_not_stop_the_rela
   BOOST_TEST(t.published_count() == 5u);
   BOOST_TEST(st->stats(std::chrono::system_clock::now()).pending == 0);
   BOOST_CHECK_NO_THROW((void)st->dead_letters(10));
+}
+
+BOOST_AUTO_TEST_CASE(an_idle_timeout_postgresql_cannot_take_is_refused_at_construction) {
+  postgresql_locking_fixture fx;
+  auto sql = fx.open_session();
+  for (const auto bad : {std::chrono::milliseconds(-1), std::chrono::milliseconds(0),
+                         std::chrono::milliseconds(std::int64_t{1} << 31)}) {
+    try {
+      outbox::postgresql::store st(*sql, {.idle_in_transaction_timeout = bad});
+      BOOST_ERROR("accepted " << bad.count() << " ms");
+    } catch (const outbox::error& e) {
+      BOOST_TEST((e.kind() == outbox::errc::misconfigured));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_migration_that_cannot_get_its_lock_rolls_back_and_leaves_the_session_usable) {
+  postgresql_locking_fixture fx;
+  auto holder = fx.open_session();
+  *holder << "SELECT pg_advisory_lock(7231350017261240901)";  // another process migrating
+  auto sql = fx.open_session();
+  *sql << "SET statement_timeout = 300";
+  try {
+    outbox::postgresql::store::migrate(*sql);
+    BOOST_ERROR("migrated without the lock");
+  } catch (const outbox::error& e) {
+    BOOST_TEST((e.kind() == outbox::errc::transient), e.what());  // 57014: try again later
+  }
+  *holder << "SELECT pg_advisory_unlock(7231350017261240901)";
+  *sql << "SET statement_timeout = 0";  // would fail (25P02) on an aborted transaction
+  BOOST_TEST(outbox::postgresql::store::migrate(*sql) ==
+             outbox::postgresql::store::schema_version);
 }
 
 OUTBOX_TEST_MAIN_REQUIRING("OUTBOX_TEST_POSTGRESQL")

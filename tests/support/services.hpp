@@ -3,7 +3,8 @@
 // OUTBOX_TEST_MYSQL, OUTBOX_TEST_AMQP, OUTBOX_TEST_KAFKA). Unset: the test executable exits 77,
 // which Meson reports as SKIP; with OUTBOX_REQUIRE_SERVICES=1 (CI) an unset address is a failure.
 //
-// Use: #define BOOST_TEST_NO_MAIN before including Boost.Test, then OUTBOX_TEST_MAIN_REQUIRING(VAR).
+// Use: #define BOOST_TEST_NO_MAIN before including Boost.Test, then
+// OUTBOX_TEST_MAIN_REQUIRING(VAR).
 
 #include <cstdlib>
 #include <iostream>

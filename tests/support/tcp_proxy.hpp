@@ -128,8 +128,10 @@ class tcp_proxy {
           const int c = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
           if (c >= 0) {
             const int s = connect_upstream();
-            if (s >= 0) pairs_.push_back({c, s});
-            else ::close(c);
+            if (s >= 0)
+              pairs_.push_back({c, s});
+            else
+              ::close(c);
           }
         }
         k = 1;

@@ -58,10 +58,12 @@ BOOST_AUTO_TEST_SUITE(uuid_v7)
 
 BOOST_AUTO_TEST_CASE(has_the_rfc_9562_layout_and_the_current_time) {
   const auto before = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::system_clock::now().time_since_epoch()).count();
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
   const auto id = outbox::make_uuid_v7();
   const auto after = std::chrono::duration_cast<std::chrono::milliseconds>(
-                         std::chrono::system_clock::now().time_since_epoch()).count();
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count();
   BOOST_TEST(id.version() == 7);
   BOOST_TEST(id.rfc_variant());
   BOOST_TEST(id.unix_ms() >= static_cast<std::uint64_t>(before));
@@ -78,7 +80,9 @@ BOOST_AUTO_TEST_CASE(is_strictly_increasing_within_a_millisecond_and_across_thre
   std::vector<std::vector<outbox::uuid>> per_thread(4);
   std::vector<std::thread> threads;
   for (auto& v : per_thread)
-    threads.emplace_back([&v] { for (int i = 0; i < 5'000; ++i) v.push_back(outbox::make_uuid_v7()); });
+    threads.emplace_back([&v] {
+      for (int i = 0; i < 5'000; ++i) v.push_back(outbox::make_uuid_v7());
+    });
   for (auto& t : threads) t.join();
   std::set<outbox::uuid> all;
   for (const auto& v : per_thread) {
@@ -157,8 +161,8 @@ BOOST_AUTO_TEST_CASE(refuses_empty_or_oversized_names_naming_the_field) {
 }
 
 BOOST_AUTO_TEST_CASE(refuses_invalid_json_and_payloads_over_the_limit) {
-  for (const char* bad : {"", "{", "{\"a\":}", "not json", "{\"a\":1} trailing", "{'a':1}",
-                          "{\"s\":\"\xc3\x28\"}"}) {
+  for (const char* bad :
+       {"", "{", "{\"a\":}", "not json", "{\"a\":1} trailing", "{'a':1}", "{\"s\":\"\xc3\x28\"}"}) {
     auto e = good();
     e.payload = bad;
     BOOST_TEST(refused_field(e) == "payload", "payload " << bad);
@@ -187,8 +191,8 @@ BOOST_AUTO_TEST_CASE(a_payload_of_another_content_type_is_bytes_and_the_type_is_
   BOOST_TEST(refused_field(e, {.max_payload_bytes = 50}) == "payload");  // the size still counts
   e = good();
   e.payload = "not json";
-  for (const char* json_type : {"application/json", "Application/JSON; charset=utf-8",
-                                "application/cloudevents+json"}) {
+  for (const char* json_type :
+       {"application/json", "Application/JSON; charset=utf-8", "application/cloudevents+json"}) {
     e.content_type = json_type;
     BOOST_TEST(refused_field(e) == "payload", json_type);
     BOOST_TEST(outbox::is_json_content_type(json_type));
@@ -196,9 +200,9 @@ BOOST_AUTO_TEST_CASE(a_payload_of_another_content_type_is_bytes_and_the_type_is_
   for (const char* other : {"application/avro", "application/x-protobuf", "text/plain",
                             "application/jsonx", "application/json-seq"})
     BOOST_TEST(!outbox::is_json_content_type(other), other);
-  for (const std::string& bad : {std::string(), std::string("json"), std::string("/json"),
-                                 std::string("application/"), std::string("a/b\n"),
-                                 std::string("caf\xc3\xa9/x"), std::string(256, 'a') + "/b"}) {
+  for (const std::string& bad :
+       {std::string(), std::string("json"), std::string("/json"), std::string("application/"),
+        std::string("a/b\n"), std::string("caf\xc3\xa9/x"), std::string(256, 'a') + "/b"}) {
     e = good();
     e.content_type = bad;
     BOOST_TEST(refused_field(e) == "content_type", bad);
@@ -213,6 +217,10 @@ BOOST_AUTO_TEST_CASE(a_payload_of_another_content_type_is_bytes_and_the_type_is_
   BOOST_TEST(!outbox::unpublishable_reason(m).empty());
   m.content_type = "";
   BOOST_TEST(outbox::unpublishable_reason(m).find("content_type") != std::string::npos);
+  m.content_type = "application/x;\tq=1";  // a tab between parameters is a media type
+  BOOST_TEST(outbox::unpublishable_reason(m).empty());
+  m.aggregate_id = std::string("a\0b", 3);  // another program's row: a NUL in a name
+  BOOST_TEST(outbox::unpublishable_reason(m).find("NUL") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(refuses_a_payload_nested_past_the_depth_limit_without_recursing) {
@@ -250,13 +258,14 @@ BOOST_AUTO_TEST_CASE(refuses_a_nul_byte_anywhere_in_the_payload) {
   // nlohmann's parser stops at a NUL byte as if the input ended there: {"a":1}\0garbage was
   // accepted, then stored and published as bytes that are not JSON (or cut at the NUL).
   auto e = good();
-  for (const std::string& bad : {std::string("{\"a\":1}\0garbage", 15), std::string("{\"a\":1}\0", 8),
-                                std::string("\0{\"a\":1}", 8),
-                                std::string("{\"s\":\"a\0b\"}", 11)}) {
+  for (const std::string& bad :
+       {std::string("{\"a\":1}\0garbage", 15), std::string("{\"a\":1}\0", 8),
+        std::string("\0{\"a\":1}", 8), std::string("{\"s\":\"a\0b\"}", 11)}) {
     e.payload = bad;
     BOOST_TEST(refused_field(e) == "payload", "payload of " << bad.size() << " bytes");
   }
-  e.payload = "\xEF\xBB\xBF{\"a\":1}";  // a byte order mark: nlohmann skipped it, PostgreSQL refused
+  e.payload =
+      "\xEF\xBB\xBF{\"a\":1}";  // a byte order mark: nlohmann skipped it, PostgreSQL refused
   BOOST_TEST(refused_field(e) == "payload");
   e.payload = "{\"a\":1}  \n";  // trailing white space is JSON
   BOOST_TEST(refused_field(e).empty());
@@ -324,8 +333,8 @@ BOOST_AUTO_TEST_SUITE_END()
 BOOST_AUTO_TEST_SUITE(retry)
 
 BOOST_AUTO_TEST_CASE(backoff_grows_exponentially_up_to_the_cap) {
-  outbox::exponential_backoff b{.initial = 100ms, .multiplier = 2.0, .max_delay = 1s, .jitter = 0,
-                                .max_attempts = 5};
+  outbox::exponential_backoff b{
+      .initial = 100ms, .multiplier = 2.0, .max_delay = 1s, .jitter = 0, .max_attempts = 5};
   std::mt19937_64 rng(1);
   BOOST_TEST(b.delay(1, rng).count() == 100);
   BOOST_TEST(b.delay(2, rng).count() == 200);
@@ -370,7 +379,9 @@ BOOST_AUTO_TEST_CASE(relay_refuses_contradictory_options) {
   struct nothing_store {
     outbox::claimed_batch claim(const outbox::claim_request&) { return {}; }
     outbox::settle_result settle(const outbox::claimed_batch&, std::span<const outbox::settlement>,
-                                 outbox::time_point) { return {}; }
+                                 outbox::time_point) {
+      return {};
+    }
     void release(const outbox::claimed_batch&) {}
   } st;
   outbox::testing::memory_transport t;
@@ -480,8 +491,8 @@ BOOST_AUTO_TEST_CASE(consumer_backs_off_more_after_each_transient_failure_and_sp
   outbox::testing::memory_transport t;
   (void)t.publish(std::vector{one_message()}, std::chrono::steady_clock::now() + 1s);
   std::vector<int> asked;
-  outbox::consumer c(st, t, [](int&, const outbox::message&) {}, {.name = "c"},
-                     recording_retry{&asked});
+  outbox::consumer c(
+      st, t, [](int&, const outbox::message&) {}, {.name = "c"}, recording_retry{&asked});
   using outcome = decltype(c)::outcome;
   outcome last = outcome::idle;
   for (int i = 0; i < 20 && last != outcome::applied; ++i) last = c.poll_once();
@@ -514,8 +525,9 @@ BOOST_AUTO_TEST_CASE(consumer_classifies_a_handler_sql_error_by_the_store_and_re
   // The same failure from a store that cannot classify it spends attempts: dead after 3.
   flaky_inbox plain;
   (void)t.publish(std::vector{one_message()}, std::chrono::steady_clock::now() + 1s);
-  outbox::consumer d(plain, t, [](int&, const outbox::message&) { throw deadlock_detected(); },
-                     {.name = "d"}, recording_retry{&asked});
+  outbox::consumer d(
+      plain, t, [](int&, const outbox::message&) { throw deadlock_detected(); }, {.name = "d"},
+      recording_retry{&asked});
   using outcome_d = decltype(d)::outcome;
   outcome_d last_d = outcome_d::idle;
   for (int i = 0; i < 20 && last_d != outcome_d::dead_lettered; ++i) last_d = d.poll_once();
@@ -540,9 +552,10 @@ BOOST_AUTO_TEST_CASE(consumer_run_backs_off_from_every_error_but_misconfigured) 
   failing_receiver r{outbox::errc::permanent, 3, &stop};
   std::vector<int> asked;
   int reported = 0;
-  outbox::consumer c(st, r, [](int&, const outbox::message&) {},
-                     {.name = "c", .on_error = [&](const outbox::error&) { ++reported; }},
-                     recording_retry{&asked});
+  outbox::consumer c(
+      st, r, [](int&, const outbox::message&) {},
+      {.name = "c", .on_error = [&](const outbox::error&) { ++reported; }},
+      recording_retry{&asked});
   BOOST_CHECK_NO_THROW(c.run(stop.get_token()));  // a permanent error used to escape run
   BOOST_TEST(reported == 3);
   BOOST_TEST(c.stats().errors == 3u);
@@ -550,8 +563,8 @@ BOOST_AUTO_TEST_CASE(consumer_run_backs_off_from_every_error_but_misconfigured) 
 
   std::stop_source stop2;
   failing_receiver bad{outbox::errc::misconfigured, 1, &stop2};
-  outbox::consumer c2(st, bad, [](int&, const outbox::message&) {}, {.name = "c"},
-                      recording_retry{&asked});
+  outbox::consumer c2(
+      st, bad, [](int&, const outbox::message&) {}, {.name = "c"}, recording_retry{&asked});
   BOOST_CHECK_THROW(c2.run(stop2.get_token()), outbox::error);
 }
 
@@ -577,7 +590,8 @@ BOOST_AUTO_TEST_CASE(relay_run_backs_off_from_every_error_but_misconfigured) {
   failing_store st{outbox::errc::permanent, 3, &stop};
   int reported = 0;
   outbox::relay r(st, t,
-                  {.idle_poll_min = 1ms, .idle_poll_max = 2ms,
+                  {.idle_poll_min = 1ms,
+                   .idle_poll_max = 2ms,
                    .on_error = [&](const outbox::error&) { ++reported; }},
                   quick);
   BOOST_CHECK_NO_THROW(r.run(stop.get_token()));  // a permanent error used to escape run

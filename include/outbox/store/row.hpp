@@ -89,4 +89,9 @@ template <row_view Row>
 /// writes that came from elsewhere (a broker's error, a reason) goes through here.
 [[nodiscard]] inline std::string storable_text(std::string_view s) { return sanitize_text(s); }
 
+/// A consumer's dead letter keeps the headers a peer sent as JSON text, storable, cut to 1 MiB.
+[[nodiscard]] inline std::string storable_headers(const header_map& headers) {
+  return sanitize_text(headers_to_json(headers), std::size_t{1} << 20);
+}
+
 }  // namespace outbox::store

@@ -21,7 +21,8 @@
 ///   letter is requeued, or `interrupt` is called (from any thread).
 ///
 /// Times: the ones passed in (`claim_request::now`, `record_delivery`'s `now`, ...); `settle`
-/// stamps `published_at` and `dead_at` with the store's `Clock`, so a test on a manual clock
+/// stamps `published_at` and `dead_at` with the relay's time (`settle(b, f, now)`; the two-argument
+/// `settle` a test calls by hand uses the store's `Clock`), so a test on a manual clock
 /// controls them too.
 ///
 /// ```cpp
@@ -59,16 +60,15 @@
 #include <outbox/error.hpp>
 #include <outbox/message.hpp>
 #include <outbox/retry.hpp>
+#include <outbox/store/options.hpp>
+#include <outbox/store/row.hpp>
 #include <outbox/testing/memory_database.hpp>
 #include <outbox/validate.hpp>
 
 namespace outbox::testing {
 
-/// What becomes of a row once its publish is confirmed.
-enum class retention {
-  keep,               ///< Marked published; removed later by `purge_published`, in batches.
-  delete_on_publish,  ///< Deleted by the settle itself.
-};
+/// What becomes of a row once its publish is confirmed: the type every store shares.
+using outbox::retention;
 
 /// Options of a memory store.
 struct memory_store_options {
@@ -169,17 +169,23 @@ class memory_store {
       // Unreadable: dead-lettered with the reason; the rest of the batch flows.
       row.state = memory_row::state_type::dead;
       row.dead_at = req.now;
-      row.last_error = sanitize_text("unreadable row: " + why);
+      row.last_error = outbox::store::storable_text("unreadable row: " + why);
       clear_lease(row);
       ++batch.unreadable;
     }
     return batch;
   }
 
+  /// Stamped with the store's clock (for tests that settle by hand).
   settle_result settle(const claimed_batch& batch, std::span<const settlement> fates) {
+    return settle(batch, fates, clock_.now());
+  }
+
+  /// @param now stamps published_at and dead_at (the relay passes its clock's time).
+  settle_result settle(const claimed_batch& batch, std::span<const settlement> fates,
+                       time_point now) {
     batch.require_one_fate_each(fates.size(), "memory");
     settle_result r;
-    const auto now = clock_.now();
     std::lock_guard lock(db_->mutex_);
     db_->check_fault(memory_operation::settle, "settle");
     for (std::size_t i = 0; i < fates.size(); ++i) {
@@ -205,13 +211,13 @@ class memory_store {
         case settlement::kind::retry:
           ++r.retried;
           row.available_at = f.retry_at;
-          row.last_error = sanitize_text(f.error);
+          row.last_error = outbox::store::storable_text(f.error);
           break;
         case settlement::kind::dead:
           ++r.dead;
           row.state = memory_row::state_type::dead;
           row.dead_at = now;
-          row.last_error = sanitize_text(f.error);
+          row.last_error = outbox::store::storable_text(f.error);
           break;
         case settlement::kind::release:
           ++r.released;
@@ -263,7 +269,7 @@ class memory_store {
     db_->check_fault(memory_operation::dead_letter_delivery, "dead_letter_delivery");
     std::pair<std::string, uuid> key{std::string(consumer), m.id};
     db_->inbox_dead_.insert_or_assign(
-        key, memory_inbox_dead_record{key.first, m, sanitize_text(why), now});
+        key, memory_inbox_dead_record{key.first, m, outbox::store::storable_text(why), now});
     db_->inbox_.try_emplace(std::move(key), now);
   }
 

@@ -350,11 +350,6 @@ class store {
     });
   }
 
-  /// The settle stamped with the system clock (until the conformance suite passes its clock).
-  settle_result settle(const claimed_batch& batch, std::span<const settlement> fates) {
-    return settle(batch, fates, std::chrono::system_clock::now());
-  }
-
   void release(const claimed_batch& batch) {
     if (options_.policy == claim_policy::locking) {
       // Rolling back undoes the claim (attempts included) and drops the row locks.
@@ -444,7 +439,7 @@ class store {
                          .add(outbox::store::storable_text(m.aggregate_id))
                          .add(outbox::store::storable_text(m.event_type))
                          .add_bytes(m.payload)
-                         .add(sanitize_text(headers_to_json(m.headers), max_dead_header_bytes))
+                         .add(outbox::store::storable_headers(m.headers))
                          .add(outbox::store::storable_text(why))
                          .add(detail::to_us(now))
                          .add(outbox::store::storable_text(m.content_type)),
@@ -534,9 +529,6 @@ class store {
 
   /// Statements a locking claim may run to get past aggregates held by other relays.
   static constexpr int claim_passes = 4;
-
-  /// Headers of a consumer's dead letter are cut to this many bytes (they came from a peer).
-  static constexpr std::size_t max_dead_header_bytes = 1 << 20;
 
   static bool drain_notifications(PGconn* c) {
     bool any = false;

@@ -319,11 +319,6 @@ class store {
     return plan.finish(r);
   }
 
-  /// The settle stamped with the system clock (until the conformance suite passes its clock).
-  settle_result settle(const claimed_batch& batch, std::span<const settlement> fates) {
-    return settle(batch, fates, std::chrono::system_clock::now());
-  }
-
   void release(const claimed_batch& batch) {
     std::vector<settlement> fates(batch.size());
     settle(batch, fates, batch.lease_until);  // nothing is stamped by a release
@@ -353,15 +348,20 @@ class store {
   void dead_letter_delivery(std::string_view consumer, const message& m, std::string_view why,
                             time_point now) {
     prepare();
+    // What a peer delivered is kept whatever it is: the payload as bytes, the texts made
+    // storable (as on every store).
+    using outbox::store::storable_text;
     const auto id = m.id.to_string();
-    const auto headers = headers_to_json(m.headers);
-    const auto reason = outbox::store::storable_text(why);
+    const auto headers = outbox::store::storable_headers(m.headers);
+    const std::string texts[] = {storable_text(m.aggregate_type), storable_text(m.aggregate_id),
+                                 storable_text(m.event_type), storable_text(why),
+                                 storable_text(m.content_type)};
     const auto at = detail::to_ms(now);
     detail::immediate_transaction tx(db_);
     detail::statement st(db_, statements::inbox_dead);
-    st.bind(1, consumer).bind(2, id).bind(3, m.aggregate_type).bind(4, m.aggregate_id);
-    st.bind(5, m.event_type).bind_blob(6, m.payload).bind(7, headers).bind(8, reason);
-    st.bind(9, at).bind(10, m.content_type).run();
+    st.bind(1, consumer).bind(2, id).bind(3, texts[0]).bind(4, texts[1]).bind(5, texts[2]);
+    st.bind_blob(6, m.payload).bind(7, headers).bind(8, texts[3]).bind(9, at);
+    st.bind(10, texts[4]).run();
     st_.inbox_insert.bind(1, consumer).bind(2, id).bind(3, at).run();
     tx.commit();
   }
