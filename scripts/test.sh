@@ -38,6 +38,7 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_sta
 
 readonly BUILD_DIR=build-ci
 readonly ASAN_DIR=build-asan
+readonly CORE_DIR=build-core
 readonly BUILD_PACKAGES=(
     meson ninja-build pkg-config g++ ccache python3
     libsoci-dev libboost-test-dev nlohmann-json3-dev
@@ -146,6 +147,20 @@ meson test -C "$BUILD_DIR" --print-errorlogs --num-processes 2 || test_rc=$?
 echo "meson test ($BUILD_DIR) exited $test_rc"
 ((test_rc == 0)) || meson_failed=1
 testlogs+=("$BUILD_DIR/meson-logs/testlog.json")
+
+# --- 3b. the core alone: no database, no broker (the memory store and transport) -------------
+section "build $CORE_DIR (core only: -Dauto_features=disabled)"
+if build "$CORE_DIR" -Dauto_features=disabled -Dtests=enabled -Dexamples=false -Dbench=false; then
+    section "test $CORE_DIR"
+    test_rc=0
+    meson test -C "$CORE_DIR" --print-errorlogs --num-processes 2 || test_rc=$?
+    echo "meson test ($CORE_DIR) exited $test_rc"
+    ((test_rc == 0)) || meson_failed=1
+    testlogs+=("$CORE_DIR/meson-logs/testlog.json")
+else
+    echo "error: the build in $CORE_DIR failed" >&2
+    build_failures=$((build_failures + 1))
+fi
 
 # --- 4. optional sanitizer build --------------------------------------------------------------
 if [[ ${OUTBOX_CI_SANITIZE:-1} == 1 ]]; then

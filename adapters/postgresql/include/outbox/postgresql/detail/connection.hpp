@@ -3,6 +3,7 @@
 /// The PostgreSQL dialect's connection layer: the libpq connection under a `soci::session`,
 /// prepared statements with text (and binary bytea) parameters, results, SQLSTATE translation.
 
+#include <array>
 #include <charconv>
 #include <chrono>
 #include <cstdint>
@@ -257,19 +258,25 @@ inline time_point from_us(std::int64_t us) { return from_unix_clamped<std::micro
 /// The bytes of a bytea value in text result format (hex, "\\x0a1b..."); a value that is not
 /// hex (the server's bytea_output set to 'escape') is returned as it is.
 inline std::string bytea_from_text(std::string_view t) {
-  if (t.size() < 2 || t[0] != '\\' || t[1] != 'x') return std::string(t);
-  const auto nibble = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  std::string out;
-  out.resize((t.size() - 2) / 2);
+  // A table, not branches: a claim decodes every payload it returns.
+  static constexpr auto nibbles = [] {
+    std::array<signed char, 256> n{};
+    n.fill(-1);
+    for (int c = '0'; c <= '9'; ++c)
+      n[static_cast<std::size_t>(c)] = static_cast<signed char>(c - '0');
+    for (int c = 'a'; c <= 'f'; ++c)
+      n[static_cast<std::size_t>(c)] = static_cast<signed char>(c - 'a' + 10);
+    for (int c = 'A'; c <= 'F'; ++c)
+      n[static_cast<std::size_t>(c)] = static_cast<signed char>(c - 'A' + 10);
+    return n;
+  }();
+  if (t.size() < 2 || t[0] != '\\' || t[1] != 'x' || t.size() % 2 != 0) return std::string(t);
+  std::string out(t.size() / 2 - 1, '\0');
+  const auto* in = reinterpret_cast<const unsigned char*>(t.data()) + 2;
   for (std::size_t i = 0; i < out.size(); ++i) {
-    const int hi = nibble(t[2 + 2 * i]);
-    const int lo = nibble(t[3 + 2 * i]);
-    if (hi < 0 || lo < 0) return std::string(t);
+    const int hi = nibbles[in[2 * i]];
+    const int lo = nibbles[in[2 * i + 1]];
+    if ((hi | lo) < 0) return std::string(t);
     out[i] = static_cast<char>((hi << 4) | lo);
   }
   return out;
