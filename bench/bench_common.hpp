@@ -20,7 +20,9 @@ namespace outbox::bench {
 /// aggregates, 0 gives each event its own.
 inline outbox::event sample_event(long i, long aggregates = 0) {
   return outbox::event{
-      "order", std::to_string(aggregates > 0 ? i % aggregates : i), "order_placed",
+      "order",
+      std::to_string(aggregates > 0 ? i % aggregates : i),
+      "order_placed",
       R"({"order_id":)" + std::to_string(i) +
           R"(,"customer":"customer-00042","currency":"EUR","total_cents":123456,)"
           R"("lines":[{"sku":"SKU-0001","qty":2,"price_cents":1999},)"

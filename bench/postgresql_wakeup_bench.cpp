@@ -22,8 +22,8 @@
 #include <outbox/outbox.hpp>
 #include <outbox/postgresql/store.hpp>
 
-#include "bench_common.hpp"
 #include <outbox/testing/memory_transport.hpp>
+#include "bench_common.hpp"
 
 using namespace std::chrono_literals;
 namespace pg = outbox::postgresql;
@@ -53,7 +53,8 @@ class timing_transport {
   }
 
  private:
-  outbox::testing::memory_transport inner_{{.confirm_latency = 100us, .deliver = false, .record = false}};
+  outbox::testing::memory_transport inner_{
+      {.confirm_latency = 100us, .deliver = false, .record = false}};
   std::mutex mutex_;
   std::unordered_map<outbox::uuid, steady::time_point> confirmed_at_;
 };
@@ -86,10 +87,13 @@ percentiles run(bool listen, double seconds, int rate) {
   const auto start = steady::now();
   const auto total = static_cast<long>(seconds * rate);
   for (long i = 0; i < total; ++i) {
-    std::this_thread::sleep_until(start + std::chrono::duration_cast<steady::duration>(interval * i));
+    std::this_thread::sleep_until(start +
+                                  std::chrono::duration_cast<steady::duration>(interval * i));
     soci::transaction tx(app);
-    const auto id = w.enqueue(app, outbox::event{"order", std::to_string(i), "order_placed",
-                                                 R"({"n":)" + std::to_string(i) + "}", {}});
+    const auto id = w.enqueue(
+        app,
+        outbox::event{
+            "order", std::to_string(i), "order_placed", R"({"n":)" + std::to_string(i) + "}", {}});
     tx.commit();
     committed.emplace_back(id, steady::now());
   }
@@ -125,8 +129,10 @@ int main(int argc, char** argv) try {
   int rate = 500;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string_view k = argv[i];
-    if (k == "--seconds") seconds = std::strtod(argv[i + 1], nullptr);
-    else if (k == "--rate") rate = std::atoi(argv[i + 1]);
+    if (k == "--seconds")
+      seconds = std::strtod(argv[i + 1], nullptr);
+    else if (k == "--rate")
+      rate = std::atoi(argv[i + 1]);
   }
   {
     soci::session admin("postgresql", connect_string());
@@ -138,8 +144,8 @@ int main(int argc, char** argv) try {
             << " s, one transaction per event, commit to confirm\n";
   const auto notify = run(true, seconds, rate);
   const auto poll = run(false, seconds, rate);
-  std::printf("listen/notify   p50 %7.2f ms  p99 %7.2f ms  max %7.2f ms  (%zu events)\n", notify.p50,
-              notify.p99, notify.max, notify.n);
+  std::printf("listen/notify   p50 %7.2f ms  p99 %7.2f ms  max %7.2f ms  (%zu events)\n",
+              notify.p50, notify.p99, notify.max, notify.n);
   std::printf("poll every 1 s  p50 %7.2f ms  p99 %7.2f ms  max %7.2f ms  (%zu events)\n", poll.p50,
               poll.p99, poll.max, poll.n);
   std::printf("ratio p99 poll/notify %.1f\n", poll.p99 / notify.p99);

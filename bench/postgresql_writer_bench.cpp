@@ -53,11 +53,13 @@ int main(int argc, char** argv) try {
     std::string fsync, sync_commit;
     admin << "SHOW fsync", soci::into(fsync);
     admin << "SHOW synchronous_commit", soci::into(sync_commit);
-    std::cout << "postgresql writer benchmark: " << seconds << " s per thread count, fsync=" << fsync
-              << ", synchronous_commit=" << sync_commit << "\n";
+    std::cout << "postgresql writer benchmark: " << seconds
+              << " s per thread count, fsync=" << fsync << ", synchronous_commit=" << sync_commit
+              << "\n";
   }
   for (int threads : {1, 8}) {
-    std::vector<tally> without(static_cast<std::size_t>(threads)), with(static_cast<std::size_t>(threads));
+    std::vector<tally> without(static_cast<std::size_t>(threads)),
+        with(static_cast<std::size_t>(threads));
     std::vector<std::thread> pool;
     std::atomic<bool> go{false};
     for (int t = 0; t < threads; ++t) {
@@ -78,14 +80,18 @@ int main(int argc, char** argv) try {
             sql << "INSERT INTO bench_orders (customer, total_cents) VALUES (:c, :t) RETURNING id",
                 soci::use(customer), soci::use(total), soci::into(id);
             if (enqueue)
-              w.enqueue(sql, outbox::event{"order", std::to_string(id), "order_placed",
-                                           R"({"customer":")" + customer +
-                                               R"(","total_cents":1999})",
-                                           {}});
+              w.enqueue(sql,
+                        outbox::event{"order",
+                                      std::to_string(id),
+                                      "order_placed",
+                                      R"({"customer":")" + customer + R"(","total_cents":1999})",
+                                      {}});
             tx.commit();
           }
-          const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-          auto& k = enqueue ? with[static_cast<std::size_t>(t)] : without[static_cast<std::size_t>(t)];
+          const double dt =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          auto& k =
+              enqueue ? with[static_cast<std::size_t>(t)] : without[static_cast<std::size_t>(t)];
           ++k.count;
           k.seconds += dt;
         }

@@ -58,9 +58,7 @@ using outbox::bench::fresh_copy;
 using outbox::bench::result;
 const auto remove_db = outbox::bench::remove_sqlite_db;
 
-void build(const fs::path& path, long rows) {
-  outbox::bench::build_sqlite_pristine(path, rows, 0);
-}
+void build(const fs::path& path, long rows) { outbox::bench::build_sqlite_pristine(path, rows, 0); }
 
 long long pending(soci::session& sql) {
   long long n = 0;
@@ -84,10 +82,17 @@ result timed(long rows, const std::function<void()>& body, soci::session& check)
 result run_relay(const fs::path& db, const args& a) {
   soci::session sql(soci::sqlite3, "db=" + db.string());
   outbox::sqlite::store st(sql);
-  outbox::testing::memory_transport t(
-      {.confirm_latency = std::chrono::microseconds(a.latency_us), .deliver = false, .record = false});
+  outbox::testing::memory_transport t({.confirm_latency = std::chrono::microseconds(a.latency_us),
+                                       .deliver = false,
+                                       .record = false});
   outbox::relay r(st, t, {.batch_size = static_cast<std::size_t>(a.batch)});
-  return timed(a.rows, [&] { while (r.run_once() > 0) {} }, sql);
+  return timed(
+      a.rows,
+      [&] {
+        while (r.run_once() > 0) {
+        }
+      },
+      sql);
 }
 
 // (b) the naive relay: SELECT 100, then per row publish + wait for the confirm + UPDATE.
@@ -95,36 +100,40 @@ result run_naive(const fs::path& db, const args& a) {
   soci::session sql(soci::sqlite3, "db=" + db.string());
   outbox::sqlite::configure(sql);
   auto* h = sd::handle(sql);
-  outbox::testing::memory_transport t(
-      {.confirm_latency = std::chrono::microseconds(a.latency_us), .deliver = false, .record = false});
+  outbox::testing::memory_transport t({.confirm_latency = std::chrono::microseconds(a.latency_us),
+                                       .deliver = false,
+                                       .record = false});
   sd::statement select(h,
                        "SELECT seq, event_id, aggregate_type, aggregate_id, event_type, payload, "
                        "headers FROM outbox WHERE state = 0 ORDER BY seq LIMIT 100");
   sd::statement mark(h, "UPDATE outbox SET state = 1, published_at = ?1 WHERE seq = ?2");
-  return timed(a.rows, [&] {
-    for (;;) {
-      sd::immediate_transaction tx(h);
-      std::vector<outbox::message> rows;
-      while (select.step()) {
-        outbox::message m;
-        m.sequence = select.column_int64(0);
-        m.id = outbox::uuid::parse(select.column_text(1)).value();
-        m.aggregate_type = select.column_text(2);
-        m.aggregate_id = select.column_text(3);
-        m.event_type = select.column_text(4);
-        m.payload = select.column_text(5);
-        rows.push_back(std::move(m));
-      }
-      select.reset();
-      if (rows.empty()) break;
-      for (const auto& m : rows) {
-        const auto res = t.publish(std::span(&m, 1), std::chrono::steady_clock::now() + 10s);
-        if (res.size() != 1 || !res[0].confirmed) std::abort();
-        mark.bind(1, sd::to_ms(std::chrono::system_clock::now())).bind(2, m.sequence).run();
-      }
-      tx.commit();
-    }
-  }, sql);
+  return timed(
+      a.rows,
+      [&] {
+        for (;;) {
+          sd::immediate_transaction tx(h);
+          std::vector<outbox::message> rows;
+          while (select.step()) {
+            outbox::message m;
+            m.sequence = select.column_int64(0);
+            m.id = outbox::uuid::parse(select.column_text(1)).value();
+            m.aggregate_type = select.column_text(2);
+            m.aggregate_id = select.column_text(3);
+            m.event_type = select.column_text(4);
+            m.payload = select.column_text(5);
+            rows.push_back(std::move(m));
+          }
+          select.reset();
+          if (rows.empty()) break;
+          for (const auto& m : rows) {
+            const auto res = t.publish(std::span(&m, 1), std::chrono::steady_clock::now() + 10s);
+            if (res.size() != 1 || !res[0].confirmed) std::abort();
+            mark.bind(1, sd::to_ms(std::chrono::system_clock::now())).bind(2, m.sequence).run();
+          }
+          tx.commit();
+        }
+      },
+      sql);
 }
 
 // (c) the bare SQL of our claim and settle: the same statements, nothing else.
@@ -134,34 +143,40 @@ result run_bare(const fs::path& db, const args& a) {
   auto* h = sd::handle(sql);
   sd::statement claim(h, outbox::sqlite::statements::claim, true);
   sd::statement settle(h, outbox::sqlite::statements::settle_published_keep, true);
-  return timed(a.rows, [&] {
-    std::int64_t token = 1;
-    std::string ids;
-    for (;; ++token) {
-      const auto now = sd::to_ms(std::chrono::system_clock::now());
-      ids = "[";
-      std::size_t n = 0;
-      std::size_t bytes = 0;
-      {
-        sd::immediate_transaction tx(h);
-        claim.bind(1, now + 30'000).bind(2, std::string_view("bare")).bind(3, token)
-            .bind(4, now).bind(5, std::int64_t{a.batch});
-        while (claim.step()) {
-          if (n++) ids += ',';
-          ids += std::to_string(claim.column_int64(0));
-          bytes += claim.column_text(5).size();  // a relay must read the payload
+  return timed(
+      a.rows,
+      [&] {
+        std::int64_t token = 1;
+        std::string ids;
+        for (;; ++token) {
+          const auto now = sd::to_ms(std::chrono::system_clock::now());
+          ids = "[";
+          std::size_t n = 0;
+          std::size_t bytes = 0;
+          {
+            sd::immediate_transaction tx(h);
+            claim.bind(1, now + 30'000)
+                .bind(2, std::string_view("bare"))
+                .bind(3, token)
+                .bind(4, now)
+                .bind(5, std::int64_t{a.batch});
+            while (claim.step()) {
+              if (n++) ids += ',';
+              ids += std::to_string(claim.column_int64(0));
+              bytes += claim.column_text(5).size();  // a relay must read the payload
+            }
+            claim.reset();
+            tx.commit();
+          }
+          if (n == 0) break;
+          ids += ']';
+          sd::immediate_transaction tx(h);
+          settle.bind(1, ids).bind(2, token).bind(3, now).run();
+          tx.commit();
+          if (bytes == 0) std::abort();
         }
-        claim.reset();
-        tx.commit();
-      }
-      if (n == 0) break;
-      ids += ']';
-      sd::immediate_transaction tx(h);
-      settle.bind(1, ids).bind(2, token).bind(3, now).run();
-      tx.commit();
-      if (bytes == 0) std::abort();
-    }
-  }, sql);
+      },
+      sql);
 }
 
 }  // namespace
@@ -173,8 +188,8 @@ int main(int argc, char** argv) try {
   ::prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
   const fs::path pristine = a.dir / ("outbox-relay-bench-" + std::to_string(::getpid()) + ".db");
   std::cout << "sqlite relay benchmark: " << a.rows << " rows, batch " << a.batch
-            << ", simulated confirm " << a.latency_us << " us, SQLite " << sd::sq::sqlite3_libversion()
-            << " (WAL, synchronous=FULL)\n";
+            << ", simulated confirm " << a.latency_us << " us, SQLite "
+            << sd::sq::sqlite3_libversion() << " (WAL, synchronous=FULL)\n";
   build(pristine, a.rows);
 
   const auto report = [](const char* name, const result& r) {

@@ -72,7 +72,6 @@ void build(const fs::path& path, long rows) {
   outbox::bench::build_sqlite_pristine(path, rows, 1000);
 }
 
-
 /// A consumer's own database: the inbox tables only.
 fs::path fresh_inbox(const fs::path& pristine, const std::string& name) {
   const fs::path p = pristine.parent_path() / (pristine.stem().string() + "-" + name + "-inbox.db");

@@ -111,9 +111,7 @@ args parse(int argc, char** argv) {
 /// Only an OS crash or power loss can roll back the last commits; `--durable` (synchronous=FULL,
 /// the library's default) survives those too, at one fsync per commit, which on a busy shared
 /// disk dominates the run time.
-outbox::session_options connection(const args& a) {
-  return {.durable_commits = a.durable};
-}
+outbox::session_options connection(const args& a) { return {.durable_commits = a.durable}; }
 
 void remove_db(const std::string& path) {
   std::error_code ec;

@@ -40,7 +40,7 @@ readonly BUILD_DIR=build-ci
 readonly ASAN_DIR=build-asan
 readonly CORE_DIR=build-core
 readonly BUILD_PACKAGES=(
-    meson ninja-build pkg-config g++ ccache python3
+    meson ninja-build pkg-config g++ ccache python3 git clang-format
     libsoci-dev libboost-test-dev nlohmann-json3-dev
     libsqlite3-dev libzmq3-dev cppzmq-dev librdkafka-dev librabbitmq-dev libssl-dev openssl
     libpq-dev libmariadb-dev

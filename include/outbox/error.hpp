@@ -26,12 +26,18 @@ class error_category_impl final : public std::error_category {
   const char* name() const noexcept override { return "outbox"; }
   std::string message(int c) const override {
     switch (static_cast<errc>(c)) {
-      case errc::transient: return "transient failure";
-      case errc::permanent: return "permanent failure";
-      case errc::in_doubt: return "outcome in doubt";
-      case errc::duplicate: return "duplicate";
-      case errc::misconfigured: return "misconfigured";
-      case errc::invalid_input: return "invalid input";
+      case errc::transient:
+        return "transient failure";
+      case errc::permanent:
+        return "permanent failure";
+      case errc::in_doubt:
+        return "outcome in doubt";
+      case errc::duplicate:
+        return "duplicate";
+      case errc::misconfigured:
+        return "misconfigured";
+      case errc::invalid_input:
+        return "invalid input";
     }
     return "unknown outbox error";
   }

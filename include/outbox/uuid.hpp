@@ -120,7 +120,8 @@ class uuid_v7_generator {
     for (std::size_t i = 0; i < 6; ++i) b[i] = static_cast<std::uint8_t>(ms >> (40 - 8 * i));
     b[6] = static_cast<std::uint8_t>(0x70 | (counter >> 8));
     b[7] = static_cast<std::uint8_t>(counter);
-    for (std::size_t i = 8; i < 16; ++i) b[i] = static_cast<std::uint8_t>(random >> (56 - 8 * (i - 8)));
+    for (std::size_t i = 8; i < 16; ++i)
+      b[i] = static_cast<std::uint8_t>(random >> (56 - 8 * (i - 8)));
     b[8] = static_cast<std::uint8_t>(0x80 | (b[8] & 0x3F));
     return uuid{b};
   }

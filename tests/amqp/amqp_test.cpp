@@ -1,6 +1,6 @@
 // What is particular to the AMQP transport, on a real RabbitMQ (OUTBOX_TEST_AMQP): unroutable
 // messages, the messages as a plain rabbitmq-c client sees them, malformed deliveries, bad
-// configuration. (The relay and consumer under faults are in end_to_end_test.cpp.)
+// configuration. (The relay and consumer under faults are in faults_test.cpp.)
 #define BOOST_TEST_MODULE amqp specific
 #define BOOST_TEST_NO_MAIN
 #include <boost/test/unit_test.hpp>

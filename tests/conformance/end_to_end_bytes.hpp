@@ -1,6 +1,7 @@
 #pragma once
 // End-to-end, second part: payloads are bytes with a content type (issue 10). Included after
-// end_to_end.hpp by every end-to-end test file, so every store x transport runs it.
+// end_to_end.hpp by the matrix (tests/e2e/end_to_end_test.cpp), so every store x transport
+// runs it.
 
 #include <map>
 #include <mutex>
@@ -9,7 +10,8 @@
 
 #include <boost/test/unit_test.hpp>
 
-BOOST_AUTO_TEST_SUITE(end_to_end_bytes)
+BOOST_AUTO_TEST_SUITE(end_to_end_bytes,
+                      *boost::unit_test::precondition(e2e::services_for<e2e_combinations>))
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(the_consumer_gets_exactly_the_bytes_and_content_type_written, Combo,
                               e2e_combinations) {

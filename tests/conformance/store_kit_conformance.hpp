@@ -1,7 +1,7 @@
 #pragma once
 // Store conformance, second part: what the store kit (issue 10) made the same on every store.
 // Included after store_conformance.hpp by each SQL store's test file. Fixture interface beyond
-// the first part: `open_unmigrated_session()` (a session on an empty database) and `insert_raw`.
+// the first part: the concept conformance::kit_store_fixture (fixtures.hpp).
 
 #include <chrono>
 #include <stop_token>
@@ -17,6 +17,8 @@
 #include <outbox/testing/manual_clock.hpp>
 #include <outbox/testing/memory_transport.hpp>
 #include <outbox/writer.hpp>
+
+#include "fixtures.hpp"
 
 BOOST_AUTO_TEST_SUITE(store_kit_conformance)
 
@@ -48,6 +50,7 @@ void expect_enqueue_misconfigured(typename Fixture::session_type& sql) {
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(payload_bytes_and_content_type_arrive_exactly, Fixture,
                               store_fixtures) {
+  static_assert(conformance::kit_store_fixture<Fixture>);
   Fixture fx;
   // JSON the way an application wrote it (spaces, key order, escapes): not normalized.
   const std::string json = "{ \"zeta\" : 1,\n  \"alpha\":[ 2.50, \"caf\\u00e9\" ] }";

@@ -2,7 +2,7 @@
 // Transport conformance suite, written once. A test file defines `transport_fixtures` (a
 // std::tuple of fixture types) and includes this header inside a Boost.Test module.
 //
-// A transport fixture provides:
+// A transport fixture provides (the concept conformance::transport_fixture, fixtures.hpp):
 //   publisher()  -> a concepts::transport&      receiver() -> a concepts::receiver&
 //   static constexpr const char* name
 //   static constexpr bool redelivers_on_nack    (capability: nack(requeue) delivers again)
@@ -20,6 +20,8 @@
 
 #include <outbox/concepts/transport.hpp>
 #include <outbox/uuid.hpp>
+
+#include "fixtures.hpp"
 
 namespace transport_conformance {
 
@@ -73,10 +75,9 @@ BOOST_AUTO_TEST_SUITE(transport_conformance)
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(models_the_transport_and_receiver_concepts, Fixture,
                               transport_fixtures) {
-  Fixture fx;
-  static_assert(outbox::concepts::transport<std::remove_reference_t<decltype(fx.publisher())>>);
-  static_assert(outbox::concepts::receiver<std::remove_reference_t<decltype(fx.receiver())>>);
-  BOOST_TEST(true);
+  // The fixture contract (fixtures.hpp) includes both concepts on publisher() and receiver().
+  static_assert(conformance::transport_fixture<Fixture>);
+  BOOST_TEST(std::string(Fixture::name).size() > 0u);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(confirms_every_message_of_a_batch_by_id, Fixture,

@@ -34,8 +34,11 @@ void enqueue_many(Fixture& fx, int n, int aggregates) {
   outbox::writer w(*st);
   std::vector<outbox::event> events;
   for (int i = 0; i < n; ++i)
-    events.push_back({"order", std::to_string(i % aggregates), "placed",
-                      R"({"i":)" + std::to_string(i) + "}", {}});
+    events.push_back({"order",
+                      std::to_string(i % aggregates),
+                      "placed",
+                      R"({"i":)" + std::to_string(i) + "}",
+                      {}});
   soci::transaction tx(*sql);
   w.enqueue(*sql, events);
   tx.commit();
@@ -61,11 +64,13 @@ struct listening_relay {
   /// Waits (bounded) until the relay sleeps on LISTEN, so a test does not race it.
   bool asleep() {
     auto watcher = fx->open_session();
-    return eventually([&] {
-      return fx->count(*watcher, "SELECT count(*) FROM pg_stat_activity WHERE pid = " +
-                                     std::to_string(pid) +
-                                     " AND state = 'idle' AND query LIKE 'LISTEN%'") == 1;
-    }, 20s);
+    return eventually(
+        [&] {
+          return fx->count(*watcher, "SELECT count(*) FROM pg_stat_activity WHERE pid = " +
+                                         std::to_string(pid) +
+                                         " AND state = 'idle' AND query LIKE 'LISTEN%'") == 1;
+        },
+        20s);
   }
 
   Fixture* fx;
@@ -73,7 +78,8 @@ struct listening_relay {
   std::unique_ptr<outbox::postgresql::store> store = fx->make_store(*sql);
   outbox::testing::memory_transport transport;
   outbox::relay<outbox::postgresql::store, outbox::testing::memory_transport> relay{
-      *store, transport,
+      *store,
+      transport,
       {.lease = 60s, .publish_timeout = 10s, .idle_poll_min = 30s, .idle_poll_max = 30s}};
   const int pid = store->backend_pid();  // before the runner uses the store
   std::jthread runner{[this](std::stop_token st) { relay.run(st); }};  // last: stops first
@@ -87,7 +93,8 @@ BOOST_AUTO_TEST_CASE(migrate_is_idempotent_and_records_every_version) {
   const int n = static_cast<int>(std::size(outbox::postgresql::migrations));
   BOOST_TEST(outbox::postgresql::migrate(*sql) == n);
   BOOST_TEST(outbox::postgresql::migrate(*sql) == n);
-  BOOST_TEST(postgresql_locking_fixture::count(*sql, "SELECT count(*) FROM outbox_schema_migrations") == n);
+  BOOST_TEST(postgresql_locking_fixture::count(
+                 *sql, "SELECT count(*) FROM outbox_schema_migrations") == n);
 }
 
 BOOST_AUTO_TEST_CASE(errors_are_mapped_by_sqlstate) {
@@ -120,7 +127,8 @@ BOOST_AUTO_TEST_CASE(errors_are_mapped_by_sqlstate) {
 BOOST_AUTO_TEST_CASE(the_claim_uses_the_pending_indexes_and_never_scans_the_outbox) {
   postgresql_leasing_fixture fx;
   enqueue_many(fx, 5000, 5000);
-  const auto now = std::to_string(outbox::postgresql::detail::to_us(std::chrono::system_clock::now()));
+  const auto now =
+      std::to_string(outbox::postgresql::detail::to_us(std::chrono::system_clock::now()));
   for (auto policy : {claim_policy::leasing, claim_policy::locking}) {
     auto sql = fx.open_session();
     *sql << "ANALYZE outbox";
@@ -157,8 +165,9 @@ BOOST_AUTO_TEST_CASE(user_text_is_bound_and_bad_json_is_refused_before_sql) {
   }
   // Quotes and SQL in every field travel as data.
   const std::string nasty = "'; DROP TABLE outbox; --";
-  w.enqueue(*sql, outbox::event{nasty, nasty, nasty, R"({"q":"'; DROP TABLE outbox; --"})",
-                                {{nasty, nasty}}});
+  w.enqueue(
+      *sql,
+      outbox::event{nasty, nasty, nasty, R"({"q":"'; DROP TABLE outbox; --"})", {{nasty, nasty}}});
   postgresql_leasing_fixture::insert_order(*sql, "o-2", 2);
   tx.commit();  // still usable after the refusals
   BOOST_TEST(postgresql_leasing_fixture::count(*sql, "SELECT count(*) FROM orders") == 2);
@@ -177,9 +186,10 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(notify_wakes_an_idle_relay_on_commit_even_for_rows
   auto other = fx.open_session();  // another program, plain SQL, no library
   {
     soci::transaction tx(*other);
-    *other << "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload_bytes, "
-              "created_at) VALUES ('" + outbox::make_uuid_v7().to_string() +
-                  "', 'order', '9', 'placed', '{}', now())";
+    *other
+        << "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload_bytes, "
+           "created_at) VALUES ('" +
+               outbox::make_uuid_v7().to_string() + "', 'order', '9', 'placed', '{}', now())";
     std::this_thread::sleep_for(300ms);
     BOOST_TEST(r.transport.published_count() == 0u);  // not before the commit
     tx.commit();
@@ -190,8 +200,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(notify_wakes_an_idle_relay_on_commit_even_for_rows
   BOOST_TEST(r.relay.stats().published == 1u);
 }
 
-BOOST_AUTO_TEST_CASE_TEMPLATE(a_relay_whose_backend_is_terminated_mid_batch_reconnects_and_loses_nothing,
-                              Fixture, policies) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(
+    a_relay_whose_backend_is_terminated_mid_batch_reconnects_and_loses_nothing, Fixture, policies) {
   Fixture fx;
   constexpr int n = 300;
   enqueue_many(fx, n, 300);
@@ -201,7 +211,10 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_relay_whose_backend_is_terminated_mid_batch_reco
   // Slow confirms keep each batch in flight long enough to be cut in the middle.
   outbox::testing::memory_transport t({.confirm_latency = 300ms, .record = true});
   outbox::relay relay(*relay_store, t,
-                      {.batch_size = 50, .lease = 5s, .publish_timeout = 2s, .idle_poll_min = 5ms,
+                      {.batch_size = 50,
+                       .lease = 5s,
+                       .publish_timeout = 2s,
+                       .idle_poll_min = 5ms,
                        .idle_poll_max = 50ms},
                       outbox::exponential_backoff{.initial = 10ms, .max_delay = 100ms});
   std::jthread runner([&](std::stop_token st) { relay.run(st); });
@@ -214,8 +227,10 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_relay_whose_backend_is_terminated_mid_batch_reco
   }
   auto check_sql = fx.open_session();
   auto check = fx.make_store(*check_sql);
-  BOOST_TEST(eventually([&] { return check->stats(std::chrono::system_clock::now()).pending == 0 &&
-                                     check->stats(std::chrono::system_clock::now()).in_flight == 0; }));
+  BOOST_TEST(eventually([&] {
+    return check->stats(std::chrono::system_clock::now()).pending == 0 &&
+           check->stats(std::chrono::system_clock::now()).in_flight == 0;
+  }));
   runner.request_stop();
   runner.join();
   // Locking: the claim transaction died with the connection, the batch was rolled back and the
@@ -335,10 +350,12 @@ BOOST_AUTO_TEST_CASE(a_connection_lost_inside_a_transaction_never_commits_on_a_n
     BOOST_TEST(st->record_delivery("billing", id, std::chrono::system_clock::now()));
     postgresql_locking_fixture::insert_order(st->session(), "lost", 1);
     *admin << "SELECT pg_terminate_backend(" + std::to_string(pid) + ")";
-    BOOST_TEST_REQUIRE(eventually([&] {
-      return fx.count(*admin, "SELECT count(*) FROM pg_stat_activity WHERE pid = " +
-                                  std::to_string(pid)) == 0;
-    }, 20s));
+    BOOST_TEST_REQUIRE(eventually(
+        [&] {
+          return fx.count(*admin, "SELECT count(*) FROM pg_stat_activity WHERE pid = " +
+                                      std::to_string(pid)) == 0;
+        },
+        20s));
     try {  // the handler's next statement fails, and it swallows the error
       st->session() << "SELECT 1";
     } catch (const std::exception&) {
@@ -402,9 +419,11 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(rows_with_infinite_timestamps_do_not_stop_the_rela
   enqueue_many(fx, 3, 3);
   auto sql = fx.open_session();
   for (const char* t : {"infinity", "-infinity"})
-    *sql << "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload_bytes, "
-            "created_at) VALUES ('" + outbox::make_uuid_v7().to_string() +
-                "', 'order', 'inf', 'placed', '{}', '" + t + "')";
+    *sql
+        << "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload_bytes, "
+           "created_at) VALUES ('" +
+               outbox::make_uuid_v7().to_string() + "', 'order', 'inf', 'placed', '{}', '" + t +
+               "')";
   auto st = fx.make_store(*sql);
   const auto s = st->stats(std::chrono::system_clock::now());
   BOOST_TEST(s.pending == 5);
@@ -432,7 +451,8 @@ BOOST_AUTO_TEST_CASE(an_idle_timeout_postgresql_cannot_take_is_refused_at_constr
   }
 }
 
-BOOST_AUTO_TEST_CASE(a_migration_that_cannot_get_its_lock_rolls_back_and_leaves_the_session_usable) {
+BOOST_AUTO_TEST_CASE(
+    a_migration_that_cannot_get_its_lock_rolls_back_and_leaves_the_session_usable) {
   postgresql_locking_fixture fx;
   auto holder = fx.open_session();
   *holder << "SELECT pg_advisory_lock(7231350017261240901)";  // another process migrating
@@ -446,8 +466,7 @@ BOOST_AUTO_TEST_CASE(a_migration_that_cannot_get_its_lock_rolls_back_and_leaves_
   }
   *holder << "SELECT pg_advisory_unlock(7231350017261240901)";
   *sql << "SET statement_timeout = 0";  // would fail (25P02) on an aborted transaction
-  BOOST_TEST(outbox::postgresql::store::migrate(*sql) ==
-             outbox::postgresql::store::schema_version);
+  BOOST_TEST(outbox::postgresql::store::migrate(*sql) == outbox::postgresql::store::schema_version);
 }
 
 OUTBOX_TEST_MAIN_REQUIRING("OUTBOX_TEST_POSTGRESQL")

@@ -7,8 +7,8 @@
 
 #include "../support/postgresql_fixture.hpp"
 
-using store_fixtures = std::tuple<outbox::test::postgresql_locking_fixture,
-                                  outbox::test::postgresql_leasing_fixture>;
+using store_fixtures =
+    std::tuple<outbox::test::postgresql_locking_fixture, outbox::test::postgresql_leasing_fixture>;
 
 #include "../conformance/store_conformance.hpp"
 #include "../conformance/store_kit_conformance.hpp"

@@ -79,11 +79,12 @@ BOOST_AUTO_TEST_CASE(a_reused_event_id_is_reported_as_duplicate_with_the_native_
 BOOST_AUTO_TEST_CASE(a_claim_blocked_past_the_busy_timeout_gets_a_transient_error) {
   sqlite_fixture fx;
   auto holder = fx.open_session();
-  auto other = std::make_unique<soci::session>("sqlite3", "db=" + [&] {
-    std::string path;
-    *holder << "SELECT file FROM pragma_database_list WHERE name = 'main'", soci::into(path);
-    return path;
-  }());
+  auto other = std::make_unique<soci::session>(
+      "sqlite3", "db=" + [&] {
+        std::string path;
+        *holder << "SELECT file FROM pragma_database_list WHERE name = 'main'", soci::into(path);
+        return path;
+      }());
   outbox::sqlite::configure(*other, {.lock_timeout = std::chrono::milliseconds(50)});
   *holder << "BEGIN IMMEDIATE";
   outbox::sqlite::store st(*other, {.session = {.lock_timeout = std::chrono::milliseconds(50)}});

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include <outbox/amqp/amqp.hpp>
@@ -52,6 +53,8 @@ class amqp_admin {
 
 struct amqp_fixture {
   static constexpr const char* name = "amqp";
+  /// What it needs to run (services.hpp).
+  static constexpr service_need service{.env = "OUTBOX_TEST_AMQP"};
   /// Capability: nack(requeue) delivers again (the broker requeues it, marked redelivered).
   static constexpr bool redelivers_on_nack = true;
   /// Capability: a confirm is the broker's (publisher confirms), not a consumer's ack.
@@ -133,6 +136,7 @@ struct amqp_fixture {
 /// OUTBOX_TEST_AMQP_TLS_DIR, written by scripts/services.sh).
 struct amqp_tls_fixture : amqp_fixture {
   static constexpr const char* name = "amqps";
+  static constexpr service_need service{.env = "OUTBOX_TEST_AMQPS"};
 
   static std::string url() { return service_address("OUTBOX_TEST_AMQPS"); }
   /// A file of the TLS directory (ca.pem, client.pem, ...).
@@ -148,5 +152,8 @@ struct amqp_tls_fixture : amqp_fixture {
 
   amqp_tls_fixture() : amqp_fixture(connection()) {}
 };
+
+/// The AMQP transport fixtures of the end-to-end matrix.
+using amqp_fixtures = std::tuple<amqp_fixture>;
 
 }  // namespace outbox::test

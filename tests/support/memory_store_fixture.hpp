@@ -11,9 +11,11 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <tuple>
 
 #include <outbox/testing/memory_store.hpp>
 #include <outbox/uuid.hpp>
+#include "services.hpp"
 
 namespace outbox::test {
 
@@ -21,6 +23,8 @@ struct memory_store_fixture {
   using session_type = outbox::testing::memory_session;
   using store_type = outbox::testing::memory_store<>;
   static constexpr const char* name = "memory";
+  /// What it needs to run (services.hpp).
+  static constexpr service_need service{};
   /// Capability: one writer at a time (concurrent relays serialize).
   static constexpr bool single_writer = false;
   /// Capability: claimed rows show up as in_flight in stats() (a locking claim writes nothing).
@@ -139,5 +143,8 @@ struct memory_store_fixture {
   std::unique_ptr<outbox::testing::memory_database> db_ =
       std::make_unique<outbox::testing::memory_database>();
 };
+
+/// The memory store fixtures of the end-to-end matrix.
+using memory_store_fixtures = std::tuple<memory_store_fixture>;
 
 }  // namespace outbox::test

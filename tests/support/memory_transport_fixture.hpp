@@ -1,10 +1,15 @@
 #pragma once
 // The in-memory transport fixture of the transport conformance suite and the end-to-end tests.
+#include <tuple>
+
 #include <outbox/testing/memory_transport.hpp>
+#include "services.hpp"
 
 namespace outbox::test {
 struct memory_transport_fixture {
   static constexpr const char* name = "memory";
+  /// What it needs to run (services.hpp).
+  static constexpr service_need service{};
   static constexpr bool redelivers_on_nack = true;
   /// Capability: confirms when the broker (here: the queue) took the message, before any
   /// consumer ran; tests may publish first and consume afterwards.
@@ -20,4 +25,8 @@ struct memory_transport_fixture {
   /// Deliveries queued or handed out and not yet acked.
   [[nodiscard]] std::size_t outstanding() const { return transport.unacked() + transport.queued(); }
 };
+
+/// The memory transport fixtures of the end-to-end matrix.
+using memory_transport_fixtures = std::tuple<memory_transport_fixture>;
+
 }  // namespace outbox::test

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <tuple>
 
 #include <soci/soci.h>
 
@@ -25,6 +26,8 @@ struct postgresql_fixture : soci_fixture_base {
   static constexpr const char* name = Policy == outbox::postgresql::claim_policy::locking
                                           ? "postgresql-locking"
                                           : "postgresql-leasing";
+  /// What it needs to run (services.hpp).
+  static constexpr service_need service{.env = "OUTBOX_TEST_POSTGRESQL"};
   static constexpr bool single_writer = false;
   /// Capability: a claim that is never settled frees its rows when its lease expires (leasing)
   /// rather than when its transaction ends (locking).
@@ -152,5 +155,8 @@ struct postgresql_fixture : soci_fixture_base {
 
 using postgresql_locking_fixture = postgresql_fixture<outbox::postgresql::claim_policy::locking>;
 using postgresql_leasing_fixture = postgresql_fixture<outbox::postgresql::claim_policy::leasing>;
+
+/// The PostgreSQL store fixtures of the end-to-end matrix: both claim policies.
+using postgresql_fixtures = std::tuple<postgresql_locking_fixture, postgresql_leasing_fixture>;
 
 }  // namespace outbox::test

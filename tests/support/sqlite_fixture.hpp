@@ -8,11 +8,13 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <tuple>
 
 #include <soci/soci.h>
 
 #include <outbox/sqlite/store.hpp>
 #include <outbox/testing/manual_clock.hpp>
+#include "services.hpp"
 #include "soci_fixture.hpp"
 
 namespace outbox::test {
@@ -21,6 +23,8 @@ namespace outbox::test {
 struct sqlite_fixture : soci_fixture_base {
   using store_type = outbox::sqlite::store;
   static constexpr const char* name = "sqlite";
+  /// What it needs to run (services.hpp).
+  static constexpr service_need service{};
   /// Capability: one writer at a time (concurrent relays serialize).
   static constexpr bool single_writer = true;
   /// Capability: an unsettled claim frees its rows when its lease expires.
@@ -115,5 +119,8 @@ struct sqlite_fixture : soci_fixture_base {
   [[nodiscard]] std::filesystem::path bare_path() const { return path_.string() + ".bare"; }
   std::filesystem::path path_;
 };
+
+/// The SQLite store fixtures of the end-to-end matrix.
+using sqlite_fixtures = std::tuple<sqlite_fixture>;
 
 }  // namespace outbox::test

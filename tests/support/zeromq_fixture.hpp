@@ -9,14 +9,18 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <tuple>
 
 #include <outbox/zeromq/zeromq.hpp>
+#include "services.hpp"
 
 namespace outbox::test {
 
 template <bool Ipc>
 struct zeromq_fixture {
   static constexpr const char* name = Ipc ? "zeromq-ipc" : "zeromq-tcp";
+  /// What it needs to run (services.hpp).
+  static constexpr service_need service{};
   /// Capability: nack(requeue) delivers again (locally, in the receiver).
   static constexpr bool redelivers_on_nack = true;
   /// Capability: a confirm is the consumer's ack, so someone must consume while the relay
@@ -88,5 +92,8 @@ struct zeromq_fixture {
 
 using zeromq_tcp_fixture = zeromq_fixture<false>;
 using zeromq_ipc_fixture = zeromq_fixture<true>;
+
+/// The ZeroMQ transport fixtures of the end-to-end matrix: tcp and ipc.
+using zeromq_fixtures = std::tuple<zeromq_tcp_fixture, zeromq_ipc_fixture>;
 
 }  // namespace outbox::test

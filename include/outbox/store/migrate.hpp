@@ -4,8 +4,10 @@
 /// one transaction under the dialect's lock, each recorded in `outbox_schema_migrations`.
 
 #include <algorithm>
+#include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <outbox/error.hpp>
@@ -33,6 +35,17 @@ concept migration_host = requires(H& h, const migration& m) {
 
 /// The latest version: migrate to everything the library has.
 inline constexpr int latest_version = -1;
+
+/// Refuses a database behind the library: `found` (its recorded schema version) below `needed`
+/// (the library's) is `misconfigured`, naming both and the fix. Stores check it on each new
+/// connection, so an unmigrated database fails clearly rather than on a missing column.
+inline void require_schema_version(std::int64_t found, std::int64_t needed,
+                                   std::string_view adapter) {
+  if (found < needed)
+    throw error(errc::misconfigured, std::string(adapter), {},
+                "the database is at schema version " + std::to_string(found) +
+                    ", this library needs " + std::to_string(needed) + ": call migrate");
+}
 
 /// Applies the migrations the database does not have yet, up to `target` (tests stop earlier to
 /// migrate an older schema with rows in it), in one transaction. Safe from several processes.

@@ -434,14 +434,9 @@ class store {
     prepared_ = false;
     db_ = db;
     {
-      // A database behind the library fails here, clearly, rather than on a missing column.
       detail::statement v(db_, statements::schema_version);
-      const auto version = v.step() ? v.column_int64(0) : 0;
-      if (version < schema_version)
-        throw error(errc::misconfigured, "sqlite", {},
-                    "the database is at schema version " + std::to_string(version) +
-                        ", this library needs " + std::to_string(schema_version) +
-                        ": call migrate");
+      outbox::store::require_schema_version(v.step() ? v.column_int64(0) : 0, schema_version,
+                                            "sqlite");
     }
     st_.claim = detail::statement(db_, statements::claim, true);
     st_.mark_published = detail::statement(db_, statements::settle_published_keep, true);

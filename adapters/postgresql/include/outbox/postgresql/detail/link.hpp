@@ -15,6 +15,7 @@
 
 #include <outbox/error.hpp>
 #include <outbox/postgresql/detail/connection.hpp>
+#include <outbox/store/migrate.hpp>
 #include <outbox/validate.hpp>
 
 namespace outbox::postgresql::detail {
@@ -78,13 +79,8 @@ class link {
       prepared_ = false;
       listening_ = false;
       in_claim_ = false;
-      // A database behind the library fails here, clearly, rather than on a missing column.
-      const auto v = exec(c, std::string(version_check_).c_str()).int64(0, 0);
-      if (v < schema_version_)
-        throw error(errc::misconfigured, "postgresql", {},
-                    "the database is at schema version " + std::to_string(v) +
-                        ", this library needs " + std::to_string(schema_version_) +
-                        ": call migrate");
+      outbox::store::require_schema_version(
+          exec(c, std::string(version_check_).c_str()).int64(0, 0), schema_version_, "postgresql");
       // Idempotent: a preparation cut short by an error may have left some of them behind.
       std::string names;
       for (const auto& s : statements_)

@@ -1,7 +1,6 @@
-// End-to-end: the SQLite store with the ZeroMQ transport (relay and consumer on real sockets),
-// plus a consumer that dies between its commit and its ack, and a relay running while no
-// consumer is connected.
-#define BOOST_TEST_MODULE zeromq end to end
+// ZeroMQ end-to-end faults, beyond the matrix (tests/e2e): with the SQLite store, a consumer
+// that dies between its commit and its ack, and a relay running while no consumer is connected.
+#define BOOST_TEST_MODULE zeromq faults
 #include <boost/test/unit_test.hpp>
 
 #include <optional>
@@ -12,12 +11,9 @@
 #include "../support/sqlite_fixture.hpp"
 #include "../support/zeromq_fixture.hpp"
 
-using e2e_combinations =
-    std::tuple<e2e::combo<outbox::test::sqlite_fixture, outbox::test::zeromq_tcp_fixture>,
-               e2e::combo<outbox::test::sqlite_fixture, outbox::test::zeromq_ipc_fixture>>;
+#include "../conformance/end_to_end_world.hpp"
 
-#include "../conformance/end_to_end.hpp"
-#include "../conformance/end_to_end_bytes.hpp"
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -41,7 +37,7 @@ static_assert(!outbox::concepts::receiver<outbox::zeromq::publisher>);  // publi
 
 }  // namespace
 
-BOOST_AUTO_TEST_SUITE(zeromq_end_to_end)
+BOOST_AUTO_TEST_SUITE(zeromq_faults)
 
 BOOST_AUTO_TEST_CASE(
     a_consumer_killed_between_commit_and_ack_gets_the_event_again_and_applies_it_once) {

@@ -1,7 +1,7 @@
-// End-to-end: the SQLite store with the AMQP transport on a real RabbitMQ (OUTBOX_TEST_AMQP):
-// the end-to-end suite, an unroutable event through the relay, connections closed and the
-// broker restarted mid-run.
-#define BOOST_TEST_MODULE amqp end to end
+// AMQP end-to-end faults, beyond the matrix (tests/e2e): with the SQLite store on a real
+// RabbitMQ (OUTBOX_TEST_AMQP), an unroutable event through the relay, a failing event moved to
+// the dead-letter exchange, connections closed and the broker restarted mid-run.
+#define BOOST_TEST_MODULE amqp faults
 #define BOOST_TEST_NO_MAIN
 #include <boost/test/unit_test.hpp>
 
@@ -18,11 +18,9 @@
 #include "../support/combo.hpp"
 #include "../support/sqlite_fixture.hpp"
 
-using e2e_combinations =
-    std::tuple<e2e::combo<outbox::test::sqlite_fixture, outbox::test::amqp_fixture>>;
+#include "../conformance/end_to_end_world.hpp"
 
-#include "../conformance/end_to_end.hpp"
-#include "../conformance/end_to_end_bytes.hpp"
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -120,7 +118,7 @@ bool have_rabbitmqctl() {
 
 }  // namespace
 
-BOOST_AUTO_TEST_SUITE(amqp_end_to_end)
+BOOST_AUTO_TEST_SUITE(amqp_faults)
 
 BOOST_AUTO_TEST_CASE(an_unroutable_event_is_retried_then_dead_lettered_by_the_relay) {
   using world = e2e::world<e2e::combo<outbox::test::sqlite_fixture, amqp_fixture>>;
