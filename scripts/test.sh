@@ -4,7 +4,8 @@
 #
 #  1. installs the build packages and the servers (apt-get, only what is missing);
 #  2. starts throwaway PostgreSQL, MariaDB and RabbitMQ servers (scripts/services.sh) while
-#     the project builds, in build-ci (-Dwerror=true, debugoptimized);
+#     the project builds, in build-ci (-Dwerror=true, debugoptimized, with the benchmarks and
+#     the consumer projects of tests/consumers/, installed into build-ci/prefix);
 #  3. runs the tests with OUTBOX_REQUIRE_SERVICES=1, so a test whose server is missing fails
 #     instead of skipping;
 #  4. unless OUTBOX_CI_SANITIZE=0, also builds and tests build-asan (ASan + UBSan);
@@ -40,7 +41,7 @@ readonly BUILD_DIR=build-ci
 readonly ASAN_DIR=build-asan
 readonly CORE_DIR=build-core
 readonly BUILD_PACKAGES=(
-    meson ninja-build pkg-config g++ ccache python3 git clang-format
+    meson ninja-build pkg-config cmake g++ ccache python3 git clang-format
     libsoci-dev libboost-test-dev nlohmann-json3-dev
     libsqlite3-dev libzmq3-dev cppzmq-dev librdkafka-dev librabbitmq-dev libssl-dev openssl
     libpq-dev libmariadb-dev
@@ -117,7 +118,10 @@ build() {
 }
 
 section "build $BUILD_DIR"
-if ! build "$BUILD_DIR" --buildtype=debugoptimized; then
+# The benchmarks are off by default (users need not build them); CI builds them here, and the
+# consumer projects (tests/consumers/), which install this build into a prefix inside it.
+if ! build "$BUILD_DIR" --buildtype=debugoptimized -Dbench=true -Dconsumer_tests=true \
+    --prefix="$PWD/$BUILD_DIR/prefix"; then
     echo "error: the build in $BUILD_DIR failed" >&2
     exit 1
 fi
