@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/consumers/consumer_test.sh MODE BUILD_ROOT PREFIX LIBDIR MESON...
+# tests/consumers/consumer_test.sh MODE BUILD_ROOT PREFIX DATADIR MESON...
 # One consumer test (tests/consumers/meson.build): installs the outbox build in BUILD_ROOT into
 # its PREFIX (which must lie inside BUILD_ROOT; installing again is harmless), then builds the
 # consumer project MODE (pkgconfig, meson_subproject or cmake: the folder of that name, with
@@ -7,7 +7,7 @@
 # OUTBOX_CONSUMER_CXX: the compiler command of the outbox build (e.g. "ccache c++").
 set -euo pipefail
 
-mode=$1 build_root=$2 prefix=$3 libdir=$4
+mode=$1 build_root=$2 prefix=$3 datadir=$4
 shift 4
 meson=("$@")
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -34,7 +34,7 @@ cd "$work"
 
 case $mode in
 pkgconfig)
-    export PKG_CONFIG_PATH=$prefix/$libdir/pkgconfig
+    export PKG_CONFIG_PATH=$prefix/$datadir/pkgconfig
     echo "outbox-sqlite $(pkg-config --modversion outbox-sqlite):" \
         "$(pkg-config --cflags --libs outbox-sqlite)"
     (cd src && CXX="${cxx[*]}" ./build.sh)
