@@ -1,0 +1,835 @@
+// fault_harness: the writer, the relay and the consumer as separate processes under injected
+// faults, and a ledger that checks, from the database alone, that nothing committed was lost,
+// applied twice or applied out of order, and that nothing rolled back was seen anywhere.
+//
+// Pair: SQLite x ZeroMQ (ipc:// in the run's directory). Roles, all in this one executable:
+//
+//   fault_harness [--events N] [--seed S] [--relay-kills K] [--consumer-kills K]
+//                 [--aggregates A] [--rate EVENTS_PER_S] [--dir DIR] [--keep]
+//                 [--plant mark-before-confirm|skip-inbox] [--drain-bound SECONDS]
+//       the orchestrator: prepares DIR (a temp dir by default), starts the consumer, the relay
+//       and the writer as child processes (fork/exec of itself), kills the relay and the
+//       consumer on a schedule derived from the seed (restarting them each time), waits for the
+//       drain, runs the ledger and prints one table row.
+//   fault_harness --role writer|relay|consumer|check --dir DIR [--seed S] [--events N] ...
+//       one part, as the orchestrator starts it (check may be run by hand on a kept DIR).
+//
+// Faults. A relay fault is one of: `kill` (SIGKILL from the orchestrator, at a random point),
+// `before-publish` (the relay kills itself on its next publish call: after the claim, before
+// anything went on the wire), `after-confirm` (it kills itself right after a publish call that
+// returned confirms, before the relay settles them). A consumer fault is one of: `kill`,
+// `before-ack` (it kills itself after its transaction committed, before the ack), `in-tx` (it
+// kills itself inside its transaction, after the effect row was written). The sharp ones are
+// armed by a signal (SIGUSR1/SIGUSR2) and fire at the next such point; if none comes within
+// 5 s the orchestrator kills the process itself (counted as `kill`). Which faults, when
+// (a threshold of applied events plus a delay) and how long a consumer stays down all come from
+// the seed, so a run can be replayed (the timing of processes is not replayable, the schedule
+// is).
+//
+// Planted defects (to show the ledger catches them; the harness must then exit 3):
+//   mark-before-confirm  the relay's transport reports every message confirmed whether or not
+//                        the consumer acknowledged it (a relay that marks on send);
+//   skip-inbox           the consumer applies every delivery, as if its inbox forgot.
+//
+// Exit codes: 0 the ledger holds; 3 a ledger violation (lost, applied twice, order violations,
+// rolled-back events seen, dead letters, an event outside the business rows); 4 no drain within
+// the bound; 1 the harness itself failed (a part crashed or could not start); 2 usage.
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <random>
+#include <span>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <soci/soci.h>
+#include <nlohmann/json.hpp>
+
+#include <outbox/outbox.hpp>
+#include <outbox/sqlite/store.hpp>
+#include <outbox/zeromq/zeromq.hpp>
+
+using namespace std::chrono_literals;
+using steady = std::chrono::steady_clock;
+
+namespace {
+
+constexpr int exit_ok = 0;
+constexpr int exit_failed = 1;
+constexpr int exit_usage = 2;
+constexpr int exit_ledger = 3;
+constexpr int exit_stalled = 4;
+
+constexpr const char* consumer_name = "harness";
+constexpr const char* pair_name = "sqlite x zeromq";
+
+struct args {
+  std::string role = "orchestrator";
+  long events = 2000;
+  std::uint64_t seed = 0;
+  bool seed_given = false;
+  int relay_kills = 10;
+  int consumer_kills = 3;
+  int aggregates = 16;
+  double rate = 250;  ///< Events per second the writer commits (paced).
+  std::string dir;
+  bool keep = false;
+  std::string plant;
+  int drain_bound_s = 120;
+  std::string self;  ///< argv[0] resolved: /proc/self/exe.
+};
+
+[[noreturn]] void usage(const std::string& why) {
+  std::cerr << "fault_harness: " << why
+            << "\nusage: fault_harness [--events N] [--seed S] [--relay-kills K] "
+               "[--consumer-kills K] [--aggregates A] [--rate R] [--dir DIR] [--keep] "
+               "[--plant mark-before-confirm|skip-inbox] [--drain-bound S]\n"
+               "       fault_harness --role writer|relay|consumer|check --dir DIR [...]\n";
+  std::exit(exit_usage);
+}
+
+args parse(int argc, char** argv) {
+  args a;
+  const auto number = [&](int& i) -> long long {
+    if (i + 1 >= argc) usage(std::string(argv[i]) + " needs a value");
+    char* end = nullptr;
+    const long long v = std::strtoll(argv[++i], &end, 10);
+    if (end == argv[i] || *end != '\0' || v < 0) usage(std::string("bad number: ") + argv[i]);
+    return v;
+  };
+  const auto text = [&](int& i) -> std::string {
+    if (i + 1 >= argc) usage(std::string(argv[i]) + " needs a value");
+    return argv[++i];
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--role")
+      a.role = text(i);
+    else if (arg == "--events")
+      a.events = static_cast<long>(number(i));
+    else if (arg == "--seed") {
+      a.seed = static_cast<std::uint64_t>(number(i));
+      a.seed_given = true;
+    } else if (arg == "--relay-kills")
+      a.relay_kills = static_cast<int>(number(i));
+    else if (arg == "--consumer-kills")
+      a.consumer_kills = static_cast<int>(number(i));
+    else if (arg == "--aggregates")
+      a.aggregates = static_cast<int>(number(i));
+    else if (arg == "--rate")
+      a.rate = static_cast<double>(number(i));
+    else if (arg == "--dir")
+      a.dir = text(i);
+    else if (arg == "--plant")
+      a.plant = text(i);
+    else if (arg == "--drain-bound")
+      a.drain_bound_s = static_cast<int>(number(i));
+    else if (arg == "--keep")
+      a.keep = true;
+    else
+      usage("unknown argument " + std::string(arg));
+  }
+  if (a.role != "orchestrator" && a.role != "writer" && a.role != "relay" && a.role != "consumer" &&
+      a.role != "check")
+    usage("unknown role " + a.role);
+  if (!a.plant.empty() && a.plant != "mark-before-confirm" && a.plant != "skip-inbox")
+    usage("unknown defect to plant: " + a.plant);
+  if (a.events <= 0 || a.aggregates <= 0 || a.rate <= 0) usage("sizes must be positive");
+  if (a.role != "orchestrator" && a.dir.empty()) usage("--role " + a.role + " needs --dir");
+  if (!a.seed_given) a.seed = std::random_device{}();
+  return a;
+}
+
+std::string db_path(const args& a) { return a.dir + "/outbox.db"; }
+std::string endpoint(const args& a) { return "ipc://" + a.dir + "/relay.sock"; }
+std::string duplicates_log(const args& a) { return a.dir + "/duplicates.log"; }
+
+/// Every connection of every part. SIGKILL of a process is what this harness injects, and WAL
+/// with synchronous=NORMAL survives it (the commit is in the OS's page cache).
+outbox::session_options connection() { return {.lock_timeout = 10s, .durable_commits = false}; }
+
+/// A configured connection to the run's database.
+struct database {
+  soci::session sql;
+  explicit database(const args& a) : sql(soci::sqlite3, "db=" + db_path(a)) {
+    outbox::sqlite::configure(sql, connection());
+  }
+};
+
+long long scalar(soci::session& sql, const std::string& query) {
+  long long n = 0;
+  sql << query, soci::into(n);
+  return n;
+}
+
+// ---- signals of the parts ----------------------------------------------------------------------
+
+volatile std::sig_atomic_t stop_requested = 0;
+volatile std::sig_atomic_t armed_usr1 = 0;  ///< relay: before-publish; consumer: before-ack.
+volatile std::sig_atomic_t armed_usr2 = 0;  ///< relay: after-confirm; consumer: in-tx.
+extern "C" void on_signal(int sig) {
+  if (sig == SIGTERM) stop_requested = 1;
+  if (sig == SIGUSR1) armed_usr1 = 1;
+  if (sig == SIGUSR2) armed_usr2 = 1;
+}
+
+/// A part never outlives the orchestrator, stops on SIGTERM and arms its sharp fault on
+/// SIGUSR1/SIGUSR2.
+void become_part() {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  for (int sig : {SIGTERM, SIGUSR1, SIGUSR2}) ::sigaction(sig, &sa, nullptr);
+  sigset_t usr;
+  sigemptyset(&usr);
+  sigaddset(&usr, SIGUSR1);
+  sigaddset(&usr, SIGUSR2);
+  ::sigprocmask(SIG_UNBLOCK, &usr, nullptr);
+}
+
+[[noreturn]] void die_here() {
+  ::raise(SIGKILL);
+  std::abort();  // not reached
+}
+
+// ---- the writer ---------------------------------------------------------------------------------
+
+/// Commits `events` events over `aggregates` aggregates, 1 to 4 per transaction, each with its
+/// business row (event id, aggregate, per-aggregate sequence) in the same transaction; one
+/// transaction in eight rolls back instead, and its event ids are recorded (committed, after
+/// the rollback) in harness_rolled_back: they must appear nowhere.
+int run_writer(const args& a) {
+  become_part();
+  database db(a);
+  soci::session& sql = db.sql;
+  outbox::writer<outbox::sqlite::store> writer;
+  std::mt19937_64 rng(a.seed ^ 0x5752495445520000ULL);
+  std::vector<long> next_seq(static_cast<std::size_t>(a.aggregates), 1);
+  const auto started = steady::now();
+  long committed = 0;
+  while (committed < a.events && stop_requested == 0) {
+    const long n = std::min<long>(1 + static_cast<long>(rng() % 4), a.events - committed);
+    const bool roll_back = rng() % 8 == 0;
+    std::vector<outbox::event> batch;
+    std::vector<std::pair<std::string, long>> keys;
+    std::map<std::size_t, long> taken;  // sequence numbers used in this transaction
+    for (long i = 0; i < n; ++i) {
+      const auto agg = static_cast<std::size_t>(rng() % static_cast<std::uint64_t>(a.aggregates));
+      const long seq = next_seq[agg] + taken[agg]++;
+      const std::string id = "a" + std::to_string(agg);
+      keys.emplace_back(id, seq);
+      batch.push_back({.aggregate_type = "harness",
+                       .aggregate_id = id,
+                       .event_type = roll_back ? "rolled_back" : "committed",
+                       .payload = nlohmann::json{{"agg", id}, {"seq", seq}}.dump()});
+    }
+    const bool single = rng() % 2 == 0;  // both enqueue forms
+    for (int attempt = 1;; ++attempt) {
+      try {
+        std::vector<outbox::uuid> ids;
+        soci::transaction tx(sql);
+        if (single)
+          for (const auto& e : batch) ids.push_back(writer.enqueue(sql, e));
+        else
+          ids = writer.enqueue(sql, std::span<const outbox::event>(batch));
+        for (std::size_t i = 0; i < ids.size(); ++i) {
+          const std::string eid = ids[i].to_string();
+          sql << "INSERT INTO harness_business (event_id, aggregate, seq) VALUES (:e, :a, :s)",
+              soci::use(eid), soci::use(keys[i].first), soci::use(keys[i].second);
+        }
+        if (!roll_back) {
+          tx.commit();
+          break;
+        }
+        tx.rollback();
+        soci::transaction note(sql);
+        for (const auto& id : ids) {
+          const std::string eid = id.to_string();
+          sql << "INSERT INTO harness_rolled_back (event_id) VALUES (:e)", soci::use(eid);
+        }
+        note.commit();
+        break;
+      } catch (const std::exception& e) {  // the database busy: the transaction is rolled back
+        if (attempt == 20) throw;
+        std::this_thread::sleep_for(20ms * attempt);
+      }
+    }
+    if (roll_back) continue;
+    for (const auto& [agg, used] : taken) next_seq[agg] += used;
+    committed += n;
+    // Paced, so that the faults fall while events are being written.
+    std::this_thread::sleep_until(started + std::chrono::duration_cast<steady::duration>(
+                                                std::chrono::duration<double>(committed / a.rate)));
+  }
+  return stop_requested != 0 ? exit_failed : exit_ok;
+}
+
+// ---- the relay ----------------------------------------------------------------------------------
+
+/// Wraps the real publisher of the relay process: kills the process at an armed sharp point,
+/// and plays the planted relay defect.
+template <class Inner>
+class harness_wire {
+ public:
+  harness_wire(Inner& inner, bool mark_before_confirm)
+      : inner_(&inner), mark_before_confirm_(mark_before_confirm) {}
+
+  std::vector<outbox::publish_result> publish(std::span<const outbox::message> batch,
+                                              steady::time_point until) {
+    if (armed_usr1 != 0) die_here();  // claimed, nothing sent yet
+    std::vector<outbox::publish_result> results;
+    try {
+      results = inner_->publish(batch, until);
+    } catch (const outbox::error& e) {
+      if (!mark_before_confirm_ || e.kind() != outbox::errc::transient) throw;
+    }
+    if (mark_before_confirm_) {  // the defect: whatever the wire said, "confirmed"
+      results.clear();
+      for (const auto& m : batch) results.push_back({.id = m.id, .confirmed = true});
+    }
+    if (armed_usr2 != 0 &&
+        std::any_of(results.begin(), results.end(), [](const auto& r) { return r.confirmed; }))
+      die_here();  // confirmed, not settled
+    return results;
+  }
+
+ private:
+  Inner* inner_;
+  bool mark_before_confirm_;
+};
+
+int run_relay(const args& a) {
+  become_part();
+  database db(a);
+  soci::session& sql = db.sql;
+  outbox::sqlite::store store(sql, {.session = connection()});
+  outbox::zeromq::publisher pub({.endpoint = endpoint(a)});
+  harness_wire wire(pub, a.plant == "mark-before-confirm");
+  // A short lease, so that a killed relay's batch comes back soon; attempts are not meant to
+  // run out here (there is no poison event), so dead letters are a finding.
+  outbox::relay relay(
+      store, wire,
+      {.batch_size = 50,
+       .lease = 2500ms,
+       .publish_timeout = 2000ms,
+       .idle_poll_min = 1ms,
+       .idle_poll_max = 50ms},
+      outbox::exponential_backoff{.initial = 20ms, .max_delay = 500ms, .max_attempts = 1000});
+  std::exception_ptr failure;
+  std::jthread worker([&](std::stop_token st) {
+    try {
+      relay.run(st);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  });
+  while (stop_requested == 0 && !failure) std::this_thread::sleep_for(10ms);
+  worker.request_stop();
+  relay.wake();
+  worker.join();
+  if (failure) std::rethrow_exception(failure);
+  return exit_ok;
+}
+
+// ---- the consumer -------------------------------------------------------------------------------
+
+/// The consumer's store: the real one, or (planted defect) one whose inbox forgets.
+class harness_store : public outbox::sqlite::store {
+ public:
+  harness_store(soci::session& sql, bool forget) : store(sql, {.session = connection()}) {
+    forget_ = forget;
+  }
+  bool record_delivery(std::string_view consumer, const outbox::uuid& id, outbox::time_point now) {
+    return forget_ || store::record_delivery(consumer, id, now);
+  }
+
+ private:
+  bool forget_ = false;
+};
+
+/// Wraps the real receiver: kills the process after the commit, before the ack, when armed.
+template <class Inner>
+class harness_receiver {
+ public:
+  explicit harness_receiver(Inner& inner) : inner_(&inner) {}
+  std::optional<outbox::delivery> receive(std::chrono::milliseconds timeout) {
+    return inner_->receive(timeout);
+  }
+  void ack(const outbox::delivery& d) {
+    if (armed_usr1 != 0) die_here();  // committed, not acked
+    inner_->ack(d);
+  }
+  void nack(const outbox::delivery& d, bool requeue) { inner_->nack(d, requeue); }
+
+ private:
+  Inner* inner_;
+};
+
+/// Applies each event as a row of harness_effect (event id, aggregate, sequence; apply_order
+/// is the autoincrement), in the inbox transaction. Logs each duplicate the inbox absorbed as
+/// one line of duplicates.log, written as it happens (a SIGKILL loses none already logged).
+int run_consumer(const args& a) {
+  become_part();
+  soci::session sql(soci::sqlite3, "db=" + db_path(a));
+  harness_store store(sql, a.plant == "skip-inbox");
+  outbox::zeromq::receiver rcv(
+      {.endpoint = endpoint(a), .name = "harness-" + std::to_string(::getpid())});
+  harness_receiver wire(rcv);
+  const int log = ::open(duplicates_log(a).c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (log < 0) throw std::runtime_error("cannot open " + duplicates_log(a));
+  outbox::consumer consumer(
+      store, wire,
+      [](soci::session& s, const outbox::message& m) {
+        const auto body = nlohmann::json::parse(m.payload);
+        const std::string id = m.id.to_string();
+        const std::string agg = body.at("agg").get<std::string>();
+        const long long seq = body.at("seq").get<long long>();
+        s << "INSERT INTO harness_effect (event_id, aggregate, seq) VALUES (:e, :a, :s)",
+            soci::use(id), soci::use(agg), soci::use(seq);
+        if (armed_usr2 != 0) die_here();  // inside the transaction
+      },
+      {.name = consumer_name, .poll_timeout = 50ms});
+  while (stop_requested == 0) {
+    try {
+      if (consumer.poll_once() == decltype(consumer)::outcome::duplicate)
+        if (::write(log, "d\n", 2) != 2) throw std::runtime_error("cannot log a duplicate");
+    } catch (const outbox::error& e) {
+      // What consumer::run does: back off from all but a misconfiguration.
+      if (e.kind() == outbox::errc::misconfigured) throw;
+      std::this_thread::sleep_for(20ms);
+    }
+  }
+  ::close(log);
+  return exit_ok;
+}
+
+// ---- the ledger ---------------------------------------------------------------------------------
+
+struct ledger {
+  long long committed = 0;         ///< Business rows: events of committed transactions.
+  long long rolled_back = 0;       ///< Events of rolled-back transactions.
+  long long rolled_back_seen = 0;  ///< ... found in the outbox, inbox, effects or business rows.
+  long long outside = 0;           ///< Outbox rows without a business row.
+  long long applied = 0;           ///< Distinct events with an effect row.
+  long long applied_twice = 0;     ///< Effect rows beyond the first per event.
+  long long lost = 0;              ///< Committed, neither applied nor dead-lettered.
+  long long order_violations = 0;
+  long long dead = 0;     ///< Outbox dead letters plus inbox dead letters.
+  long long pending = 0;  ///< Outbox rows not settled.
+
+  [[nodiscard]] bool holds() const {
+    return rolled_back_seen == 0 && outside == 0 && applied_twice == 0 && lost == 0 &&
+           order_violations == 0 && dead == 0;
+  }
+};
+
+ledger read_ledger(soci::session& sql) {
+  ledger l;
+  l.committed = scalar(sql, "SELECT count(*) FROM harness_business");
+  l.rolled_back = scalar(sql, "SELECT count(*) FROM harness_rolled_back");
+  l.rolled_back_seen =
+      scalar(sql,
+             "SELECT count(*) FROM harness_rolled_back r WHERE "
+             "EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = r.event_id) OR "
+             "EXISTS (SELECT 1 FROM outbox_inbox i WHERE i.event_id = r.event_id) OR "
+             "EXISTS (SELECT 1 FROM outbox_inbox_dead d WHERE d.event_id = r.event_id) OR "
+             "EXISTS (SELECT 1 FROM harness_effect f WHERE f.event_id = r.event_id) OR "
+             "EXISTS (SELECT 1 FROM harness_business b WHERE b.event_id = r.event_id)");
+  l.outside = scalar(sql,
+                     "SELECT count(*) FROM outbox o WHERE NOT EXISTS "
+                     "(SELECT 1 FROM harness_business b WHERE b.event_id = o.event_id)");
+  l.applied = scalar(sql, "SELECT count(DISTINCT event_id) FROM harness_effect");
+  l.applied_twice = scalar(sql, "SELECT count(*) FROM harness_effect") - l.applied;
+  l.dead = scalar(sql, "SELECT count(*) FROM outbox WHERE state = 2") +
+           scalar(sql, "SELECT count(*) FROM outbox_inbox_dead");
+  l.lost = scalar(sql,
+                  "SELECT count(*) FROM harness_business b WHERE "
+                  "NOT EXISTS (SELECT 1 FROM harness_effect f WHERE f.event_id = b.event_id) AND "
+                  "NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = b.event_id AND "
+                  "o.state = 2) AND "
+                  "NOT EXISTS (SELECT 1 FROM outbox_inbox_dead d WHERE d.event_id = b.event_id)");
+  l.pending = scalar(sql, "SELECT count(*) FROM outbox WHERE state = 0");
+  // Per aggregate, the sequence numbers in the order the effects were applied must rise.
+  std::map<std::string, long long> last;
+  std::vector<std::string> aggs(1000);
+  std::vector<long long> seqs(1000);
+  soci::statement st = (sql.prepare << "SELECT aggregate, seq FROM harness_effect ORDER BY "
+                                       "apply_order",
+                        soci::into(aggs), soci::into(seqs));
+  st.execute();
+  while (st.fetch()) {
+    for (std::size_t i = 0; i < aggs.size(); ++i) {
+      auto [it, fresh] = last.try_emplace(aggs[i], seqs[i]);
+      if (!fresh) {
+        if (seqs[i] <= it->second) ++l.order_violations;
+        it->second = std::max(it->second, seqs[i]);
+      }
+    }
+    aggs.resize(1000);
+    seqs.resize(1000);
+  }
+  return l;
+}
+
+long long count_lines(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) return 0;
+  long long n = 0;
+  for (int c = std::fgetc(f); c != EOF; c = std::fgetc(f)) n += c == '\n';
+  std::fclose(f);
+  return n;
+}
+
+void print_ledger(const ledger& l, long long wire_duplicates) {
+  std::cout << "committed=" << l.committed << " rolled_back=" << l.rolled_back
+            << " rolled_back_seen=" << l.rolled_back_seen << " outside_business=" << l.outside
+            << " applied=" << l.applied << " applied_twice=" << l.applied_twice
+            << " lost=" << l.lost << " order_violations=" << l.order_violations
+            << " dead_lettered=" << l.dead << " pending=" << l.pending
+            << " wire_duplicates=" << wire_duplicates << std::endl;
+}
+
+int run_check(const args& a) {
+  database db(a);
+  soci::session& sql = db.sql;
+  const ledger l = read_ledger(sql);
+  print_ledger(l, count_lines(duplicates_log(a)));
+  return l.holds() ? exit_ok : exit_ledger;
+}
+
+// ---- the orchestrator ---------------------------------------------------------------------------
+
+void prepare(const args& a) {
+  database db(a);
+  soci::session& sql = db.sql;
+  outbox::sqlite::migrate(sql);
+  sql << "CREATE TABLE harness_business (event_id TEXT PRIMARY KEY, aggregate TEXT NOT NULL, "
+         "seq INTEGER NOT NULL)";
+  sql << "CREATE TABLE harness_rolled_back (event_id TEXT PRIMARY KEY)";
+  // No unique key on event_id: an effect applied twice must show as two rows.
+  sql << "CREATE TABLE harness_effect (apply_order INTEGER PRIMARY KEY AUTOINCREMENT, "
+         "event_id TEXT NOT NULL, aggregate TEXT NOT NULL, seq INTEGER NOT NULL)";
+}
+
+enum class fault_kind { kill, sharp_usr1, sharp_usr2 };
+
+struct fault {
+  fault_kind kind = fault_kind::kill;
+  long threshold = 0;                 ///< Applied events before it is due.
+  std::chrono::milliseconds delay{};  ///< After the threshold and after the part's start.
+  std::chrono::milliseconds down{};   ///< Consumer: how long it stays down.
+};
+
+/// The faults of one part, in order, from the seed.
+std::vector<fault> schedule(std::mt19937_64& rng, long events, int count, bool consumer) {
+  std::vector<fault> out(static_cast<std::size_t>(count));
+  std::uniform_int_distribution<long> at(events / 20, events * 17 / 20);
+  for (auto& f : out) {
+    const auto k = rng() % 3;
+    f.kind = k == 0 ? fault_kind::kill : k == 1 ? fault_kind::sharp_usr1 : fault_kind::sharp_usr2;
+    f.threshold = at(rng);
+    f.delay = std::chrono::milliseconds(rng() % 300);
+    f.down = consumer ? std::chrono::milliseconds(100 + rng() % 500) : 0ms;
+  }
+  std::sort(out.begin(), out.end(),
+            [](const fault& x, const fault& y) { return x.threshold < y.threshold; });
+  return out;
+}
+
+const char* fault_name(fault_kind k, bool consumer) {
+  if (k == fault_kind::kill) return "kill";
+  if (k == fault_kind::sharp_usr1) return consumer ? "before-ack" : "before-publish";
+  return consumer ? "in-tx" : "after-confirm";
+}
+
+/// One part the orchestrator runs: started, killed, restarted.
+struct part {
+  std::string role;
+  std::vector<fault> faults;
+  bool consumer = false;
+  pid_t pid = -1;
+  steady::time_point started{};
+  std::size_t next = 0;                     ///< The next fault of `faults`.
+  std::optional<steady::time_point> armed;  ///< A sharp fault armed then.
+  std::optional<steady::time_point> restart_at;
+  std::map<std::string, int> injected;  ///< Faults that happened, by kind.
+
+  [[nodiscard]] int total() const {
+    int n = 0;
+    for (const auto& [k, v] : injected) n += v;
+    return n;
+  }
+};
+
+pid_t spawn(const args& a, const std::string& role) {
+  const std::vector<std::string> argv_s = {"fault_harness",
+                                           "--role",
+                                           role,
+                                           "--dir",
+                                           a.dir,
+                                           "--seed",
+                                           std::to_string(a.seed),
+                                           "--events",
+                                           std::to_string(a.events),
+                                           "--aggregates",
+                                           std::to_string(a.aggregates),
+                                           "--rate",
+                                           std::to_string(static_cast<long>(a.rate))};
+  std::vector<std::string> all = argv_s;
+  if (!a.plant.empty()) all.insert(all.end(), {"--plant", a.plant});
+  std::vector<char*> argv;
+  for (auto& s : all) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    // Blocked until the part has its handlers (become_part): an early SIGUSR1 waits for them
+    // instead of ending the process.
+    sigset_t usr;
+    sigemptyset(&usr);
+    sigaddset(&usr, SIGUSR1);
+    sigaddset(&usr, SIGUSR2);
+    ::sigprocmask(SIG_BLOCK, &usr, nullptr);
+    ::execv(a.self.c_str(), argv.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+std::string status_text(int status) {
+  if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return std::string("signal ") + ::strsignal(WTERMSIG(status));
+  return "status " + std::to_string(status);
+}
+
+/// Waits for `pid` at most `bound`; SIGKILLs it after that. Returns its status.
+int reap(pid_t pid, std::chrono::milliseconds bound) {
+  int status = 0;
+  const auto until = steady::now() + bound;
+  while (steady::now() < until) {
+    if (::waitpid(pid, &status, WNOHANG) == pid) return status;
+    std::this_thread::sleep_for(10ms);
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, &status, 0);
+  return status;
+}
+
+int run_orchestrator(args a) {
+  bool made_dir = false;
+  if (a.dir.empty()) {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "outbox-faults-XXXXXX").string();
+    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    a.dir = tmpl;
+    made_dir = true;
+  } else {
+    std::filesystem::create_directories(a.dir);
+    if (std::filesystem::exists(db_path(a)))
+      usage(db_path(a) + " exists: give an empty --dir (or none)");
+  }
+  std::cerr << "fault_harness: " << pair_name << ", seed " << a.seed << " (replay: --seed "
+            << a.seed << " --events " << a.events << " --relay-kills " << a.relay_kills
+            << " --consumer-kills " << a.consumer_kills << " --aggregates " << a.aggregates
+            << " --rate " << static_cast<long>(a.rate) << (a.plant.empty() ? "" : " --plant ")
+            << a.plant << "), in " << a.dir << std::endl;
+  prepare(a);
+  database db(a);
+  soci::session& sql = db.sql;
+
+  std::mt19937_64 rng(a.seed);
+  part relay;
+  relay.role = "relay";
+  relay.faults = schedule(rng, a.events, a.relay_kills, false);
+  part consumer;
+  consumer.role = "consumer";
+  consumer.faults = schedule(rng, a.events, a.consumer_kills, true);
+  consumer.consumer = true;
+  const auto start = [&](part& p) {
+    p.pid = spawn(a, p.role);
+    p.started = steady::now();
+    p.armed.reset();
+    p.restart_at.reset();
+  };
+  start(consumer);
+  start(relay);
+  pid_t writer = spawn(a, "writer");
+  const auto run_started = steady::now();
+  auto last_fault = run_started;
+  std::string failure;
+
+  // Handles a part that ended: a fault we caused (restart), or a failure of the harness.
+  const auto on_exit = [&](part& p, int status) {
+    p.pid = -1;
+    const bool killed = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+    if (!killed || !p.armed) {
+      if (failure.empty()) failure = p.role + " ended unexpectedly: " + status_text(status);
+      return;
+    }
+    ++p.injected[fault_name(p.faults[p.next].kind, p.consumer)];
+    ++p.next;
+    last_fault = steady::now();
+    p.restart_at = last_fault + p.faults[p.next - 1].down;
+  };
+  const auto kill_now = [&](part& p) {
+    ::kill(p.pid, SIGKILL);
+    ::waitpid(p.pid, nullptr, 0);
+    p.pid = -1;
+    ++p.injected["kill"];
+    ++p.next;
+    last_fault = steady::now();
+    p.restart_at = last_fault + p.faults[p.next - 1].down;
+  };
+  const auto drive = [&](part& p, long applied) {
+    if (p.pid < 0) {
+      if (p.restart_at && steady::now() >= *p.restart_at) start(p);
+      return;
+    }
+    int status = 0;
+    if (::waitpid(p.pid, &status, WNOHANG) == p.pid) return on_exit(p, status);
+    if (p.next >= p.faults.size()) return;
+    const fault& f = p.faults[p.next];
+    if (p.armed) {  // a sharp fault that found no such point in time: kill it ourselves
+      if (steady::now() - *p.armed > 5s) {
+        ++p.injected[std::string(fault_name(f.kind, p.consumer)) + " not reached"];
+        kill_now(p);
+      }
+      return;
+    }
+    if (applied < f.threshold || steady::now() - p.started < f.delay) return;
+    if (f.kind == fault_kind::kill) return kill_now(p);
+    p.armed = steady::now();
+    ::kill(p.pid, f.kind == fault_kind::sharp_usr1 ? SIGUSR1 : SIGUSR2);
+  };
+
+  const auto drain_bound = std::chrono::seconds(a.drain_bound_s);
+  bool drained = false;
+  long long quiet_count = -1;
+  auto quiet_since = steady::now();
+  std::optional<steady::time_point> drained_at;
+  while (failure.empty()) {
+    const long applied = static_cast<long>(scalar(sql, "SELECT count(*) FROM harness_effect"));
+    drive(relay, applied);
+    drive(consumer, applied);
+    if (writer > 0) {
+      int status = 0;
+      if (::waitpid(writer, &status, WNOHANG) == writer) {
+        writer = -1;
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+          failure = "writer failed: " + status_text(status);
+      }
+    }
+    const bool faults_done = relay.next >= relay.faults.size() &&
+                             consumer.next >= consumer.faults.size() && relay.pid > 0 &&
+                             consumer.pid > 0;
+    if (writer < 0 && faults_done) {
+      const ledger l = read_ledger(sql);
+      if (l.pending == 0 && l.applied + l.dead >= l.committed) {
+        drained = true;
+      } else if (l.pending == 0) {
+        // Everything settled but not everything applied: wait until nothing moves for 3 s
+        // (a defect may have marked events it never delivered), then let the ledger judge.
+        const long long moved = l.applied + l.applied_twice;
+        if (moved != quiet_count) {
+          quiet_count = moved;
+          quiet_since = steady::now();
+        } else if (steady::now() - quiet_since > 3s) {
+          drained = true;
+        }
+      }
+      if (drained) {
+        drained_at = steady::now();
+        break;
+      }
+    }
+    if (steady::now() - std::max(last_fault, run_started) > drain_bound) {
+      failure = "no drain within " + std::to_string(a.drain_bound_s) + " s after the last fault";
+      break;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+
+  // Stop every part (bounded), then judge from the database.
+  for (part* p : {&relay, &consumer})
+    if (p->pid > 0) {
+      ::kill(p->pid, SIGTERM);
+      const int status = reap(p->pid, 10s);
+      if (failure.empty() && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+        failure = p->role + " did not stop cleanly: " + status_text(status);
+    }
+  if (writer > 0) {
+    ::kill(writer, SIGTERM);
+    reap(writer, 10s);
+  }
+  const ledger l = read_ledger(sql);
+  const long long dups = count_lines(duplicates_log(a));
+  const double drain_s =
+      drained_at ? std::chrono::duration<double>(*drained_at - last_fault).count() : -1;
+  const double run_s = std::chrono::duration<double>(steady::now() - run_started).count();
+
+  const auto kinds = [](const part& p) {
+    std::string s;
+    for (const auto& [k, v] : p.injected) s += (s.empty() ? "" : " ") + k + "=" + std::to_string(v);
+    return s.empty() ? std::string("none") : s;
+  };
+  print_ledger(l, dups);
+  std::printf(
+      "| pair | events | relay kills | consumer kills | lost | applied twice | order violations "
+      "| rolled-back seen | wire duplicates | dead-lettered | drain s |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|\n"
+      "| %s | %lld | %d (%s) | %d (%s) | %lld | %lld | %lld | %lld | %lld | %lld | %.2f |\n",
+      pair_name, l.committed, relay.total(), kinds(relay).c_str(), consumer.total(),
+      kinds(consumer).c_str(), l.lost, l.applied_twice, l.order_violations, l.rolled_back_seen,
+      dups, l.dead, drain_s);
+  std::printf("seed %llu, %.1f s in all, %lld rolled-back events, plant: %s\n",
+              static_cast<unsigned long long>(a.seed), run_s, l.rolled_back,
+              a.plant.empty() ? "none" : a.plant.c_str());
+  std::fflush(stdout);
+
+  int rc = exit_ok;
+  if (!failure.empty()) {
+    std::cerr << "fault_harness: " << failure << "\n";
+    rc = failure.starts_with("no drain") ? exit_stalled : exit_failed;
+  } else if (!l.holds()) {
+    std::cerr << "fault_harness: LEDGER VIOLATION (seed " << a.seed << ")\n";
+    rc = exit_ledger;
+  }
+  if (made_dir && !a.keep && rc == exit_ok)
+    std::filesystem::remove_all(a.dir);
+  else if (rc != exit_ok)
+    std::cerr << "fault_harness: the run's files are kept in " << a.dir << "\n";
+  return rc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  args a = parse(argc, argv);
+  a.self = std::filesystem::read_symlink("/proc/self/exe").string();
+  if (a.role == "writer") return run_writer(a);
+  if (a.role == "relay") return run_relay(a);
+  if (a.role == "consumer") return run_consumer(a);
+  if (a.role == "check") return run_check(a);
+  return run_orchestrator(a);
+} catch (const std::exception& e) {
+  std::cerr << "fault_harness: " << e.what() << "\n";
+  return exit_failed;
+}
