@@ -94,6 +94,8 @@ struct args {
   std::string dir;
   bool keep = false;
   std::string plant;
+  std::string relay_faults = "kill,before-publish,after-confirm";  ///< Kinds to draw from.
+  std::string consumer_faults = "kill,before-ack,in-tx";
   int drain_bound_s = 120;
   std::string self;  ///< argv[0] resolved: /proc/self/exe.
 };
@@ -103,6 +105,8 @@ struct args {
             << "\nusage: fault_harness [--events N] [--seed S] [--relay-kills K] "
                "[--consumer-kills K] [--aggregates A] [--rate R] [--dir DIR] [--keep] "
                "[--plant mark-before-confirm|skip-inbox] [--drain-bound S]\n"
+               "       [--relay-faults kill,before-publish,after-confirm] "
+               "[--consumer-faults kill,before-ack,in-tx]\n"
                "       fault_harness --role writer|relay|consumer|check --dir DIR [...]\n";
   std::exit(exit_usage);
 }
@@ -141,6 +145,10 @@ args parse(int argc, char** argv) {
       a.dir = text(i);
     else if (arg == "--plant")
       a.plant = text(i);
+    else if (arg == "--relay-faults")
+      a.relay_faults = text(i);
+    else if (arg == "--consumer-faults")
+      a.consumer_faults = text(i);
     else if (arg == "--drain-bound")
       a.drain_bound_s = static_cast<int>(number(i));
     else if (arg == "--keep")
@@ -539,13 +547,26 @@ struct fault {
   std::chrono::milliseconds down{};   ///< Consumer: how long it stays down.
 };
 
-/// The faults of one part, in order, from the seed.
-std::vector<fault> schedule(std::mt19937_64& rng, long events, int count, bool consumer) {
+const char* fault_name(fault_kind k, bool consumer) {
+  if (k == fault_kind::kill) return "kill";
+  if (k == fault_kind::sharp_usr1) return consumer ? "before-ack" : "before-publish";
+  return consumer ? "in-tx" : "after-confirm";
+}
+
+/// The faults of one part, in order, from the seed: kinds drawn from `kinds` (names as
+/// fault_name gives them, comma-separated).
+std::vector<fault> schedule(std::mt19937_64& rng, long events, int count, bool consumer,
+                            const std::string& kinds) {
+  std::vector<fault_kind> allowed;
+  for (auto k : {fault_kind::kill, fault_kind::sharp_usr1, fault_kind::sharp_usr2})
+    if (("," + kinds + ",").find(std::string(",") + fault_name(k, consumer) + ",") !=
+        std::string::npos)
+      allowed.push_back(k);
+  if (allowed.empty()) usage("no known fault kind in '" + kinds + "'");
   std::vector<fault> out(static_cast<std::size_t>(count));
   std::uniform_int_distribution<long> at(events / 20, events * 17 / 20);
   for (auto& f : out) {
-    const auto k = rng() % 3;
-    f.kind = k == 0 ? fault_kind::kill : k == 1 ? fault_kind::sharp_usr1 : fault_kind::sharp_usr2;
+    f.kind = allowed[rng() % allowed.size()];
     f.threshold = at(rng);
     f.delay = std::chrono::milliseconds(rng() % 300);
     f.down = consumer ? std::chrono::milliseconds(100 + rng() % 500) : 0ms;
@@ -553,12 +574,6 @@ std::vector<fault> schedule(std::mt19937_64& rng, long events, int count, bool c
   std::sort(out.begin(), out.end(),
             [](const fault& x, const fault& y) { return x.threshold < y.threshold; });
   return out;
-}
-
-const char* fault_name(fault_kind k, bool consumer) {
-  if (k == fault_kind::kill) return "kill";
-  if (k == fault_kind::sharp_usr1) return consumer ? "before-ack" : "before-publish";
-  return consumer ? "in-tx" : "after-confirm";
 }
 
 /// One part the orchestrator runs: started, killed, restarted.
@@ -649,7 +664,8 @@ int run_orchestrator(args a) {
   std::cerr << "fault_harness: " << pair_name << ", seed " << a.seed << " (replay: --seed "
             << a.seed << " --events " << a.events << " --relay-kills " << a.relay_kills
             << " --consumer-kills " << a.consumer_kills << " --aggregates " << a.aggregates
-            << " --rate " << static_cast<long>(a.rate) << (a.plant.empty() ? "" : " --plant ")
+            << " --rate " << static_cast<long>(a.rate) << " --relay-faults " << a.relay_faults
+            << " --consumer-faults " << a.consumer_faults << (a.plant.empty() ? "" : " --plant ")
             << a.plant << "), in " << a.dir << std::endl;
   prepare(a);
   database db(a);
@@ -658,10 +674,10 @@ int run_orchestrator(args a) {
   std::mt19937_64 rng(a.seed);
   part relay;
   relay.role = "relay";
-  relay.faults = schedule(rng, a.events, a.relay_kills, false);
+  relay.faults = schedule(rng, a.events, a.relay_kills, false, a.relay_faults);
   part consumer;
   consumer.role = "consumer";
-  consumer.faults = schedule(rng, a.events, a.consumer_kills, true);
+  consumer.faults = schedule(rng, a.events, a.consumer_kills, true, a.consumer_faults);
   consumer.consumer = true;
   const auto start = [&](part& p) {
     p.pid = spawn(a, p.role);
