@@ -2,9 +2,17 @@
 // faults, and a ledger that checks, from the database alone, that nothing committed was lost,
 // applied twice or applied out of order, and that nothing rolled back was seen anywhere.
 //
-// Pair: SQLite x ZeroMQ (ipc:// in the run's directory). Roles, all in this one executable:
+// Pairs: every store x transport this build has (-DOUTBOX_HARNESS_<ADAPTER> from
+// tools/meson.build), chosen by --store sqlite|postgresql and --transport zeromq|amqp. SQLite: a
+// file in the run's directory; PostgreSQL: a schema of its own (outbox_faults_<run>, created and
+// dropped by the orchestrator) in the database at --postgresql (default: OUTBOX_TEST_POSTGRESQL),
+// claim policy --policy locking|leasing; ZeroMQ: ipc:// in the run's directory; AMQP: an
+// exchange and a queue of the run's own (declared by the receiver, prefetch 1, deleted at the
+// end) on the broker at --amqp (default: OUTBOX_TEST_AMQP). A server address missing: exit 77
+// (skip), or 1 when OUTBOX_REQUIRE_SERVICES=1. Roles, all in this one executable:
 //
-//   fault_harness [--events N] [--seed S] [--relay-kills K] [--consumer-kills K]
+//   fault_harness [--store S] [--transport T] [--policy P] [--events N] [--seed S] [--relay-kills
+//   K] [--consumer-kills K]
 //                 [--aggregates A] [--rate EVENTS_PER_S] [--dir DIR] [--keep]
 //                 [--plant mark-before-confirm|skip-inbox] [--drain-bound SECONDS]
 //       the orchestrator: prepares DIR (a temp dir by default), starts the consumer, the relay
@@ -33,7 +41,8 @@
 //
 // Exit codes: 0 the ledger holds; 3 a ledger violation (lost, applied twice, order violations,
 // rolled-back events seen, dead letters, an event outside the business rows); 4 no drain within
-// the bound; 1 the harness itself failed (a part crashed or could not start); 2 usage.
+// the bound; 1 the harness itself failed (a part crashed or could not start); 2 usage;
+// 77 a server address is missing (skip).
 
 #include <fcntl.h>
 #include <signal.h>
@@ -52,6 +61,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <random>
 #include <span>
@@ -65,8 +75,18 @@
 #include <nlohmann/json.hpp>
 
 #include <outbox/outbox.hpp>
+#ifdef OUTBOX_HARNESS_SQLITE
 #include <outbox/sqlite/store.hpp>
+#endif
+#ifdef OUTBOX_HARNESS_POSTGRESQL
+#include <outbox/postgresql/store.hpp>
+#endif
+#ifdef OUTBOX_HARNESS_ZEROMQ
 #include <outbox/zeromq/zeromq.hpp>
+#endif
+#ifdef OUTBOX_HARNESS_AMQP
+#include <outbox/amqp/amqp.hpp>
+#endif
 
 using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
@@ -78,12 +98,18 @@ constexpr int exit_failed = 1;
 constexpr int exit_usage = 2;
 constexpr int exit_ledger = 3;
 constexpr int exit_stalled = 4;
+constexpr int exit_skip = 77;
 
 constexpr const char* consumer_name = "harness";
-constexpr const char* pair_name = "sqlite x zeromq";
 
 struct args {
   std::string role = "orchestrator";
+  std::string store = "sqlite";
+  std::string transport = "zeromq";
+  std::string policy;      ///< PostgreSQL: locking (default) or leasing.
+  std::string run;         ///< The run's name: its schema, exchange and queue (orchestrator: set).
+  std::string postgresql;  ///< libpq connect string; default OUTBOX_TEST_POSTGRESQL.
+  std::string amqp;        ///< amqp:// URL; default OUTBOX_TEST_AMQP.
   long events = 2000;
   std::uint64_t seed = 0;
   bool seed_given = false;
@@ -102,7 +128,9 @@ struct args {
 
 [[noreturn]] void usage(const std::string& why) {
   std::cerr << "fault_harness: " << why
-            << "\nusage: fault_harness [--events N] [--seed S] [--relay-kills K] "
+            << "\nusage: fault_harness [--store sqlite|postgresql] [--transport zeromq|amqp] "
+               "[--policy locking|leasing] [--postgresql CONNSTR] [--amqp URL]\n"
+               "       [--events N] [--seed S] [--relay-kills K] "
                "[--consumer-kills K] [--aggregates A] [--rate R] [--dir DIR] [--keep] "
                "[--plant mark-before-confirm|skip-inbox] [--drain-bound S]\n"
                "       [--relay-faults kill,before-publish,after-confirm] "
@@ -128,6 +156,18 @@ args parse(int argc, char** argv) {
     const std::string_view arg = argv[i];
     if (arg == "--role")
       a.role = text(i);
+    else if (arg == "--store")
+      a.store = text(i);
+    else if (arg == "--transport")
+      a.transport = text(i);
+    else if (arg == "--policy")
+      a.policy = text(i);
+    else if (arg == "--run")
+      a.run = text(i);
+    else if (arg == "--postgresql")
+      a.postgresql = text(i);
+    else if (arg == "--amqp")
+      a.amqp = text(i);
     else if (arg == "--events")
       a.events = static_cast<long>(number(i));
     else if (arg == "--seed") {
@@ -164,23 +204,162 @@ args parse(int argc, char** argv) {
   if (a.events <= 0 || a.aggregates <= 0 || a.rate <= 0) usage("sizes must be positive");
   if (a.role != "orchestrator" && a.dir.empty()) usage("--role " + a.role + " needs --dir");
   if (!a.seed_given) a.seed = std::random_device{}();
+  if (!a.policy.empty() && a.policy != "locking" && a.policy != "leasing")
+    usage("unknown claim policy " + a.policy);
+  if (!a.policy.empty() && a.store != "postgresql") usage("--policy is for --store postgresql");
+  if (a.policy.empty() && a.store == "postgresql") a.policy = "locking";
+  if (a.postgresql.empty())
+    if (const char* v = std::getenv("OUTBOX_TEST_POSTGRESQL")) a.postgresql = v;
+  if (a.amqp.empty())
+    if (const char* v = std::getenv("OUTBOX_TEST_AMQP")) a.amqp = v;
+  if (a.role != "orchestrator" && a.run.empty() &&
+      (a.store == "postgresql" || a.transport == "amqp"))
+    usage("--role " + a.role + " needs --run for a store or transport on a server");
   return a;
 }
 
-std::string db_path(const args& a) { return a.dir + "/outbox.db"; }
-std::string endpoint(const args& a) { return "ipc://" + a.dir + "/relay.sock"; }
+[[maybe_unused]] std::string db_path(const args& a) { return a.dir + "/outbox.db"; }
+[[maybe_unused]] std::string endpoint(const args& a) { return "ipc://" + a.dir + "/relay.sock"; }
 std::string duplicates_log(const args& a) { return a.dir + "/duplicates.log"; }
 
 /// Every connection of every part. SIGKILL of a process is what this harness injects, and WAL
 /// with synchronous=NORMAL survives it (the commit is in the OS's page cache).
-outbox::session_options connection() { return {.lock_timeout = 10s, .durable_commits = false}; }
+[[maybe_unused]] outbox::session_options connection() {
+  return {.lock_timeout = 10s, .durable_commits = false};
+}
+
+/// A missing server address: skip (77), or fail (1) when OUTBOX_REQUIRE_SERVICES=1.
+int missing_service(const char* what) {
+  const char* req = std::getenv("OUTBOX_REQUIRE_SERVICES");
+  const bool required = req != nullptr && std::string(req) == "1";
+  std::cerr << "fault_harness: no " << what
+            << " address: " << (required ? "FAIL (OUTBOX_REQUIRE_SERVICES=1)" : "SKIP") << "\n";
+  return required ? exit_failed : exit_skip;
+}
+
+// ---- the stores and transports of the pairs ---------------------------------------------------
+//
+// A store kind: its store type, how to open a connection to the run's database, how to create
+// and drop that database, and the column types of the harness's own tables. A transport kind:
+// its publisher and receiver for the run, whether its confirm means "applied" (the consumer's
+// ack) or only "the broker has it", and the clean-up of the run's broker objects.
+
+#ifdef OUTBOX_HARNESS_SQLITE
+struct sqlite_kind {
+  using store_type = outbox::sqlite::store;
+  static constexpr const char* name = "sqlite";
+  static constexpr const char* id_type = "TEXT";
+  static constexpr const char* seq_type = "INTEGER";
+  static constexpr const char* order_key = "INTEGER PRIMARY KEY AUTOINCREMENT";
+  static const char* missing(const args&) { return nullptr; }
+  static std::unique_ptr<soci::session> open(const args& a) {
+    auto sql = std::make_unique<soci::session>(soci::sqlite3, "db=" + db_path(a));
+    outbox::sqlite::configure(*sql, connection());
+    return sql;
+  }
+  static outbox::store_options options(const args&) { return {.session = connection()}; }
+  static void migrate(soci::session& sql) { outbox::sqlite::migrate(sql); }
+  static void create(const args& a) {
+    if (std::filesystem::exists(db_path(a)))
+      usage(db_path(a) + " exists: give an empty --dir (or none)");
+  }
+  static void drop(const args&) {}  // the file goes with the run's directory
+  static std::string where(const args& a) { return db_path(a); }
+};
+#endif
+
+#ifdef OUTBOX_HARNESS_POSTGRESQL
+struct postgresql_kind {
+  using store_type = outbox::postgresql::store;
+  static constexpr const char* name = "postgresql";
+  static constexpr const char* id_type = "uuid";
+  static constexpr const char* seq_type = "bigint";
+  static constexpr const char* order_key = "bigserial PRIMARY KEY";
+  static const char* missing(const args& a) {
+    return a.postgresql.empty() ? "PostgreSQL (--postgresql or OUTBOX_TEST_POSTGRESQL)" : nullptr;
+  }
+  static std::string schema(const args& a) { return "outbox_faults_" + a.run; }
+  static std::unique_ptr<soci::session> open(const args& a) {
+    return std::make_unique<soci::session>("postgresql",
+                                           a.postgresql + " options='-c search_path=" + schema(a) +
+                                               " -c client_min_messages=warning'");
+  }
+  static outbox::store_options options(const args& a) {
+    return {.policy = a.policy == "leasing" ? outbox::claim_policy::leasing
+                                            : outbox::claim_policy::locking};
+  }
+  static void migrate(soci::session& sql) { outbox::postgresql::migrate(sql); }
+  static void create(const args& a) {
+    soci::session admin("postgresql", a.postgresql);
+    admin << "SET client_min_messages = warning";
+    admin << "DROP SCHEMA IF EXISTS " + schema(a) + " CASCADE";
+    admin << "CREATE SCHEMA " + schema(a);
+  }
+  static void drop(const args& a) {
+    soci::session admin("postgresql", a.postgresql);
+    admin << "SET client_min_messages = warning";
+    admin << "DROP SCHEMA IF EXISTS " + schema(a) + " CASCADE";
+  }
+  static std::string where(const args& a) { return "schema " + schema(a); }
+};
+#endif
+
+#ifdef OUTBOX_HARNESS_ZEROMQ
+struct zeromq_kind {
+  static constexpr const char* name = "zeromq";
+  /// The confirm is the consumer's ack (after its commit): published means applied.
+  static constexpr bool confirm_is_applied = true;
+  static const char* missing(const args&) { return nullptr; }
+  static outbox::zeromq::publisher publisher(const args& a) {
+    return outbox::zeromq::publisher({.endpoint = endpoint(a)});
+  }
+  static outbox::zeromq::receiver receiver(const args& a) {
+    return outbox::zeromq::receiver(
+        {.endpoint = endpoint(a), .name = "harness-" + std::to_string(::getpid())});
+  }
+  static void drop(const args&) {}
+};
+#endif
+
+#ifdef OUTBOX_HARNESS_AMQP
+struct amqp_kind {
+  static constexpr const char* name = "amqp";
+  /// The confirm is the broker's: published is not applied, the drain waits for the consumer.
+  static constexpr bool confirm_is_applied = false;
+  static const char* missing(const args& a) {
+    return a.amqp.empty() ? "AMQP (--amqp or OUTBOX_TEST_AMQP)" : nullptr;
+  }
+  static std::string exchange(const args& a) { return "outbox-faults-" + a.run; }
+  static std::string queue(const args& a) { return "outbox-faults-q-" + a.run; }
+  static outbox::amqp::publisher publisher(const args& a) {
+    return outbox::amqp::publisher({.connection = {.url = a.amqp}, .exchange = exchange(a)});
+  }
+  /// Declares the run's queue (durable) and binds it; prefetch 1 with one consumer: strict
+  /// per-aggregate order (adapters/amqp/README.md).
+  static outbox::amqp::receiver receiver(const args& a) {
+    return outbox::amqp::receiver(
+        {.connection = {.url = a.amqp}, .queue = queue(a), .exchange = exchange(a), .prefetch = 1});
+  }
+  /// Deletes the run's queue and exchange (best effort: the caller reports a failure).
+  static void drop(const args& a) {
+    outbox::amqp::connection conn(outbox::amqp::connection_options{.url = a.amqp});
+    conn.ensure();
+    amqp_queue_delete(conn.state(), outbox::amqp::connection::channel,
+                      outbox::amqp::bytes(queue(a)), 0, 0);
+    conn.check(amqp_get_rpc_reply(conn.state()), "queue.delete");
+    amqp_exchange_delete(conn.state(), outbox::amqp::connection::channel,
+                         outbox::amqp::bytes(exchange(a)), 0);
+    conn.check(amqp_get_rpc_reply(conn.state()), "exchange.delete");
+  }
+};
+#endif
 
 /// A configured connection to the run's database.
+template <class S>
 struct database {
-  soci::session sql;
-  explicit database(const args& a) : sql(soci::sqlite3, "db=" + db_path(a)) {
-    outbox::sqlite::configure(sql, connection());
-  }
+  std::unique_ptr<soci::session> owned;
+  soci::session& sql;
+  explicit database(const args& a) : owned(S::open(a)), sql(*owned) {}
 };
 
 long long scalar(soci::session& sql, const std::string& query) {
@@ -225,11 +404,12 @@ void become_part() {
 /// business row (event id, aggregate, per-aggregate sequence) in the same transaction; one
 /// transaction in eight rolls back instead, and its event ids are recorded (committed, after
 /// the rollback) in harness_rolled_back: they must appear nowhere.
+template <class S>
 int run_writer(const args& a) {
   become_part();
-  database db(a);
+  database<S> db(a);
   soci::session& sql = db.sql;
-  outbox::writer<outbox::sqlite::store> writer;
+  outbox::writer<typename S::store_type> writer;
   std::mt19937_64 rng(a.seed ^ 0x5752495445520000ULL);
   std::vector<long> next_seq(static_cast<std::size_t>(a.aggregates), 1);
   const auto started = steady::now();
@@ -325,12 +505,13 @@ class harness_wire {
   bool mark_before_confirm_;
 };
 
+template <class S, class T>
 int run_relay(const args& a) {
   become_part();
-  database db(a);
+  database<S> db(a);
   soci::session& sql = db.sql;
-  outbox::sqlite::store store(sql, {.session = connection()});
-  outbox::zeromq::publisher pub({.endpoint = endpoint(a)});
+  typename S::store_type store(sql, S::options(a));
+  auto pub = T::publisher(a);
   harness_wire wire(pub, a.plant == "mark-before-confirm");
   // A short lease, so that a killed relay's batch comes back soon; attempts are not meant to
   // run out here (there is no poison event), so dead letters are a finding.
@@ -361,13 +542,13 @@ int run_relay(const args& a) {
 // ---- the consumer -------------------------------------------------------------------------------
 
 /// The consumer's store: the real one, or (planted defect) one whose inbox forgets.
-class harness_store : public outbox::sqlite::store {
+template <class S>
+class harness_store : public S::store_type {
  public:
-  harness_store(soci::session& sql, bool forget) : store(sql, {.session = connection()}) {
-    forget_ = forget;
-  }
+  harness_store(soci::session& sql, const args& a, bool forget)
+      : S::store_type(sql, S::options(a)), forget_(forget) {}
   bool record_delivery(std::string_view consumer, const outbox::uuid& id, outbox::time_point now) {
-    return forget_ || store::record_delivery(consumer, id, now);
+    return forget_ || S::store_type::record_delivery(consumer, id, now);
   }
 
  private:
@@ -395,12 +576,13 @@ class harness_receiver {
 /// Applies each event as a row of harness_effect (event id, aggregate, sequence; apply_order
 /// is the autoincrement), in the inbox transaction. Logs each duplicate the inbox absorbed as
 /// one line of duplicates.log, written as it happens (a SIGKILL loses none already logged).
+template <class S, class T>
 int run_consumer(const args& a) {
   become_part();
-  soci::session sql(soci::sqlite3, "db=" + db_path(a));
-  harness_store store(sql, a.plant == "skip-inbox");
-  outbox::zeromq::receiver rcv(
-      {.endpoint = endpoint(a), .name = "harness-" + std::to_string(::getpid())});
+  database<S> db(a);
+  soci::session& sql = db.sql;
+  harness_store<S> store(sql, a, a.plant == "skip-inbox");
+  auto rcv = T::receiver(a);
   harness_receiver wire(rcv);
   const int log = ::open(duplicates_log(a).c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
   if (log < 0) throw std::runtime_error("cannot open " + duplicates_log(a));
@@ -516,8 +698,9 @@ void print_ledger(const ledger& l, long long wire_duplicates) {
             << " wire_duplicates=" << wire_duplicates << std::endl;
 }
 
+template <class S>
 int run_check(const args& a) {
-  database db(a);
+  database<S> db(a);
   soci::session& sql = db.sql;
   const ledger l = read_ledger(sql);
   print_ledger(l, count_lines(duplicates_log(a)));
@@ -526,16 +709,20 @@ int run_check(const args& a) {
 
 // ---- the orchestrator ---------------------------------------------------------------------------
 
+template <class S>
 void prepare(const args& a) {
-  database db(a);
+  S::create(a);
+  database<S> db(a);
   soci::session& sql = db.sql;
-  outbox::sqlite::migrate(sql);
-  sql << "CREATE TABLE harness_business (event_id TEXT PRIMARY KEY, aggregate TEXT NOT NULL, "
-         "seq INTEGER NOT NULL)";
-  sql << "CREATE TABLE harness_rolled_back (event_id TEXT PRIMARY KEY)";
+  S::migrate(sql);
+  const std::string id = S::id_type;
+  const std::string seq = S::seq_type;
+  sql << "CREATE TABLE harness_business (event_id " + id +
+             " PRIMARY KEY, aggregate TEXT NOT NULL, seq " + seq + " NOT NULL)";
+  sql << "CREATE TABLE harness_rolled_back (event_id " + id + " PRIMARY KEY)";
   // No unique key on event_id: an effect applied twice must show as two rows.
-  sql << "CREATE TABLE harness_effect (apply_order INTEGER PRIMARY KEY AUTOINCREMENT, "
-         "event_id TEXT NOT NULL, aggregate TEXT NOT NULL, seq INTEGER NOT NULL)";
+  sql << "CREATE TABLE harness_effect (apply_order " + std::string(S::order_key) + ", event_id " +
+             id + " NOT NULL, aggregate TEXT NOT NULL, seq " + seq + " NOT NULL)";
 }
 
 enum class fault_kind { kill, sharp_usr1, sharp_usr2 };
@@ -610,6 +797,8 @@ pid_t spawn(const args& a, const std::string& role) {
                                            "--rate",
                                            std::to_string(static_cast<long>(a.rate))};
   std::vector<std::string> all = argv_s;
+  all.insert(all.end(), {"--store", a.store, "--transport", a.transport, "--run", a.run});
+  if (!a.policy.empty()) all.insert(all.end(), {"--policy", a.policy});
   if (!a.plant.empty()) all.insert(all.end(), {"--plant", a.plant});
   std::vector<char*> argv;
   for (auto& s : all) argv.push_back(s.data());
@@ -649,7 +838,17 @@ int reap(pid_t pid, std::chrono::milliseconds bound) {
   return status;
 }
 
+template <class S, class T>
 int run_orchestrator(args a) {
+  for (const char* what : {S::missing(a), T::missing(a)})
+    if (what != nullptr) return missing_service(what);
+  // The parts read the addresses from the environment (not from their command lines, where a
+  // password would show in ps).
+  if (!a.postgresql.empty()) ::setenv("OUTBOX_TEST_POSTGRESQL", a.postgresql.c_str(), 1);
+  if (!a.amqp.empty()) ::setenv("OUTBOX_TEST_AMQP", a.amqp.c_str(), 1);
+  a.run = std::to_string(::getpid()) + "_" + std::to_string(a.seed);
+  const std::string pair_name =
+      std::string(S::name) + (a.policy.empty() ? "" : " (" + a.policy + ")") + " x " + T::name;
   bool made_dir = false;
   if (a.dir.empty()) {
     std::string tmpl = (std::filesystem::temp_directory_path() / "outbox-faults-XXXXXX").string();
@@ -658,17 +857,17 @@ int run_orchestrator(args a) {
     made_dir = true;
   } else {
     std::filesystem::create_directories(a.dir);
-    if (std::filesystem::exists(db_path(a)))
-      usage(db_path(a) + " exists: give an empty --dir (or none)");
   }
-  std::cerr << "fault_harness: " << pair_name << ", seed " << a.seed << " (replay: --seed "
-            << a.seed << " --events " << a.events << " --relay-kills " << a.relay_kills
+  std::cerr << "fault_harness: " << pair_name << ", seed " << a.seed << " (replay: --store "
+            << a.store << " --transport " << a.transport
+            << (a.policy.empty() ? "" : " --policy " + a.policy) << " --seed " << a.seed
+            << " --events " << a.events << " --relay-kills " << a.relay_kills
             << " --consumer-kills " << a.consumer_kills << " --aggregates " << a.aggregates
             << " --rate " << static_cast<long>(a.rate) << " --relay-faults " << a.relay_faults
             << " --consumer-faults " << a.consumer_faults << (a.plant.empty() ? "" : " --plant ")
-            << a.plant << "), in " << a.dir << std::endl;
-  prepare(a);
-  database db(a);
+            << a.plant << "), in " << a.dir << " and " << S::where(a) << std::endl;
+  prepare<S>(a);
+  database<S> db(a);
   soci::session& sql = db.sql;
 
   std::mt19937_64 rng(a.seed);
@@ -761,13 +960,17 @@ int run_orchestrator(args a) {
       if (l.pending == 0 && l.applied + l.dead >= l.committed) {
         drained = true;
       } else if (l.pending == 0) {
-        // Everything settled but not everything applied: wait until nothing moves for 3 s
+        // Everything settled but not everything applied: wait until nothing moves for a while
         // (a defect may have marked events it never delivered), then let the ledger judge.
+        // When the confirm is the consumer's ack that is a short while; when it is the broker's,
+        // "settled" comes before "applied", and the consumer may still be working through the
+        // queue after a restart: longer (still bounded by the drain bound).
+        const auto quiet_bound = T::confirm_is_applied ? 3s : 15s;
         const long long moved = l.applied + l.applied_twice;
         if (moved != quiet_count) {
           quiet_count = moved;
           quiet_since = steady::now();
-        } else if (steady::now() - quiet_since > 3s) {
+        } else if (steady::now() - quiet_since > quiet_bound) {
           drained = true;
         }
       }
@@ -812,7 +1015,7 @@ int run_orchestrator(args a) {
       "| rolled-back seen | wire duplicates | dead-lettered | drain s |\n"
       "|---|---|---|---|---|---|---|---|---|---|---|\n"
       "| %s | %lld | %d (%s) | %d (%s) | %lld | %lld | %lld | %lld | %lld | %lld | %.2f |\n",
-      pair_name, l.committed, relay.total(), kinds(relay).c_str(), consumer.total(),
+      pair_name.c_str(), l.committed, relay.total(), kinds(relay).c_str(), consumer.total(),
       kinds(consumer).c_str(), l.lost, l.applied_twice, l.order_violations, l.rolled_back_seen,
       dups, l.dead, drain_s);
   std::printf("seed %llu, %.1f s in all, %lld rolled-back events, plant: %s\n",
@@ -828,11 +1031,59 @@ int run_orchestrator(args a) {
     std::cerr << "fault_harness: LEDGER VIOLATION (seed " << a.seed << ")\n";
     rc = exit_ledger;
   }
-  if (made_dir && !a.keep && rc == exit_ok)
-    std::filesystem::remove_all(a.dir);
-  else if (rc != exit_ok)
-    std::cerr << "fault_harness: the run's files are kept in " << a.dir << "\n";
+  try {
+    T::drop(a);  // the broker's objects of the run: never needed again
+  } catch (const std::exception& e) {
+    std::cerr << "fault_harness: could not delete the run's broker objects: " << e.what() << "\n";
+  }
+  const bool keep = a.keep || rc != exit_ok;
+  if (!keep) {
+    try {
+      S::drop(a);
+    } catch (const std::exception& e) {
+      std::cerr << "fault_harness: could not drop " << S::where(a) << ": " << e.what() << "\n";
+    }
+    if (made_dir) std::filesystem::remove_all(a.dir);
+  } else {
+    std::cerr << "fault_harness: the run is kept in " << a.dir << " and " << S::where(a)
+              << " (ledger again: --role check --store " << a.store << " --transport "
+              << a.transport << " --run " << a.run << " --dir " << a.dir << ")\n";
+  }
   return rc;
+}
+
+template <class S, class T>
+int run_pair(const args& a) {
+  if (a.role == "writer") return run_writer<S>(a);
+  if (a.role == "relay") return run_relay<S, T>(a);
+  if (a.role == "consumer") return run_consumer<S, T>(a);
+  if (a.role == "check") {
+    if (const char* what = S::missing(a)) return missing_service(what);
+    return run_check<S>(a);
+  }
+  return run_orchestrator<S, T>(a);
+}
+
+/// The pair of --store and --transport, among those this build has.
+template <class S>
+int with_transport(const args& a) {
+#ifdef OUTBOX_HARNESS_ZEROMQ
+  if (a.transport == "zeromq") return run_pair<S, zeromq_kind>(a);
+#endif
+#ifdef OUTBOX_HARNESS_AMQP
+  if (a.transport == "amqp") return run_pair<S, amqp_kind>(a);
+#endif
+  usage("transport " + a.transport + " is not in this build");
+}
+
+int dispatch(const args& a) {
+#ifdef OUTBOX_HARNESS_SQLITE
+  if (a.store == "sqlite") return with_transport<sqlite_kind>(a);
+#endif
+#ifdef OUTBOX_HARNESS_POSTGRESQL
+  if (a.store == "postgresql") return with_transport<postgresql_kind>(a);
+#endif
+  usage("store " + a.store + " is not in this build");
 }
 
 }  // namespace
@@ -840,11 +1091,7 @@ int run_orchestrator(args a) {
 int main(int argc, char** argv) try {
   args a = parse(argc, argv);
   a.self = std::filesystem::read_symlink("/proc/self/exe").string();
-  if (a.role == "writer") return run_writer(a);
-  if (a.role == "relay") return run_relay(a);
-  if (a.role == "consumer") return run_consumer(a);
-  if (a.role == "check") return run_check(a);
-  return run_orchestrator(a);
+  return dispatch(a);
 } catch (const std::exception& e) {
   std::cerr << "fault_harness: " << e.what() << "\n";
   return exit_failed;
