@@ -34,6 +34,13 @@
 // the seed, so a run can be replayed (the timing of processes is not replayable, the schedule
 // is).
 //
+// Database kills (PostgreSQL, --db-kills K, --db-kill-targets relay,consumer,writer): every
+// part's sessions carry application_name=outbox_faults_<role>_<run>; the orchestrator terminates
+// all sessions of one role (pg_terminate_backend), drawn from the seed, at a threshold of applied
+// events plus a delay. No part is restarted: the relay's and the consumer's store must reconnect
+// by themselves; the writer retries its transaction on a new connection after checking, by its
+// business rows, whether the failed attempt committed after all (a COMMIT in doubt).
+//
 // Planted defects (to show the ledger catches them; the harness must then exit 3):
 //   mark-before-confirm  the relay's transport reports every message confirmed whether or not
 //                        the consumer acknowledged it (a relay that marks on send);
@@ -115,6 +122,7 @@ struct args {
   bool seed_given = false;
   int relay_kills = 10;
   int consumer_kills = 3;
+  int db_kills = 0;  ///< PostgreSQL: connections of a role terminated (pg_terminate_backend).
   int aggregates = 16;
   double rate = 250;  ///< Events per second the writer commits (paced).
   std::string dir;
@@ -122,20 +130,22 @@ struct args {
   std::string plant;
   std::string relay_faults = "kill,before-publish,after-confirm";  ///< Kinds to draw from.
   std::string consumer_faults = "kill,before-ack,in-tx";
+  std::string db_kill_targets = "relay,consumer,writer";  ///< Whose connections --db-kills kill.
   int drain_bound_s = 120;
   std::string self;  ///< argv[0] resolved: /proc/self/exe.
 };
 
 [[noreturn]] void usage(const std::string& why) {
-  std::cerr << "fault_harness: " << why
-            << "\nusage: fault_harness [--store sqlite|postgresql] [--transport zeromq|amqp] "
-               "[--policy locking|leasing] [--postgresql CONNSTR] [--amqp URL]\n"
-               "       [--events N] [--seed S] [--relay-kills K] "
-               "[--consumer-kills K] [--aggregates A] [--rate R] [--dir DIR] [--keep] "
-               "[--plant mark-before-confirm|skip-inbox] [--drain-bound S]\n"
-               "       [--relay-faults kill,before-publish,after-confirm] "
-               "[--consumer-faults kill,before-ack,in-tx]\n"
-               "       fault_harness --role writer|relay|consumer|check --dir DIR [...]\n";
+  std::cerr
+      << "fault_harness: " << why
+      << "\nusage: fault_harness [--store sqlite|postgresql] [--transport zeromq|amqp] "
+         "[--policy locking|leasing] [--postgresql CONNSTR] [--amqp URL]\n"
+         "       [--events N] [--seed S] [--relay-kills K] "
+         "[--consumer-kills K] [--db-kills K] [--aggregates A] [--rate R] [--dir DIR] [--keep] "
+         "[--plant mark-before-confirm|skip-inbox] [--drain-bound S]\n"
+         "       [--relay-faults kill,before-publish,after-confirm] "
+         "[--consumer-faults kill,before-ack,in-tx] [--db-kill-targets relay,consumer,writer]\n"
+         "       fault_harness --role writer|relay|consumer|check --dir DIR [...]\n";
   std::exit(exit_usage);
 }
 
@@ -177,6 +187,8 @@ args parse(int argc, char** argv) {
       a.relay_kills = static_cast<int>(number(i));
     else if (arg == "--consumer-kills")
       a.consumer_kills = static_cast<int>(number(i));
+    else if (arg == "--db-kills")
+      a.db_kills = static_cast<int>(number(i));
     else if (arg == "--aggregates")
       a.aggregates = static_cast<int>(number(i));
     else if (arg == "--rate")
@@ -189,6 +201,8 @@ args parse(int argc, char** argv) {
       a.relay_faults = text(i);
     else if (arg == "--consumer-faults")
       a.consumer_faults = text(i);
+    else if (arg == "--db-kill-targets")
+      a.db_kill_targets = text(i);
     else if (arg == "--drain-bound")
       a.drain_bound_s = static_cast<int>(number(i));
     else if (arg == "--keep")
@@ -208,6 +222,7 @@ args parse(int argc, char** argv) {
     usage("unknown claim policy " + a.policy);
   if (!a.policy.empty() && a.store != "postgresql") usage("--policy is for --store postgresql");
   if (a.policy.empty() && a.store == "postgresql") a.policy = "locking";
+  if (a.db_kills > 0 && a.store != "postgresql") usage("--db-kills is for --store postgresql");
   if (a.postgresql.empty())
     if (const char* v = std::getenv("OUTBOX_TEST_POSTGRESQL")) a.postgresql = v;
   if (a.amqp.empty())
@@ -221,6 +236,19 @@ args parse(int argc, char** argv) {
 [[maybe_unused]] std::string db_path(const args& a) { return a.dir + "/outbox.db"; }
 [[maybe_unused]] std::string endpoint(const args& a) { return "ipc://" + a.dir + "/relay.sock"; }
 std::string duplicates_log(const args& a) { return a.dir + "/duplicates.log"; }
+/// The writer's retries: a line `retry` per failed attempt retried, `landed` per failed attempt
+/// that had committed after all (found by its business rows; not retried).
+std::string writer_log(const args& a) { return a.dir + "/writer.log"; }
+
+long long count_lines_with(const std::string& path, const std::string& word) {
+  FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) return 0;
+  long long n = 0;
+  char line[64];
+  while (std::fgets(line, sizeof line, f) != nullptr) n += std::string(line) == word + "\n";
+  std::fclose(f);
+  return n;
+}
 
 /// Every connection of every part. SIGKILL of a process is what this harness injects, and WAL
 /// with synchronous=NORMAL survives it (the commit is in the OS's page cache).
@@ -265,6 +293,7 @@ struct sqlite_kind {
   }
   static void drop(const args&) {}  // the file goes with the run's directory
   static std::string where(const args& a) { return db_path(a); }
+  static long long terminate(soci::session&, const std::string&, const args&) { return 0; }
 };
 #endif
 
@@ -279,10 +308,24 @@ struct postgresql_kind {
     return a.postgresql.empty() ? "PostgreSQL (--postgresql or OUTBOX_TEST_POSTGRESQL)" : nullptr;
   }
   static std::string schema(const args& a) { return "outbox_faults_" + a.run; }
+  /// The application_name of a role's sessions: what a database kill terminates.
+  static std::string application(const std::string& role, const args& a) {
+    return "outbox_faults_" + role + "_" + a.run;
+  }
   static std::unique_ptr<soci::session> open(const args& a) {
-    return std::make_unique<soci::session>("postgresql",
-                                           a.postgresql + " options='-c search_path=" + schema(a) +
-                                               " -c client_min_messages=warning'");
+    return std::make_unique<soci::session>(
+        "postgresql", a.postgresql + " application_name=" + application(a.role, a) +
+                          " options='-c search_path=" + schema(a) +
+                          " -c client_min_messages=warning'");
+  }
+  /// Terminates every session of `role` in the run; returns how many.
+  static long long terminate(soci::session& sql, const std::string& role, const args& a) {
+    const std::string name = application(role, a);
+    long long n = 0;
+    sql << "SELECT count(*) FILTER (WHERE t) FROM (SELECT pg_terminate_backend(pid) AS t FROM "
+           "pg_stat_activity WHERE application_name = :n) s",
+        soci::use(name), soci::into(n);
+    return n;
   }
   static outbox::store_options options(const args& a) {
     return {.policy = a.policy == "leasing" ? outbox::claim_policy::leasing
@@ -400,15 +443,51 @@ void become_part() {
 
 // ---- the writer ---------------------------------------------------------------------------------
 
+/// After a failed attempt: a new connection in `owned` (the old one may be lost), then whether
+/// the attempt that enqueued `ids` committed after all (its business rows are there; none to
+/// look for: it did not). Tries for about 10 s, then throws: without an answer the writer can
+/// neither retry nor move on.
+template <class S>
+bool committed_by_now(const args& a, std::unique_ptr<soci::session>& owned,
+                      const std::vector<outbox::uuid>& ids) {
+  for (int attempt = 1;; ++attempt) {
+    try {
+      owned.reset();
+      owned = S::open(a);
+      long long n = 0;
+      if (!ids.empty()) {
+        const std::string eid = ids.front().to_string();
+        *owned << "SELECT count(*) FROM harness_business WHERE event_id = :e", soci::use(eid),
+            soci::into(n);
+      }
+      if (FILE* log = std::fopen(writer_log(a).c_str(), "a")) {
+        std::fputs(n > 0 ? "landed\n" : "retry\n", log);
+        std::fclose(log);
+      }
+      return n > 0;
+    } catch (const std::exception&) {
+      if (attempt == 100) throw;
+      std::this_thread::sleep_for(100ms);
+    }
+  }
+}
+
 /// Commits `events` events over `aggregates` aggregates, 1 to 4 per transaction, each with its
 /// business row (event id, aggregate, per-aggregate sequence) in the same transaction; one
 /// transaction in eight rolls back instead, and its event ids are recorded (committed, after
 /// the rollback) in harness_rolled_back: they must appear nowhere.
+///
+/// A failed transaction is retried whole, as an application would, on a new connection (the old
+/// one may be gone: a database kill). A failure can come after COMMIT was sent with no answer
+/// (in doubt): the transaction may have landed. So before a retry the writer looks for the
+/// attempt's business rows (the transaction wrote all of them or none): found, it did commit,
+/// and a retry would enqueue the events twice; not found, it did not, and no retry would lose
+/// them. (On a new session the outcome is final: a terminated backend finishes or aborts its
+/// COMMIT before its connection closes.)
 template <class S>
 int run_writer(const args& a) {
   become_part();
-  database<S> db(a);
-  soci::session& sql = db.sql;
+  auto owned = S::open(a);
   outbox::writer<typename S::store_type> writer;
   std::mt19937_64 rng(a.seed ^ 0x5752495445520000ULL);
   std::vector<long> next_seq(static_cast<std::size_t>(a.aggregates), 1);
@@ -432,8 +511,9 @@ int run_writer(const args& a) {
     }
     const bool single = rng() % 2 == 0;  // both enqueue forms
     for (int attempt = 1;; ++attempt) {
+      std::vector<outbox::uuid> ids;
       try {
-        std::vector<outbox::uuid> ids;
+        soci::session& sql = *owned;
         soci::transaction tx(sql);
         if (single)
           for (const auto& e : batch) ids.push_back(writer.enqueue(sql, e));
@@ -456,9 +536,10 @@ int run_writer(const args& a) {
         }
         note.commit();
         break;
-      } catch (const std::exception& e) {  // the database busy: the transaction is rolled back
+      } catch (const std::exception& e) {  // busy, or the connection lost: rolled back or in doubt
         if (attempt == 20) throw;
         std::this_thread::sleep_for(20ms * attempt);
+        if (committed_by_now<S>(a, owned, roll_back ? std::vector<outbox::uuid>{} : ids)) break;
       }
     }
     if (roll_back) continue;
@@ -740,15 +821,18 @@ const char* fault_name(fault_kind k, bool consumer) {
   return consumer ? "in-tx" : "after-confirm";
 }
 
+/// Whether `name` is one of the comma-separated `list`.
+bool listed(const std::string& list, const std::string& name) {
+  return ("," + list + ",").find("," + name + ",") != std::string::npos;
+}
+
 /// The faults of one part, in order, from the seed: kinds drawn from `kinds` (names as
 /// fault_name gives them, comma-separated).
 std::vector<fault> schedule(std::mt19937_64& rng, long events, int count, bool consumer,
                             const std::string& kinds) {
   std::vector<fault_kind> allowed;
   for (auto k : {fault_kind::kill, fault_kind::sharp_usr1, fault_kind::sharp_usr2})
-    if (("," + kinds + ",").find(std::string(",") + fault_name(k, consumer) + ",") !=
-        std::string::npos)
-      allowed.push_back(k);
+    if (listed(kinds, fault_name(k, consumer))) allowed.push_back(k);
   if (allowed.empty()) usage("no known fault kind in '" + kinds + "'");
   std::vector<fault> out(static_cast<std::size_t>(count));
   std::uniform_int_distribution<long> at(events / 20, events * 17 / 20);
@@ -760,6 +844,33 @@ std::vector<fault> schedule(std::mt19937_64& rng, long events, int count, bool c
   }
   std::sort(out.begin(), out.end(),
             [](const fault& x, const fault& y) { return x.threshold < y.threshold; });
+  return out;
+}
+
+/// A database kill: every session of `target` (relay, consumer or writer) terminated by the
+/// orchestrator (pg_terminate_backend), once `threshold` events are applied and `delay` passed.
+struct db_kill {
+  std::string target;
+  long threshold = 0;
+  std::chrono::milliseconds delay{};
+};
+
+std::vector<db_kill> schedule_db_kills(std::mt19937_64& rng, long events, int count,
+                                       const std::string& kinds) {
+  std::vector<std::string> targets;
+  for (const char* t : {"relay", "consumer", "writer"})
+    if (listed(kinds, t)) targets.emplace_back(t);
+  if (targets.empty()) usage("no known role in --db-kill-targets '" + kinds + "'");
+  std::vector<db_kill> out(static_cast<std::size_t>(count));
+  // The writer is done when about all events are written, so the kills fall in the first 3/4.
+  std::uniform_int_distribution<long> at(events / 20, events * 3 / 4);
+  for (auto& k : out) {
+    k.target = targets[rng() % targets.size()];
+    k.threshold = at(rng);
+    k.delay = std::chrono::milliseconds(rng() % 300);
+  }
+  std::sort(out.begin(), out.end(),
+            [](const db_kill& x, const db_kill& y) { return x.threshold < y.threshold; });
   return out;
 }
 
@@ -862,7 +973,8 @@ int run_orchestrator(args a) {
             << a.store << " --transport " << a.transport
             << (a.policy.empty() ? "" : " --policy " + a.policy) << " --seed " << a.seed
             << " --events " << a.events << " --relay-kills " << a.relay_kills
-            << " --consumer-kills " << a.consumer_kills << " --aggregates " << a.aggregates
+            << " --consumer-kills " << a.consumer_kills << " --db-kills " << a.db_kills
+            << " --db-kill-targets " << a.db_kill_targets << " --aggregates " << a.aggregates
             << " --rate " << static_cast<long>(a.rate) << " --relay-faults " << a.relay_faults
             << " --consumer-faults " << a.consumer_faults << (a.plant.empty() ? "" : " --plant ")
             << a.plant << "), in " << a.dir << " and " << S::where(a) << std::endl;
@@ -878,6 +990,13 @@ int run_orchestrator(args a) {
   consumer.role = "consumer";
   consumer.faults = schedule(rng, a.events, a.consumer_kills, true, a.consumer_faults);
   consumer.consumer = true;
+  // Drawn after the others: a run without --db-kills keeps the schedule of the same seed.
+  const std::vector<db_kill> db_kills =
+      schedule_db_kills(rng, a.events, a.db_kills, a.db_kill_targets);
+  std::size_t next_db_kill = 0;
+  steady::time_point db_kill_due{};      ///< The next one's threshold reached then (or none).
+  std::map<std::string, int> db_killed;  ///< Database kills done, by target.
+  long long sessions_terminated = 0;
   const auto start = [&](part& p) {
     p.pid = spawn(a, p.role);
     p.started = steady::now();
@@ -890,6 +1009,25 @@ int run_orchestrator(args a) {
   const auto run_started = steady::now();
   auto last_fault = run_started;
   std::string failure;
+  const auto drive_db_kills = [&](long applied, bool writer_running) {
+    if (next_db_kill >= db_kills.size()) return;
+    const db_kill& k = db_kills[next_db_kill];
+    if (applied < k.threshold) return;
+    const auto now = steady::now();
+    if (db_kill_due == steady::time_point{}) db_kill_due = now;
+    if (now - db_kill_due < k.delay) return;
+    // The target may have no session at this instant (a part down or between connections):
+    // try again for up to 5 s, then count it missed.
+    const long long n =
+        (k.target == "writer" && !writer_running) ? 0 : S::terminate(sql, k.target, a);
+    if (n == 0 && now - db_kill_due < k.delay + 5s && (k.target != "writer" || writer_running))
+      return;
+    sessions_terminated += n;
+    ++db_killed[k.target + (n == 0 ? " missed" : "")];
+    ++next_db_kill;
+    db_kill_due = {};
+    last_fault = now;
+  };
 
   // Handles a part that ended: a fault we caused (restart), or a failure of the harness.
   const auto on_exit = [&](part& p, int status) {
@@ -944,6 +1082,7 @@ int run_orchestrator(args a) {
     const long applied = static_cast<long>(scalar(sql, "SELECT count(*) FROM harness_effect"));
     drive(relay, applied);
     drive(consumer, applied);
+    drive_db_kills(applied, writer > 0);
     if (writer > 0) {
       int status = 0;
       if (::waitpid(writer, &status, WNOHANG) == writer) {
@@ -953,8 +1092,8 @@ int run_orchestrator(args a) {
       }
     }
     const bool faults_done = relay.next >= relay.faults.size() &&
-                             consumer.next >= consumer.faults.size() && relay.pid > 0 &&
-                             consumer.pid > 0;
+                             consumer.next >= consumer.faults.size() &&
+                             next_db_kill >= db_kills.size() && relay.pid > 0 && consumer.pid > 0;
     if (writer < 0 && faults_done) {
       const ledger l = read_ledger(sql);
       if (l.pending == 0 && l.applied + l.dead >= l.committed) {
@@ -1009,18 +1148,32 @@ int run_orchestrator(args a) {
     for (const auto& [k, v] : p.injected) s += (s.empty() ? "" : " ") + k + "=" + std::to_string(v);
     return s.empty() ? std::string("none") : s;
   };
+  std::string db_text = "none";
+  if (!db_killed.empty()) {
+    int total = 0;
+    db_text.clear();
+    for (const auto& [k, v] : db_killed) {
+      if (!k.ends_with(" missed")) total += v;
+      db_text += (db_text.empty() ? "" : " ") + k + "=" + std::to_string(v);
+    }
+    db_text = std::to_string(total) + " (" + db_text + ", " + std::to_string(sessions_terminated) +
+              " sessions)";
+  }
   print_ledger(l, dups);
   std::printf(
-      "| pair | events | relay kills | consumer kills | lost | applied twice | order violations "
-      "| rolled-back seen | wire duplicates | dead-lettered | drain s |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|\n"
-      "| %s | %lld | %d (%s) | %d (%s) | %lld | %lld | %lld | %lld | %lld | %lld | %.2f |\n",
+      "| pair | events | relay kills | consumer kills | db kills | lost | applied twice "
+      "| order violations | rolled-back seen | wire duplicates | dead-lettered | drain s |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+      "| %s | %lld | %d (%s) | %d (%s) | %s | %lld | %lld | %lld | %lld | %lld | %lld | %.2f |\n",
       pair_name.c_str(), l.committed, relay.total(), kinds(relay).c_str(), consumer.total(),
-      kinds(consumer).c_str(), l.lost, l.applied_twice, l.order_violations, l.rolled_back_seen,
-      dups, l.dead, drain_s);
-  std::printf("seed %llu, %.1f s in all, %lld rolled-back events, plant: %s\n",
-              static_cast<unsigned long long>(a.seed), run_s, l.rolled_back,
-              a.plant.empty() ? "none" : a.plant.c_str());
+      kinds(consumer).c_str(), db_text.c_str(), l.lost, l.applied_twice, l.order_violations,
+      l.rolled_back_seen, dups, l.dead, drain_s);
+  std::printf(
+      "seed %llu, %.1f s in all, %lld rolled-back events, writer: %lld attempts retried, %lld "
+      "failed attempts found committed, plant: %s\n",
+      static_cast<unsigned long long>(a.seed), run_s, l.rolled_back,
+      count_lines_with(writer_log(a), "retry"), count_lines_with(writer_log(a), "landed"),
+      a.plant.empty() ? "none" : a.plant.c_str());
   std::fflush(stdout);
 
   int rc = exit_ok;
