@@ -14,7 +14,7 @@
 //   fault_harness [--store S] [--transport T] [--policy P] [--events N] [--seed S] [--relay-kills
 //   K] [--consumer-kills K]
 //                 [--aggregates A] [--rate EVENTS_PER_S] [--dir DIR] [--keep]
-//                 [--plant mark-before-confirm|skip-inbox] [--drain-bound SECONDS]
+//                 [--plant mark-before-confirm|skip-inbox|blind-retry] [--drain-bound SECONDS]
 //       the orchestrator: prepares DIR (a temp dir by default), starts the consumer, the relay
 //       and the writer as child processes (fork/exec of itself), kills the relay and the
 //       consumer on a schedule derived from the seed (restarting them each time), waits for the
@@ -44,7 +44,9 @@
 // Planted defects (to show the ledger catches them; the harness must then exit 3):
 //   mark-before-confirm  the relay's transport reports every message confirmed whether or not
 //                        the consumer acknowledged it (a relay that marks on send);
-//   skip-inbox           the consumer applies every delivery, as if its inbox forgot.
+//   skip-inbox           the consumer applies every delivery, as if its inbox forgot;
+//   blind-retry          the writer retries a failed transaction without looking whether it
+//                        committed (with --db-kill-targets writer-commit: events twice).
 //
 // Exit codes: 0 the ledger holds; 3 a ledger violation (lost, applied twice, order violations,
 // rolled-back events seen, dead letters, an event outside the business rows); 4 no drain within
@@ -54,6 +56,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -142,7 +145,7 @@ struct args {
          "[--policy locking|leasing] [--postgresql CONNSTR] [--amqp URL]\n"
          "       [--events N] [--seed S] [--relay-kills K] "
          "[--consumer-kills K] [--db-kills K] [--aggregates A] [--rate R] [--dir DIR] [--keep] "
-         "[--plant mark-before-confirm|skip-inbox] [--drain-bound S]\n"
+         "[--plant mark-before-confirm|skip-inbox|blind-retry] [--drain-bound S]\n"
          "       [--relay-faults kill,before-publish,after-confirm] "
          "[--consumer-faults kill,before-ack,in-tx] [--db-kill-targets relay,consumer,writer]\n"
          "       fault_harness --role writer|relay|consumer|check --dir DIR [...]\n";
@@ -213,7 +216,8 @@ args parse(int argc, char** argv) {
   if (a.role != "orchestrator" && a.role != "writer" && a.role != "relay" && a.role != "consumer" &&
       a.role != "check")
     usage("unknown role " + a.role);
-  if (!a.plant.empty() && a.plant != "mark-before-confirm" && a.plant != "skip-inbox")
+  if (!a.plant.empty() && a.plant != "mark-before-confirm" && a.plant != "skip-inbox" &&
+      a.plant != "blind-retry")
     usage("unknown defect to plant: " + a.plant);
   if (a.events <= 0 || a.aggregates <= 0 || a.rate <= 0) usage("sizes must be positive");
   if (a.role != "orchestrator" && a.dir.empty()) usage("--role " + a.role + " needs --dir");
@@ -294,6 +298,7 @@ struct sqlite_kind {
   static void drop(const args&) {}  // the file goes with the run's directory
   static std::string where(const args& a) { return db_path(a); }
   static long long terminate(soci::session&, const std::string&, const args&) { return 0; }
+  static void commit_unanswered(soci::session&) {}  // no database kills on SQLite
 };
 #endif
 
@@ -344,6 +349,16 @@ struct postgresql_kind {
     admin << "DROP SCHEMA IF EXISTS " + schema(a) + " CASCADE";
   }
   static std::string where(const args& a) { return "schema " + schema(a); }
+  /// A COMMIT in doubt: sent, and the connection cut before its answer was read (the writer's
+  /// `writer-commit` database kill). Throws; whether it committed is for the writer to find out.
+  static void commit_unanswered(soci::session& sql) {
+    PGconn* c = static_cast<soci::postgresql_session_backend*>(sql.get_backend())->conn_;
+    if (PQsendQuery(c, "COMMIT") != 1 || PQflush(c) != 0)
+      throw std::runtime_error("COMMIT could not be sent");
+    std::this_thread::sleep_for(20ms);
+    ::shutdown(PQsocket(c), SHUT_RDWR);
+    throw std::runtime_error("COMMIT sent, the connection cut before its answer: in doubt");
+  }
 };
 #endif
 
@@ -455,7 +470,7 @@ bool committed_by_now(const args& a, std::unique_ptr<soci::session>& owned,
       owned.reset();
       owned = S::open(a);
       long long n = 0;
-      if (!ids.empty()) {
+      if (!ids.empty() && a.plant != "blind-retry") {
         const std::string eid = ids.front().to_string();
         *owned << "SELECT count(*) FROM harness_business WHERE event_id = :e", soci::use(eid),
             soci::into(n);
@@ -525,6 +540,10 @@ int run_writer(const args& a) {
               soci::use(eid), soci::use(keys[i].first), soci::use(keys[i].second);
         }
         if (!roll_back) {
+          if (armed_usr1 != 0) {  // a writer-commit database kill
+            armed_usr1 = 0;
+            S::commit_unanswered(sql);
+          }
           tx.commit();
           break;
         }
@@ -858,7 +877,7 @@ struct db_kill {
 std::vector<db_kill> schedule_db_kills(std::mt19937_64& rng, long events, int count,
                                        const std::string& kinds) {
   std::vector<std::string> targets;
-  for (const char* t : {"relay", "consumer", "writer"})
+  for (const char* t : {"relay", "consumer", "writer", "writer-commit"})
     if (listed(kinds, t)) targets.emplace_back(t);
   if (targets.empty()) usage("no known role in --db-kill-targets '" + kinds + "'");
   std::vector<db_kill> out(static_cast<std::size_t>(count));
@@ -1018,10 +1037,13 @@ int run_orchestrator(args a) {
     if (now - db_kill_due < k.delay) return;
     // The target may have no session at this instant (a part down or between connections):
     // try again for up to 5 s, then count it missed.
-    const long long n =
-        (k.target == "writer" && !writer_running) ? 0 : S::terminate(sql, k.target, a);
-    if (n == 0 && now - db_kill_due < k.delay + 5s && (k.target != "writer" || writer_running))
-      return;
+    // writer-commit: the writer cuts its own connection after sending its next COMMIT.
+    const bool of_writer = k.target.starts_with("writer");
+    const long long n = (of_writer && !writer_running) ? 0
+                        : k.target == "writer-commit"
+                            ? static_cast<long long>(::kill(writer, SIGUSR1) == 0)
+                            : S::terminate(sql, k.target, a);
+    if (n == 0 && now - db_kill_due < k.delay + 5s && (!of_writer || writer_running)) return;
     sessions_terminated += n;
     ++db_killed[k.target + (n == 0 ? " missed" : "")];
     ++next_db_kill;
