@@ -145,22 +145,24 @@ testlogs=()
 build_failures=0
 meson_failed=0
 
-section "test $BUILD_DIR"
-test_rc=0
-meson test -C "$BUILD_DIR" --print-errorlogs --num-processes 2 || test_rc=$?
-echo "meson test ($BUILD_DIR) exited $test_rc"
-((test_rc == 0)) || meson_failed=1
-testlogs+=("$BUILD_DIR/meson-logs/testlog.json")
+# Runs the tests of build DIR (extra arguments go to meson test) and records its log for the
+# summary; a failing meson test is remembered, not fatal. Usage: run_tests DIR [args...]
+run_tests() {
+    local dir=$1 rc=0
+    shift
+    section "test $dir"
+    meson test -C "$dir" --print-errorlogs --num-processes 2 "$@" || rc=$?
+    echo "meson test ($dir) exited $rc"
+    ((rc == 0)) || meson_failed=1
+    testlogs+=("$dir/meson-logs/testlog.json")
+}
+
+run_tests "$BUILD_DIR"
 
 # --- 3b. the core alone: no database, no broker (the memory store and transport) -------------
 section "build $CORE_DIR (core only: -Dauto_features=disabled)"
 if build "$CORE_DIR" -Dauto_features=disabled -Dtests=enabled -Dexamples=false -Dbench=false; then
-    section "test $CORE_DIR"
-    test_rc=0
-    meson test -C "$CORE_DIR" --print-errorlogs --num-processes 2 || test_rc=$?
-    echo "meson test ($CORE_DIR) exited $test_rc"
-    ((test_rc == 0)) || meson_failed=1
-    testlogs+=("$CORE_DIR/meson-logs/testlog.json")
+    run_tests "$CORE_DIR"
 else
     echo "error: the build in $CORE_DIR failed" >&2
     build_failures=$((build_failures + 1))
@@ -174,16 +176,9 @@ if [[ ${OUTBOX_CI_SANITIZE:-1} == 1 ]]; then
     # soci::sqlite3_session_backend").
     if build "$ASAN_DIR" --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false \
         -Dcpp_args=-fno-sanitize=vptr -Dcpp_link_args=-fno-sanitize=vptr; then
-        section "test $ASAN_DIR"
-        test_rc=0
         # Boost.Test must not catch the sanitizers' abort: it reported the failure, carried on,
         # and the process then hung at exit until meson's timeout (900 s) killed it.
-        BOOST_TEST_CATCH_SYSTEM_ERRORS=no \
-            meson test -C "$ASAN_DIR" --print-errorlogs --num-processes 2 --timeout-multiplier 3 ||
-            test_rc=$?
-        echo "meson test ($ASAN_DIR) exited $test_rc"
-        ((test_rc == 0)) || meson_failed=1
-        testlogs+=("$ASAN_DIR/meson-logs/testlog.json")
+        BOOST_TEST_CATCH_SYSTEM_ERRORS=no run_tests "$ASAN_DIR" --timeout-multiplier 3
     else
         echo "error: the build in $ASAN_DIR failed" >&2
         build_failures=$((build_failures + 1))
