@@ -17,6 +17,7 @@
 #include <outbox/testing/memory_transport.hpp>
 
 #include "../support/postgresql_fixture.hpp"
+#include "../support/server_store_helpers.hpp"
 #include "../support/tcp_proxy.hpp"
 
 using namespace std::chrono_literals;
@@ -27,33 +28,8 @@ using policies = std::tuple<postgresql_locking_fixture, postgresql_leasing_fixtu
 
 namespace {
 
-template <class Fixture>
-void enqueue_many(Fixture& fx, int n, int aggregates) {
-  auto sql = fx.open_session();
-  auto st = fx.make_store(*sql);
-  outbox::writer w(*st);
-  std::vector<outbox::event> events;
-  for (int i = 0; i < n; ++i)
-    events.push_back({"order",
-                      std::to_string(i % aggregates),
-                      "placed",
-                      R"({"i":)" + std::to_string(i) + "}",
-                      {}});
-  soci::transaction tx(*sql);
-  w.enqueue(*sql, events);
-  tx.commit();
-}
-
-/// Waits (bounded) until `pred` holds.
-template <class Pred>
-bool eventually(Pred pred, std::chrono::seconds limit = 60s) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return pred();
-}
+using outbox::test::enqueue_many;
+using outbox::test::eventually;
 
 /// A relay on its own connection, running with idle polls of 30 s: only a notification can
 /// make it publish within a test's wait.

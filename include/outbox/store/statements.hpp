@@ -3,7 +3,9 @@
 /// Helpers for the statements a dialect embeds from `sql/<dialect>/` (scripts/embed_sql.py).
 
 #include <algorithm>
+#include <charconv>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
@@ -46,6 +48,21 @@ namespace outbox::store {
       i = j - 1;
     }
   }
+  return out;
+}
+
+/// A JSON array of integers ("[1,2,3]"): a list of sequences bound as one text value, which the
+/// statement unpacks (SQLite `json_each`, MySQL `JSON_TABLE`).
+[[nodiscard]] inline std::string json_integer_array(std::span<const std::int64_t> values) {
+  std::string out = "[";
+  out.reserve(values.size() * 8 + 2);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (i) out += ',';
+    char buf[24];
+    const auto r = std::to_chars(buf, buf + sizeof buf, values[i]);
+    out.append(buf, r.ptr);
+  }
+  out += ']';
   return out;
 }
 

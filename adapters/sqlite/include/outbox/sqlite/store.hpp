@@ -61,16 +61,7 @@ struct row {
 
 /// A JSON array of sequences (`json_each(?)` in the settle statements).
 inline std::string json_array(std::span<const std::int64_t> seqs) {
-  std::string out = "[";
-  out.reserve(seqs.size() * 8 + 2);
-  for (std::size_t i = 0; i < seqs.size(); ++i) {
-    if (i) out += ',';
-    char buf[24];
-    const auto r = std::to_chars(buf, buf + sizeof buf, seqs[i]);
-    out.append(buf, r.ptr);
-  }
-  out += ']';
-  return out;
+  return outbox::store::json_integer_array(seqs);
 }
 
 /// The migration runner's host: BEGIN IMMEDIATE is the lock (one writer at a time).

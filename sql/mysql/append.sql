@@ -1,0 +1,9 @@
+-- The writer's insert of one row; the store repeats the VALUES tuple for a multi-row insert
+-- (at most 500 rows and about 4 MiB of payload per statement, under max_allowed_packet).
+-- Placeholders, bound by position: event_id (UUID text), aggregate_type, aggregate_id,
+-- event_type, payload (bytes: _binary, so the connection's character set never touches them),
+-- headers (JSON object text), created_at (Unix us), content_type.
+INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload, headers,
+                    created_at, content_type)
+VALUES (:event_id, :aggregate_type, :aggregate_id, :event_type, _binary :payload, :headers,
+        :created_at, :content_type)

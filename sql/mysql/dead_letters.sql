@@ -1,0 +1,7 @@
+-- Dead letters (state 2), oldest first: the message columns of outbox::store::column, then
+-- last_error and dead_at (Unix us).
+-- :limit.
+SELECT seq, event_id, aggregate_type, aggregate_id, event_type, payload, headers, attempts,
+       created_at, content_type, COALESCE(last_error, ''), COALESCE(dead_at, 0)
+FROM outbox FORCE INDEX (outbox_claim)
+WHERE state = 2 ORDER BY seq LIMIT :limit
