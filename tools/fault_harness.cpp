@@ -3,13 +3,13 @@
 // applied twice or applied out of order, and that nothing rolled back was seen anywhere.
 //
 // Pairs: every store x transport this build has (-DOUTBOX_HARNESS_<ADAPTER> from
-// tools/meson.build), chosen by --store sqlite|postgresql and --transport zeromq|amqp. SQLite: a
-// file in the run's directory; PostgreSQL: a schema of its own (outbox_faults_<run>, created and
-// dropped by the orchestrator) in the database at --postgresql (default: OUTBOX_TEST_POSTGRESQL),
-// claim policy --policy locking|leasing; ZeroMQ: ipc:// in the run's directory; AMQP: an
-// exchange and a queue of the run's own (declared by the receiver, prefetch 1, deleted at the
-// end) on the broker at --amqp (default: OUTBOX_TEST_AMQP). A server address missing: exit 77
-// (skip), or 1 when OUTBOX_REQUIRE_SERVICES=1. Roles, all in this one executable:
+// tools/meson.build), chosen by --store sqlite|postgresql|mysql and --transport zeromq|amqp.
+// SQLite: a file in the run's directory; PostgreSQL: a schema of its own (outbox_faults_<run>,
+// created and dropped by the orchestrator) in the database at --postgresql (default:
+// OUTBOX_TEST_POSTGRESQL), claim policy --policy locking|leasing; ZeroMQ: ipc:// in the run's
+// directory; AMQP: an exchange and a queue of the run's own (declared by the receiver, prefetch 1,
+// deleted at the end) on the broker at --amqp (default: OUTBOX_TEST_AMQP). A server address
+// missing: exit 77 (skip), or 1 when OUTBOX_REQUIRE_SERVICES=1. Roles, all in this one executable:
 //
 //   fault_harness [--store S] [--transport T] [--policy P] [--events N] [--seed S] [--relay-kills
 //   K] [--consumer-kills K]
@@ -69,12 +69,15 @@
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
 #include <span>
+#include <sstream>
 #include <stop_token>
 #include <string>
 #include <string_view>
@@ -90,6 +93,9 @@
 #endif
 #ifdef OUTBOX_HARNESS_POSTGRESQL
 #include <outbox/postgresql/store.hpp>
+#endif
+#ifdef OUTBOX_HARNESS_MYSQL
+#include <outbox/mysql/store.hpp>
 #endif
 #ifdef OUTBOX_HARNESS_ZEROMQ
 #include <outbox/zeromq/zeromq.hpp>
@@ -119,6 +125,7 @@ struct args {
   std::string policy;      ///< PostgreSQL: locking (default) or leasing.
   std::string run;         ///< The run's name: its schema, exchange and queue (orchestrator: set).
   std::string postgresql;  ///< libpq connect string; default OUTBOX_TEST_POSTGRESQL.
+  std::string mysql;       ///< SOCI mysql connect string; default OUTBOX_TEST_MYSQL.
   std::string amqp;        ///< amqp:// URL; default OUTBOX_TEST_AMQP.
   long events = 2000;
   std::uint64_t seed = 0;
@@ -141,8 +148,8 @@ struct args {
 [[noreturn]] void usage(const std::string& why) {
   std::cerr
       << "fault_harness: " << why
-      << "\nusage: fault_harness [--store sqlite|postgresql] [--transport zeromq|amqp] "
-         "[--policy locking|leasing] [--postgresql CONNSTR] [--amqp URL]\n"
+      << "\nusage: fault_harness [--store sqlite|postgresql|mysql] [--transport zeromq|amqp] "
+         "[--policy locking|leasing] [--postgresql CONNSTR] [--mysql CONNSTR] [--amqp URL]\n"
          "       [--events N] [--seed S] [--relay-kills K] "
          "[--consumer-kills K] [--db-kills K] [--aggregates A] [--rate R] [--dir DIR] [--keep] "
          "[--plant mark-before-confirm|skip-inbox|blind-retry] [--drain-bound S]\n"
@@ -179,6 +186,8 @@ args parse(int argc, char** argv) {
       a.run = text(i);
     else if (arg == "--postgresql")
       a.postgresql = text(i);
+    else if (arg == "--mysql")
+      a.mysql = text(i);
     else if (arg == "--amqp")
       a.amqp = text(i);
     else if (arg == "--events")
@@ -224,15 +233,17 @@ args parse(int argc, char** argv) {
   if (!a.seed_given) a.seed = std::random_device{}();
   if (!a.policy.empty() && a.policy != "locking" && a.policy != "leasing")
     usage("unknown claim policy " + a.policy);
-  if (!a.policy.empty() && a.store != "postgresql") usage("--policy is for --store postgresql");
-  if (a.policy.empty() && a.store == "postgresql") a.policy = "locking";
-  if (a.db_kills > 0 && a.store != "postgresql") usage("--db-kills is for --store postgresql");
+  const bool server_store = a.store == "postgresql" || a.store == "mysql";
+  if (!a.policy.empty() && !server_store) usage("--policy is for --store postgresql|mysql");
+  if (a.policy.empty() && server_store) a.policy = "locking";
+  if (a.db_kills > 0 && !server_store) usage("--db-kills is for --store postgresql|mysql");
   if (a.postgresql.empty())
     if (const char* v = std::getenv("OUTBOX_TEST_POSTGRESQL")) a.postgresql = v;
+  if (a.mysql.empty())
+    if (const char* v = std::getenv("OUTBOX_TEST_MYSQL")) a.mysql = v;
   if (a.amqp.empty())
     if (const char* v = std::getenv("OUTBOX_TEST_AMQP")) a.amqp = v;
-  if (a.role != "orchestrator" && a.run.empty() &&
-      (a.store == "postgresql" || a.transport == "amqp"))
+  if (a.role != "orchestrator" && a.run.empty() && (server_store || a.transport == "amqp"))
     usage("--role " + a.role + " needs --run for a store or transport on a server");
   return a;
 }
@@ -357,6 +368,130 @@ struct postgresql_kind {
       throw std::runtime_error("COMMIT could not be sent");
     std::this_thread::sleep_for(20ms);
     ::shutdown(PQsocket(c), SHUT_RDWR);
+    throw std::runtime_error("COMMIT sent, the connection cut before its answer: in doubt");
+  }
+};
+#endif
+
+#ifdef OUTBOX_HARNESS_MYSQL
+/// MySQL (MariaDB here): a database of the run's own. A database kill finds a role's
+/// connections without help from the server (no application name; a user per role would need
+/// GRANT OPTION): each role process records its pid in the run's directory when it connects,
+/// the orchestrator reads that process's TCP sockets to the server from /proc (their local
+/// ports) and KILLs the processlist entries whose host is 127.0.0.1:<that port>, reconnects
+/// included. Needs TCP connections (host=127.0.0.1), not the unix socket.
+struct mysql_kind {
+  using store_type = outbox::mysql::store;
+  static constexpr const char* name = "mysql";
+  static constexpr const char* id_type = "CHAR(36)";
+  static constexpr const char* seq_type = "BIGINT";
+  static constexpr const char* order_key = "BIGINT AUTO_INCREMENT PRIMARY KEY";
+  static const char* missing(const args& a) {
+    return a.mysql.empty() ? "MySQL (--mysql or OUTBOX_TEST_MYSQL)" : nullptr;
+  }
+  static std::string database_name(const args& a) { return "outbox_faults_" + a.run; }
+  static std::string pid_file(const std::string& role, const args& a) {
+    return a.dir + "/mysql-" + role + ".pid";
+  }
+  /// The value of `key` in the connect string (empty when absent).
+  static std::string field(const std::string& connect, const std::string& key) {
+    std::istringstream in(connect);
+    for (std::string w; in >> w;)
+      if (w.rfind(key + "=", 0) == 0) return w.substr(key.size() + 1);
+    return {};
+  }
+  /// The connect string on the run's database (SOCI takes a keyword's first value: the base's
+  /// db= and charset= are left out).
+  static std::string connect(const args& a) {
+    std::istringstream in(a.mysql);
+    std::string out;
+    for (std::string w; in >> w;)
+      if (w.rfind("db=", 0) != 0 && w.rfind("dbname=", 0) != 0 && w.rfind("charset=", 0) != 0)
+        out += w + " ";
+    return out + "db=" + database_name(a) + " charset=utf8mb4";
+  }
+  static std::unique_ptr<soci::session> open(const args& a) {
+    if (!a.dir.empty() && a.role != "orchestrator" && a.role != "check") {
+      std::ofstream(pid_file(a.role, a)) << ::getpid() << "\n";
+    }
+    return std::make_unique<soci::session>("mysql", connect(a));
+  }
+  /// The local ports of `pid`'s TCP connections to `server_port` (/proc/<pid>/fd, /proc/net/tcp).
+  static std::set<int> client_ports(long pid, int server_port) {
+    std::set<std::string> inodes;
+    std::error_code ec;
+    for (const auto& e :
+         std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+      const auto target = std::filesystem::read_symlink(e.path(), ec).string();
+      if (target.rfind("socket:[", 0) == 0) inodes.insert(target.substr(8, target.size() - 9));
+    }
+    std::set<int> ports;
+    for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+      std::ifstream in(table);
+      std::string line;
+      std::getline(in, line);  // header
+      while (std::getline(in, line)) {
+        std::istringstream f(line);
+        std::string sl, local, remote, st, queues, tr, retr, uid, timeout, inode;
+        f >> sl >> local >> remote >> st >> queues >> tr >> retr >> uid >> timeout >> inode;
+        const auto port_of = [](const std::string& addr) {
+          return static_cast<int>(std::stol(addr.substr(addr.rfind(':') + 1), nullptr, 16));
+        };
+        if (inodes.count(inode) > 0 && port_of(remote) == server_port) ports.insert(port_of(local));
+      }
+    }
+    return ports;
+  }
+  /// KILLs every connection of `role`'s process in the run; returns how many.
+  static long long terminate(soci::session& sql, const std::string& role, const args& a) {
+    long pid = 0;
+    std::ifstream(pid_file(role, a)) >> pid;
+    if (pid <= 0) return 0;
+    const std::string port = field(a.mysql, "port");
+    const int server = port.empty() ? 3306 : std::stoi(port);
+    auto ports = client_ports(pid, server);
+    // A part inherits the orchestrator's sockets across fork and exec (the client library does
+    // not set close-on-exec): those are not the part's.
+    for (const int mine : client_ports(::getpid(), server)) ports.erase(mine);
+    const std::string db = database_name(a);
+    std::vector<long long> ids(256);
+    std::vector<std::string> hosts(256);
+    sql << "SELECT id, host FROM information_schema.processlist WHERE db = :d", soci::use(db),
+        soci::into(ids), soci::into(hosts);
+    long long n = 0;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const auto colon = hosts[i].rfind(':');
+      if (colon == std::string::npos || ports.count(std::stoi(hosts[i].substr(colon + 1))) == 0)
+        continue;
+      try {
+        sql << "KILL CONNECTION " + std::to_string(ids[i]);
+        ++n;
+      } catch (const soci::soci_error&) {  // gone meanwhile
+      }
+    }
+    return n;
+  }
+  static outbox::store_options options(const args& a) {
+    return {.policy = a.policy == "leasing" ? outbox::claim_policy::leasing
+                                            : outbox::claim_policy::locking};
+  }
+  static void migrate(soci::session& sql) { outbox::mysql::migrate(sql); }
+  static void create(const args& a) {
+    soci::session admin("mysql", a.mysql);
+    admin << "DROP DATABASE IF EXISTS " + database_name(a);
+    admin << "CREATE DATABASE " + database_name(a) + " CHARACTER SET utf8mb4 COLLATE utf8mb4_bin";
+  }
+  static void drop(const args& a) {
+    soci::session admin("mysql", a.mysql);
+    admin << "DROP DATABASE IF EXISTS " + database_name(a);
+  }
+  static std::string where(const args& a) { return "database " + database_name(a); }
+  /// A COMMIT in doubt: sent, and the connection cut before its answer was read.
+  static void commit_unanswered(soci::session& sql) {
+    MYSQL* c = static_cast<soci::mysql_session_backend*>(sql.get_backend())->conn_;
+    if (mysql_send_query(c, "COMMIT", 6) != 0) throw std::runtime_error("COMMIT could not be sent");
+    std::this_thread::sleep_for(20ms);
+    ::shutdown(static_cast<int>(mysql_get_socket(c)), SHUT_RDWR);
     throw std::runtime_error("COMMIT sent, the connection cut before its answer: in doubt");
   }
 };
@@ -1257,6 +1392,9 @@ int dispatch(const args& a) {
 #endif
 #ifdef OUTBOX_HARNESS_POSTGRESQL
   if (a.store == "postgresql") return with_transport<postgresql_kind>(a);
+#endif
+#ifdef OUTBOX_HARNESS_MYSQL
+  if (a.store == "mysql") return with_transport<mysql_kind>(a);
 #endif
   usage("store " + a.store + " is not in this build");
 }
