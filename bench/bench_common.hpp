@@ -8,6 +8,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -55,6 +56,22 @@ inline std::string postgresql_connect_string(const char* program, const char* sc
   }
   return std::string(base) + " options='-c search_path=" + schema +
          " -c client_min_messages=warning'";
+}
+
+/// OUTBOX_TEST_MYSQL (a SOCI mysql connect string) on the database `db` (empty: none) with
+/// utf8mb4; exits with a usage message when the variable is unset.
+inline std::string mysql_connect_string(const char* program, const std::string& db) {
+  const char* base = std::getenv("OUTBOX_TEST_MYSQL");
+  if (!base || !*base) {
+    std::cerr << program << ": set OUTBOX_TEST_MYSQL (SOCI mysql connect string)\n";
+    std::exit(2);
+  }
+  std::string out;  // without its db= (SOCI takes the first value of a keyword)
+  std::istringstream words(base);
+  for (std::string w; words >> w;)
+    if (w.rfind("db=", 0) != 0 && w.rfind("dbname=", 0) != 0 && w.rfind("charset=", 0) != 0)
+      out += w + " ";
+  return out + (db.empty() ? "" : "db=" + db + " ") + "charset=utf8mb4";
 }
 
 /// The `--name VALUE` flags of a benchmark, each bound to the variable it sets. `parse` prints

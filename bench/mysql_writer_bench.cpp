@@ -1,0 +1,184 @@
+// Writer overhead on MySQL (MariaDB here), two measurements in one run:
+//  1. a business transaction (one INSERT) without and with one enqueued event, as a 1:1 mix
+//     (alternating, so both see the same machine), 1 and 8 client threads: transactions/s of
+//     each and the ratio with/without (target >= 0.70);
+//  2. the with-event transaction's latency (p50, p99) with no relay and with 4 locking relays
+//     draining the outbox at the same time (target: p99 no worse than 1.3x): what the relays'
+//     locks and reads cost the application.
+//
+// Usage: mysql_writer_bench [--seconds N]
+// Server: OUTBOX_TEST_MYSQL (SOCI mysql connect string); uses (and drops) the database
+// outbox_wbench_mysql.
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <soci/soci.h>
+
+#include <outbox/mysql/store.hpp>
+#include <outbox/outbox.hpp>
+#include <outbox/testing/memory_transport.hpp>
+
+#include "bench_common.hpp"
+
+namespace my = outbox::mysql;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr const char* database = "outbox_wbench_mysql";
+
+std::string connect_string(const std::string& db) {
+  return outbox::bench::mysql_connect_string("mysql_writer_bench", db);
+}
+
+struct tally {
+  long long count = 0;
+  double seconds = 0;
+  std::vector<double> latencies;
+};
+
+/// One business transaction on `sql`, with an event when `enqueue`; returns its duration (s).
+double business(soci::session& sql, outbox::writer<my::store>& w, const std::string& customer,
+                bool enqueue) {
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    soci::transaction tx(sql);
+    const int total = 1999;
+    sql << "INSERT INTO bench_orders (customer, total_cents) VALUES (:c, :t)", soci::use(customer),
+        soci::use(total);
+    if (enqueue) {
+      long long id = 0;  // from the INSERT's answer: no round trip (mysql_insert_id)
+      sql.get_last_insert_id("bench_orders", id);
+      w.enqueue(sql, outbox::event{"order",
+                                   std::to_string(id),
+                                   "order_placed",
+                                   R"({"customer":")" + customer + R"(","total_cents":1999})",
+                                   {}});
+    }
+    tx.commit();
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<std::size_t>(p * static_cast<double>(v.size() - 1))];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  double seconds = 5;
+  for (int i = 1; i + 1 < argc; i += 2)
+    if (std::string_view(argv[i]) == "--seconds") seconds = std::strtod(argv[i + 1], nullptr);
+  {
+    soci::session admin("mysql", connect_string(""));
+    admin << "DROP DATABASE IF EXISTS " + std::string(database);
+    admin << "CREATE DATABASE " + std::string(database) +
+                 " CHARACTER SET utf8mb4 COLLATE utf8mb4_bin";
+  }
+  {
+    soci::session admin("mysql", connect_string(database));
+    my::migrate(admin);
+    admin << "CREATE TABLE bench_orders (id BIGINT AUTO_INCREMENT PRIMARY KEY, customer "
+             "VARCHAR(64) NOT NULL, total_cents INT NOT NULL)";
+    std::string version, flush;
+    admin << "SELECT VERSION(), @@innodb_flush_log_at_trx_commit", soci::into(version),
+        soci::into(flush);
+    std::cout << "mysql writer benchmark: " << seconds << " s per part, server " << version
+              << " innodb_flush_log_at_trx_commit=" << flush << "\n";
+  }
+  // 1. with and without an event, 1 and 8 clients.
+  for (int threads : {1, 8}) {
+    std::vector<tally> without(static_cast<std::size_t>(threads)),
+        with(static_cast<std::size_t>(threads));
+    std::vector<std::thread> pool;
+    std::atomic<bool> go{false};
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        soci::session sql("mysql", connect_string(database));
+        outbox::writer<my::store> w;
+        const std::string customer = "customer-" + std::to_string(t);
+        while (!go) std::this_thread::yield();
+        const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+        for (long i = 0; std::chrono::steady_clock::now() < end; ++i) {
+          const bool enqueue = i % 2 == 1;
+          const double dt = business(sql, w, customer, enqueue);
+          auto& k =
+              enqueue ? with[static_cast<std::size_t>(t)] : without[static_cast<std::size_t>(t)];
+          ++k.count;
+          k.seconds += dt;
+        }
+      });
+    }
+    go = true;
+    for (auto& th : pool) th.join();
+    tally a, b;
+    for (const auto& x : without) a.count += x.count, a.seconds += x.seconds;
+    for (const auto& x : with) b.count += x.count, b.seconds += x.seconds;
+    const double ra = static_cast<double>(a.count) / a.seconds * threads;
+    const double rb = static_cast<double>(b.count) / b.seconds * threads;
+    std::printf("threads=%d without-event %8.0f tx/s  with-event %8.0f tx/s\n", threads, ra, rb);
+    std::printf("ratio threads=%d with/without %.2f\n", threads, rb / ra);
+  }
+  // 2. the writer's latency with 4 relays running vs none, alternating phases of 1 s.
+  {
+    soci::session sql("mysql", connect_string(database));
+    outbox::writer<my::store> w;
+    std::vector<double> alone, beside;
+    std::atomic<bool> relays_on{false}, stop{false};
+    std::vector<std::thread> relays;
+    outbox::testing::memory_transport t({.confirm_latency = 100us, .deliver = false});
+    for (int r = 0; r < 4; ++r)
+      relays.emplace_back([&, r] {
+        soci::session rs("mysql", connect_string(database));
+        my::store st(rs);
+        outbox::relay relay(st, t, {.batch_size = 100, .owner = "r" + std::to_string(r)});
+        while (!stop) {
+          if (!relays_on || relay.run_once() == 0) std::this_thread::sleep_for(1ms);
+        }
+      });
+    // A backlog for the relays to work on in the relay phases.
+    for (int i = 0; i < 20; ++i) {
+      soci::transaction tx(sql);
+      std::vector<outbox::event> chunk;
+      for (int k = 0; k < 1000; ++k)
+        chunk.push_back(outbox::bench::sample_event(i * 1000 + k, 500));
+      w.enqueue(sql, chunk);
+      tx.commit();
+    }
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds * 2);
+    while (std::chrono::steady_clock::now() < end) {
+      const bool on = !relays_on;
+      relays_on = on;
+      const auto phase_end = std::chrono::steady_clock::now() + 1s;
+      while (std::chrono::steady_clock::now() < phase_end)
+        (on ? beside : alone).push_back(business(sql, w, "latency", true));
+    }
+    stop = true;
+    for (auto& th : relays) th.join();
+    const double a50 = percentile(alone, 0.5) * 1e3, a99 = percentile(alone, 0.99) * 1e3;
+    const double b50 = percentile(beside, 0.5) * 1e3, b99 = percentile(beside, 0.99) * 1e3;
+    std::printf(
+        "writer latency alone: p50 %.2f ms p99 %.2f ms (%zu tx); with 4 relays: p50 "
+        "%.2f ms p99 %.2f ms (%zu tx)\n",
+        a50, a99, alone.size(), b50, b99, beside.size());
+    std::printf("ratio p99 with-relays/alone %.2f\n", b99 / a99);
+  }
+  soci::session admin("mysql", connect_string(""));
+  admin << "DROP DATABASE " + std::string(database);
+  return 0;
+} catch (const std::exception& e) {
+  std::cerr << "bench: " << e.what() << "\n";
+  return 1;
+}
