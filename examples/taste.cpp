@@ -18,7 +18,7 @@
 #include <outbox/sqlite/store.hpp>
 #include <outbox/testing/memory_transport.hpp>
 
-using Store = outbox::sqlite::store;   // or outbox::postgresql::store: nothing else changes
+using Store = outbox::sqlite::store;   // or postgresql::store, mysql::store: nothing else changes
 // clang-format on
 // README: end
 
