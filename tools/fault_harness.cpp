@@ -14,7 +14,10 @@
 //   fault_harness [--store S] [--transport T] [--policy P] [--events N] [--seed S] [--relay-kills
 //   K] [--consumer-kills K]
 //                 [--aggregates A] [--rate EVENTS_PER_S] [--dir DIR] [--keep]
-//                 [--plant mark-before-confirm|skip-inbox|blind-retry] [--drain-bound SECONDS]
+//                 [--relays N] [--poison K] [--uncarriable K] [--storms K] [--dedup-window S]
+//                 [--soak SECONDS]
+//                 [--plant mark-before-confirm|skip-inbox|blind-retry|forget-window]
+//                 [--drain-bound SECONDS]
 //       the orchestrator: prepares DIR (a temp dir by default), starts the consumer, the relay
 //       and the writer as child processes (fork/exec of itself), kills the relay and the
 //       consumer on a schedule derived from the seed (restarting them each time), waits for the
@@ -25,14 +28,18 @@
 // Faults. A relay fault is one of: `kill` (SIGKILL from the orchestrator, at a random point),
 // `before-publish` (the relay kills itself on its next publish call: after the claim, before
 // anything went on the wire), `after-confirm` (it kills itself right after a publish call that
-// returned confirms, before the relay settles them). A consumer fault is one of: `kill`,
+// returned confirms, before the relay settles them), `pause` (right after such a publish call it
+// stops itself, SIGSTOP, and the orchestrator resumes it, SIGCONT, a second after its lease ran
+// out: a stop-the-world pause or a clock jumped past the lease; with --relays 2 the other relay
+// claims the batch meanwhile, and the zombie's settle must be fenced: the table counts fenced
+// settles; under the locking policy the server cuts the stalled transaction off instead; not in
+// the default list). A consumer fault is one of: `kill`,
 // `before-ack` (it kills itself after its transaction committed, before the ack), `in-tx` (it
 // kills itself inside its transaction, after the effect row was written). The sharp ones are
-// armed by a signal (SIGUSR1/SIGUSR2) and fire at the next such point; if none comes within
-// 5 s the orchestrator kills the process itself (counted as `kill`). Which faults, when
-// (a threshold of applied events plus a delay) and how long a consumer stays down all come from
-// the seed, so a run can be replayed (the timing of processes is not replayable, the schedule
-// is).
+// armed by a signal (SIGUSR1/SIGUSR2, SIGRTMIN) and fire at the next such point; if none comes
+// within 5 s the orchestrator kills the process itself (counted as `kill`). Which faults, when (a
+// threshold of applied events plus a delay) and how long a consumer stays down all come from the
+// seed, so a run can be replayed (the timing of processes is not replayable, the schedule is).
 //
 // Database kills (PostgreSQL, --db-kills K, --db-kill-targets relay,consumer,writer): every
 // part's sessions carry application_name=outbox_faults_<role>_<run>; the orchestrator terminates
@@ -41,15 +48,38 @@
 // by themselves; the writer retries its transaction on a new connection after checking, by its
 // business rows, whether the failed attempt committed after all (a COMMIT in doubt).
 //
+// Several relays (--relays N): the relay faults are dealt out among them. ZeroMQ runs a consumer
+// per relay (each relay binds an endpoint of its own); AMQP runs one consumer on the queue
+// (prefetch 1: strict order), whatever the relays.
+//
+// Poison and uncarriable events (--poison K, --uncarriable K): the writer adds them to committed
+// transactions spread over the run, each in an aggregate of its own. A poison event's handler
+// always throws: the consumer must dead-letter it in the inbox (after its retries). An
+// uncarriable event is one the transport cannot carry (ZeroMQ: a payload over the consumer's
+// max_frame_bytes; AMQP: a header name over 255 bytes): the relay must dead-letter it in the
+// outbox, and the rest of its batch must go. The ledger wants exactly those dead letters.
+//
+// Duplicate storms (--storms K): at a threshold drawn from the seed the orchestrator signals a
+// consumer (SIGRTMIN+1), which feeds itself its last 32 deliveries again, 10 times each (copies
+// whose acks go nowhere), while it purges inbox records older than --dedup-window (20 s) every
+// 250 ms: the inbox must absorb every copy.
+//
+// Soak (--soak SECONDS): events for that long at --rate, and at least a relay fault per 5 s, a
+// consumer fault per 15 s, a storm per 60 s (and a database kill per 20 s when --db-kills > 0).
+//
 // Planted defects (to show the ledger catches them; the harness must then exit 3):
 //   mark-before-confirm  the relay's transport reports every message confirmed whether or not
 //                        the consumer acknowledged it (a relay that marks on send);
 //   skip-inbox           the consumer applies every delivery, as if its inbox forgot;
 //   blind-retry          the writer retries a failed transaction without looking whether it
-//                        committed (with --db-kill-targets writer-commit: events twice).
+//                        committed (with --db-kill-targets writer-commit: events twice);
+//   forget-window        the consumer's purge keeps no dedup window (with --storms: applied
+//                        twice).
 //
 // Exit codes: 0 the ledger holds; 3 a ledger violation (lost, applied twice, order violations,
-// rolled-back events seen, dead letters, an event outside the business rows); 4 no drain within
+// rolled-back events seen, dead letters other than the poison and uncarriable events or not
+// where they belong, an event outside the business rows, wire duplicates over their bound: a
+// relay batch per fault injected); 4 no drain within
 // the bound; 1 the harness itself failed (a part crashed or could not start); 2 usage;
 // 77 a server address is missing (skip).
 
@@ -67,6 +97,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <exception>
 #include <filesystem>
 #include <iostream>
@@ -112,6 +143,12 @@ constexpr int exit_skip = 77;
 
 constexpr const char* consumer_name = "harness";
 
+/// The relay's batch: a relay fault redelivers at most this many (the wire-duplicate bound).
+constexpr std::size_t relay_batch = 50;
+/// The relay's lease; a pause lasts a second longer.
+constexpr auto relay_lease = 2500ms;
+constexpr auto pause_length = relay_lease + 1s;
+
 struct args {
   std::string role = "orchestrator";
   std::string store = "sqlite";
@@ -135,7 +172,14 @@ struct args {
   std::string consumer_faults = "kill,before-ack,in-tx";
   std::string db_kill_targets = "relay,consumer,writer";  ///< Whose connections --db-kills kill.
   int drain_bound_s = 120;
-  std::string self;  ///< argv[0] resolved: /proc/self/exe.
+  int relays = 1;       ///< Relay processes (ZeroMQ: as many consumers, one per relay).
+  int index = 0;        ///< A part: which relay or consumer it is.
+  int poison = 0;       ///< Events whose handler always throws: dead-lettered by the consumer.
+  int uncarriable = 0;  ///< Events the transport cannot carry: dead-lettered by the relay.
+  int storms = 0;       ///< Duplicate storms: a consumer fed its last deliveries again, 10 times.
+  int dedup_window_s = 20;  ///< The consumer purges inbox records older than this, as it runs.
+  int soak_s = 0;           ///< A long run: events and fault counts sized for this many seconds.
+  std::string self;         ///< argv[0] resolved: /proc/self/exe.
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -145,8 +189,10 @@ struct args {
          "[--policy locking|leasing] [--postgresql CONNSTR] [--amqp URL]\n"
          "       [--events N] [--seed S] [--relay-kills K] "
          "[--consumer-kills K] [--db-kills K] [--aggregates A] [--rate R] [--dir DIR] [--keep] "
-         "[--plant mark-before-confirm|skip-inbox|blind-retry] [--drain-bound S]\n"
-         "       [--relay-faults kill,before-publish,after-confirm] "
+         "[--plant mark-before-confirm|skip-inbox|blind-retry|forget-window] [--drain-bound S]\n"
+         "       [--relays N] [--poison K] [--uncarriable K] [--storms K] [--dedup-window S] "
+         "[--soak SECONDS]\n"
+         "       [--relay-faults kill,before-publish,after-confirm,pause] "
          "[--consumer-faults kill,before-ack,in-tx] [--db-kill-targets relay,consumer,writer]\n"
          "       fault_harness --role writer|relay|consumer|check --dir DIR [...]\n";
   std::exit(exit_usage);
@@ -208,6 +254,20 @@ args parse(int argc, char** argv) {
       a.db_kill_targets = text(i);
     else if (arg == "--drain-bound")
       a.drain_bound_s = static_cast<int>(number(i));
+    else if (arg == "--relays")
+      a.relays = static_cast<int>(number(i));
+    else if (arg == "--index")
+      a.index = static_cast<int>(number(i));
+    else if (arg == "--poison")
+      a.poison = static_cast<int>(number(i));
+    else if (arg == "--uncarriable")
+      a.uncarriable = static_cast<int>(number(i));
+    else if (arg == "--storms")
+      a.storms = static_cast<int>(number(i));
+    else if (arg == "--dedup-window")
+      a.dedup_window_s = static_cast<int>(number(i));
+    else if (arg == "--soak")
+      a.soak_s = static_cast<int>(number(i));
     else if (arg == "--keep")
       a.keep = true;
     else
@@ -217,9 +277,20 @@ args parse(int argc, char** argv) {
       a.role != "check")
     usage("unknown role " + a.role);
   if (!a.plant.empty() && a.plant != "mark-before-confirm" && a.plant != "skip-inbox" &&
-      a.plant != "blind-retry")
+      a.plant != "blind-retry" && a.plant != "forget-window")
     usage("unknown defect to plant: " + a.plant);
-  if (a.events <= 0 || a.aggregates <= 0 || a.rate <= 0) usage("sizes must be positive");
+  if (a.soak_s > 0 && a.role == "orchestrator") {
+    // A long run: the events the writer commits in that time, and at least a relay fault every
+    // 5 s, a consumer fault every 15 s, a storm every 60 s (more when asked for).
+    a.events = static_cast<long>(a.rate * a.soak_s);
+    a.relay_kills = std::max(a.relay_kills, a.soak_s / 5);
+    a.consumer_kills = std::max(a.consumer_kills, a.soak_s / 15);
+    a.storms = std::max(a.storms, a.soak_s / 60);
+    if (a.db_kills > 0) a.db_kills = std::max(a.db_kills, a.soak_s / 20);
+  }
+  if (a.events <= 0 || a.aggregates <= 0 || a.rate <= 0 || a.relays <= 0 || a.dedup_window_s <= 0)
+    usage("sizes must be positive");
+  if (a.poison + a.uncarriable > a.events / 4) usage("--poison + --uncarriable: at most events/4");
   if (a.role != "orchestrator" && a.dir.empty()) usage("--role " + a.role + " needs --dir");
   if (!a.seed_given) a.seed = std::random_device{}();
   if (!a.policy.empty() && a.policy != "locking" && a.policy != "leasing")
@@ -238,7 +309,10 @@ args parse(int argc, char** argv) {
 }
 
 [[maybe_unused]] std::string db_path(const args& a) { return a.dir + "/outbox.db"; }
-[[maybe_unused]] std::string endpoint(const args& a) { return "ipc://" + a.dir + "/relay.sock"; }
+/// Relay `index`'s ZeroMQ endpoint (it binds; its consumer connects).
+[[maybe_unused]] std::string endpoint(const args& a) {
+  return "ipc://" + a.dir + "/relay-" + std::to_string(a.index) + ".sock";
+}
 std::string duplicates_log(const args& a) { return a.dir + "/duplicates.log"; }
 /// The writer's retries: a line `retry` per failed attempt retried, `landed` per failed attempt
 /// that had committed after all (found by its business rows; not retried).
@@ -367,13 +441,26 @@ struct zeromq_kind {
   static constexpr const char* name = "zeromq";
   /// The confirm is the consumer's ack (after its commit): published means applied.
   static constexpr bool confirm_is_applied = true;
+  /// The frames a consumer takes; an uncarriable event's payload is larger.
+  static constexpr std::size_t max_frame_bytes = 256 * 1024;
   static const char* missing(const args&) { return nullptr; }
+  /// One consumer per relay (each relay binds its own endpoint). Order per aggregate holds
+  /// across them: the confirm is the consumer's commit, and a row is not claimed while an
+  /// earlier one of its aggregate is in flight.
+  static int consumers(const args& a) { return a.relays; }
   static outbox::zeromq::publisher publisher(const args& a) {
     return outbox::zeromq::publisher({.endpoint = endpoint(a)});
   }
   static outbox::zeromq::receiver receiver(const args& a) {
-    return outbox::zeromq::receiver(
-        {.endpoint = endpoint(a), .name = "harness-" + std::to_string(::getpid())});
+    return outbox::zeromq::receiver({.endpoint = endpoint(a),
+                                     .name = "harness-" + std::to_string(::getpid()),
+                                     .max_frame_bytes = max_frame_bytes});
+  }
+  /// A payload over what the consumer announced it takes: the publisher refuses it `permanent`
+  /// (or the consumer rejects it, when it connected later), and the relay dead-letters it.
+  static void make_uncarriable(outbox::event& e) {
+    e.payload.pop_back();  // the closing brace of the JSON object
+    e.payload += R"(,"pad":")" + std::string(max_frame_bytes + 1024, 'x') + R"("})";
   }
   static void drop(const args&) {}
 };
@@ -387,6 +474,12 @@ struct amqp_kind {
   static const char* missing(const args& a) {
     return a.amqp.empty() ? "AMQP (--amqp or OUTBOX_TEST_AMQP)" : nullptr;
   }
+  /// One consumer on the queue, whatever the relays: with several, a later event of an
+  /// aggregate may be applied first (adapters/amqp/README.md).
+  static int consumers(const args&) { return 1; }
+  /// A header name over AMQP's 255-byte short string: the publisher fails it `permanent`
+  /// before any byte is sent, and the relay dead-letters it.
+  static void make_uncarriable(outbox::event& e) { e.headers.emplace(std::string(300, 'h'), "x"); }
   static std::string exchange(const args& a) { return "outbox-faults-" + a.run; }
   static std::string queue(const args& a) { return "outbox-faults-q-" + a.run; }
   static outbox::amqp::publisher publisher(const args& a) {
@@ -412,12 +505,27 @@ struct amqp_kind {
 };
 #endif
 
+/// A new connection to the run's database, tried for about 10 s: a part that starts while its
+/// role's sessions are being terminated (a database kill that found it connecting) must not die
+/// of it, as a service under a supervisor would not.
+template <class S>
+std::unique_ptr<soci::session> open_retrying(const args& a) {
+  for (int attempt = 1;; ++attempt) {
+    try {
+      return S::open(a);
+    } catch (const std::exception&) {
+      if (attempt == 100) throw;
+      std::this_thread::sleep_for(100ms);
+    }
+  }
+}
+
 /// A configured connection to the run's database.
 template <class S>
 struct database {
   std::unique_ptr<soci::session> owned;
   soci::session& sql;
-  explicit database(const args& a) : owned(S::open(a)), sql(*owned) {}
+  explicit database(const args& a) : owned(open_retrying<S>(a)), sql(*owned) {}
 };
 
 long long scalar(soci::session& sql, const std::string& query) {
@@ -429,26 +537,39 @@ long long scalar(soci::session& sql, const std::string& query) {
 // ---- signals of the parts ----------------------------------------------------------------------
 
 volatile std::sig_atomic_t stop_requested = 0;
-volatile std::sig_atomic_t armed_usr1 = 0;  ///< relay: before-publish; consumer: before-ack.
-volatile std::sig_atomic_t armed_usr2 = 0;  ///< relay: after-confirm; consumer: in-tx.
+volatile std::sig_atomic_t armed_usr1 = 0;   ///< relay: before-publish; consumer: before-ack.
+volatile std::sig_atomic_t armed_usr2 = 0;   ///< relay: after-confirm; consumer: in-tx.
+volatile std::sig_atomic_t armed_pause = 0;  ///< relay: pause after a confirm (sig_pause).
+volatile std::sig_atomic_t armed_storm = 0;  ///< consumer: a duplicate storm (sig_storm).
+/// Real-time signals, which nothing else sends: a relay's pause, a consumer's storm.
+int sig_pause() { return SIGRTMIN; }
+int sig_storm() { return SIGRTMIN + 1; }
 extern "C" void on_signal(int sig) {
   if (sig == SIGTERM) stop_requested = 1;
   if (sig == SIGUSR1) armed_usr1 = 1;
   if (sig == SIGUSR2) armed_usr2 = 1;
+  if (sig == sig_pause()) armed_pause = 1;
+  if (sig == sig_storm()) armed_storm = 1;
+}
+
+/// The signals that arm a part's faults.
+sigset_t fault_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGUSR1, SIGUSR2, sig_pause(), sig_storm()}) sigaddset(&set, sig);
+  return set;
 }
 
 /// A part never outlives the orchestrator, stops on SIGTERM and arms its sharp fault on
-/// SIGUSR1/SIGUSR2.
+/// SIGUSR1/SIGUSR2 (and sig_pause, sig_storm).
 void become_part() {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   struct sigaction sa {};
   sa.sa_handler = on_signal;
-  for (int sig : {SIGTERM, SIGUSR1, SIGUSR2}) ::sigaction(sig, &sa, nullptr);
-  sigset_t usr;
-  sigemptyset(&usr);
-  sigaddset(&usr, SIGUSR1);
-  sigaddset(&usr, SIGUSR2);
-  ::sigprocmask(SIG_UNBLOCK, &usr, nullptr);
+  for (int sig : {SIGTERM, SIGUSR1, SIGUSR2, sig_pause(), sig_storm()})
+    ::sigaction(sig, &sa, nullptr);
+  const sigset_t armed = fault_signals();
+  ::sigprocmask(SIG_UNBLOCK, &armed, nullptr);
 }
 
 [[noreturn]] void die_here() {
@@ -492,6 +613,10 @@ bool committed_by_now(const args& a, std::unique_ptr<soci::session>& owned,
 /// transaction in eight rolls back instead, and its event ids are recorded (committed, after
 /// the rollback) in harness_rolled_back: they must appear nowhere.
 ///
+/// `--poison` and `--uncarriable` events ride along in committed transactions spread over the run,
+/// each in an aggregate of its own, with a row of harness_expected_dead (where it must end up:
+/// the inbox's dead letters, the outbox's) in the same transaction.
+///
 /// A failed transaction is retried whole, as an application would, on a new connection (the old
 /// one may be gone: a database kill). A failure can come after COMMIT was sent with no answer
 /// (in doubt): the transaction may have landed. So before a retry the writer looks for the
@@ -499,13 +624,21 @@ bool committed_by_now(const args& a, std::unique_ptr<soci::session>& owned,
 /// and a retry would enqueue the events twice; not found, it did not, and no retry would lose
 /// them. (On a new session the outcome is final: a terminated backend finishes or aborts its
 /// COMMIT before its connection closes.)
-template <class S>
+template <class S, class T>
 int run_writer(const args& a) {
   become_part();
-  auto owned = S::open(a);
+  auto owned = open_retrying<S>(a);
   outbox::writer<typename S::store_type> writer;
   std::mt19937_64 rng(a.seed ^ 0x5752495445520000ULL);
   std::vector<long> next_seq(static_cast<std::size_t>(a.aggregates), 1);
+  // The special events, by the count of committed events they follow.
+  std::vector<std::pair<long, std::string>> specials;
+  for (int i = 0; i < a.poison; ++i)
+    specials.emplace_back(a.events * (2 * i + 1) / (2 * a.poison + 1), "poison");
+  for (int i = 0; i < a.uncarriable; ++i)
+    specials.emplace_back(a.events * (2 * i + 2) / (2 * a.uncarriable + 2), "uncarriable");
+  std::sort(specials.begin(), specials.end());
+  std::size_t next_special = 0;
   const auto started = steady::now();
   long committed = 0;
   while (committed < a.events && stop_requested == 0) {
@@ -524,6 +657,20 @@ int run_writer(const args& a) {
                        .event_type = roll_back ? "rolled_back" : "committed",
                        .payload = nlohmann::json{{"agg", id}, {"seq", seq}}.dump()});
     }
+    // Where each special event must end up (its row of harness_expected_dead).
+    std::vector<std::pair<std::size_t, std::string>> expected_dead;
+    if (!roll_back && next_special < specials.size() && committed >= specials[next_special].first) {
+      const std::string& kind = specials[next_special].second;
+      const std::string id = kind + "-" + std::to_string(next_special);
+      outbox::event e{.aggregate_type = "harness",
+                      .aggregate_id = id,
+                      .event_type = kind,
+                      .payload = nlohmann::json{{"agg", id}, {"seq", 1}}.dump()};
+      if (kind == "uncarriable") T::make_uncarriable(e);
+      expected_dead.emplace_back(batch.size(), kind == "poison" ? "inbox" : "outbox");
+      keys.emplace_back(id, 1);
+      batch.push_back(std::move(e));
+    }
     const bool single = rng() % 2 == 0;  // both enqueue forms
     for (int attempt = 1;; ++attempt) {
       std::vector<outbox::uuid> ids;
@@ -538,6 +685,11 @@ int run_writer(const args& a) {
           const std::string eid = ids[i].to_string();
           sql << "INSERT INTO harness_business (event_id, aggregate, seq) VALUES (:e, :a, :s)",
               soci::use(eid), soci::use(keys[i].first), soci::use(keys[i].second);
+        }
+        for (const auto& [i, place] : expected_dead) {
+          const std::string eid = ids[i].to_string();
+          sql << "INSERT INTO harness_expected_dead (event_id, place) VALUES (:e, :p)",
+              soci::use(eid), soci::use(place);
         }
         if (!roll_back) {
           if (armed_usr1 != 0) {  // a writer-commit database kill
@@ -564,6 +716,7 @@ int run_writer(const args& a) {
     if (roll_back) continue;
     for (const auto& [agg, used] : taken) next_seq[agg] += used;
     committed += n;
+    next_special += expected_dead.size();
     // Paced, so that the faults fall while events are being written.
     std::this_thread::sleep_until(started + std::chrono::duration_cast<steady::duration>(
                                                 std::chrono::duration<double>(committed / a.rate)));
@@ -594,9 +747,16 @@ class harness_wire {
       results.clear();
       for (const auto& m : batch) results.push_back({.id = m.id, .confirmed = true});
     }
-    if (armed_usr2 != 0 &&
-        std::any_of(results.begin(), results.end(), [](const auto& r) { return r.confirmed; }))
-      die_here();  // confirmed, not settled
+    const bool confirmed =
+        std::any_of(results.begin(), results.end(), [](const auto& r) { return r.confirmed; });
+    if (armed_usr2 != 0 && confirmed) die_here();  // confirmed, not settled
+    if (armed_pause != 0 && confirmed) {
+      // Confirmed, not settled, and the process frozen (a stop-the-world pause, a VM stall, a
+      // clock jumped past the lease): the orchestrator resumes it after the lease has run out,
+      // another relay may have claimed the batch since, and this settle must be fenced.
+      armed_pause = 0;
+      ::raise(SIGSTOP);
+    }
     return results;
   }
 
@@ -604,6 +764,43 @@ class harness_wire {
   Inner* inner_;
   bool mark_before_confirm_;
 };
+
+/// Relay `index`'s counters, rewritten as it runs (a SIGKILL loses at most the last 100 ms):
+/// batches published retried dead_lettered released fenced errors.
+std::string relay_stats_path(const args& a) {
+  return a.dir + "/relay-" + std::to_string(a.index) + "-" + std::to_string(::getpid()) + ".stats";
+}
+
+void write_relay_stats(const args& a, const outbox::relay_stats& s) {
+  const std::string path = relay_stats_path(a);
+  const std::string tmp = path + ".tmp";
+  if (FILE* f = std::fopen(tmp.c_str(), "w")) {
+    std::fprintf(
+        f, "%llu %llu %llu %llu %llu %llu %llu\n", static_cast<unsigned long long>(s.batches),
+        static_cast<unsigned long long>(s.published), static_cast<unsigned long long>(s.retried),
+        static_cast<unsigned long long>(s.dead_lettered),
+        static_cast<unsigned long long>(s.released), static_cast<unsigned long long>(s.fenced),
+        static_cast<unsigned long long>(s.errors));
+    std::fclose(f);
+    std::rename(tmp.c_str(), path.c_str());
+  }
+}
+
+/// The fenced settles of every relay process of the run (from their stats files).
+long long fenced_settles(const args& a) {
+  long long fenced = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(a.dir)) {
+    if (entry.path().extension() != ".stats") continue;
+    unsigned long long v[7] = {};
+    if (FILE* f = std::fopen(entry.path().c_str(), "r")) {
+      if (std::fscanf(f, "%llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4],
+                      &v[5], &v[6]) == 7)
+        fenced += static_cast<long long>(v[5]);
+      std::fclose(f);
+    }
+  }
+  return fenced;
+}
 
 template <class S, class T>
 int run_relay(const args& a) {
@@ -617,8 +814,8 @@ int run_relay(const args& a) {
   // run out here (there is no poison event), so dead letters are a finding.
   outbox::relay relay(
       store, wire,
-      {.batch_size = 50,
-       .lease = 2500ms,
+      {.batch_size = relay_batch,
+       .lease = relay_lease,
        .publish_timeout = 2000ms,
        .idle_poll_min = 1ms,
        .idle_poll_max = 50ms},
@@ -631,10 +828,14 @@ int run_relay(const args& a) {
       failure = std::current_exception();
     }
   });
-  while (stop_requested == 0 && !failure) std::this_thread::sleep_for(10ms);
+  for (int tick = 0; stop_requested == 0 && !failure; ++tick) {
+    std::this_thread::sleep_for(10ms);
+    if (tick % 10 == 0) write_relay_stats(a, relay.stats());
+  }
   worker.request_stop();
   relay.wake();
   worker.join();
+  write_relay_stats(a, relay.stats());
   if (failure) std::rethrow_exception(failure);
   return exit_ok;
 }
@@ -655,27 +856,67 @@ class harness_store : public S::store_type {
   bool forget_ = false;
 };
 
-/// Wraps the real receiver: kills the process after the commit, before the ack, when armed.
+/// Wraps the real receiver: kills the process after the commit, before the ack, when armed;
+/// and plays a duplicate storm when armed: its last `kept` deliveries again, `rounds` times each
+/// (copies of what the transport delivered, as a broker or a relay resending would: their acks
+/// and nacks go nowhere), before the next real delivery.
 template <class Inner>
 class harness_receiver {
  public:
+  static constexpr std::size_t kept = 32;
+  static constexpr int rounds = 10;
+  /// Copies carry tags from here up, far above any a receiver gives out.
+  static constexpr std::uint64_t copy_tags = std::uint64_t{1} << 62;
+
   explicit harness_receiver(Inner& inner) : inner_(&inner) {}
   std::optional<outbox::delivery> receive(std::chrono::milliseconds timeout) {
-    return inner_->receive(timeout);
+    if (armed_storm != 0) {
+      armed_storm = 0;
+      for (int r = 0; r < rounds; ++r)
+        for (const auto& d : recent_) storm_.push_back(d);
+    }
+    if (!storm_.empty()) {
+      outbox::delivery d = std::move(storm_.front());
+      storm_.pop_front();
+      d.tag = copy_tags + next_copy_++;
+      d.redelivered = true;
+      last_was_copy_ = true;
+      return d;
+    }
+    last_was_copy_ = false;
+    auto d = inner_->receive(timeout);
+    if (d) {
+      recent_.push_back(*d);
+      if (recent_.size() > kept) recent_.pop_front();
+    }
+    return d;
   }
   void ack(const outbox::delivery& d) {
+    if (is_copy(d)) return;
     if (armed_usr1 != 0) die_here();  // committed, not acked
     inner_->ack(d);
   }
-  void nack(const outbox::delivery& d, bool requeue) { inner_->nack(d, requeue); }
+  void nack(const outbox::delivery& d, bool requeue) {
+    if (!is_copy(d)) inner_->nack(d, requeue);
+  }
+  [[nodiscard]] static bool is_copy(const outbox::delivery& d) { return d.tag >= copy_tags; }
+  /// Whether the last delivery handed out was a storm's copy.
+  [[nodiscard]] bool last_was_copy() const { return last_was_copy_; }
 
  private:
   Inner* inner_;
+  std::deque<outbox::delivery> recent_;
+  std::deque<outbox::delivery> storm_;
+  std::uint64_t next_copy_ = 0;
+  bool last_was_copy_ = false;
 };
 
 /// Applies each event as a row of harness_effect (event id, aggregate, sequence; apply_order
-/// is the autoincrement), in the inbox transaction. Logs each duplicate the inbox absorbed as
-/// one line of duplicates.log, written as it happens (a SIGKILL loses none already logged).
+/// is the autoincrement), in the inbox transaction; a poison event's handler throws, always.
+/// Logs each duplicate the inbox absorbed as one line of duplicates.log (`d`, or `s` for a
+/// storm's copy), written as it happens (a SIGKILL loses none already logged). Purges inbox
+/// records older than --dedup-window as it goes (plant forget-window: all of them), so that
+/// storms and redeliveries meet a purge at work.
 template <class S, class T>
 int run_consumer(const args& a) {
   become_part();
@@ -686,9 +927,12 @@ int run_consumer(const args& a) {
   harness_receiver wire(rcv);
   const int log = ::open(duplicates_log(a).c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
   if (log < 0) throw std::runtime_error("cannot open " + duplicates_log(a));
+  const auto window = a.plant == "forget-window" ? 0s : std::chrono::seconds(a.dedup_window_s);
+  auto next_purge = steady::now();
   outbox::consumer consumer(
       store, wire,
       [](soci::session& s, const outbox::message& m) {
+        if (m.event_type == "poison") throw std::runtime_error("a poison event: always fails");
         const auto body = nlohmann::json::parse(m.payload);
         const std::string id = m.id.to_string();
         const std::string agg = body.at("agg").get<std::string>();
@@ -701,7 +945,12 @@ int run_consumer(const args& a) {
   while (stop_requested == 0) {
     try {
       if (consumer.poll_once() == decltype(consumer)::outcome::duplicate)
-        if (::write(log, "d\n", 2) != 2) throw std::runtime_error("cannot log a duplicate");
+        if (::write(log, wire.last_was_copy() ? "s\n" : "d\n", 2) != 2)
+          throw std::runtime_error("cannot log a duplicate");
+      if (steady::now() >= next_purge) {
+        next_purge = steady::now() + 250ms;
+        store.purge_inbox(outbox::system_clock{}.now() - window, 1000);
+      }
     } catch (const outbox::error& e) {
       // What consumer::run does: back off from all but a misconfiguration.
       if (e.kind() == outbox::errc::misconfigured) throw;
@@ -723,12 +972,15 @@ struct ledger {
   long long applied_twice = 0;     ///< Effect rows beyond the first per event.
   long long lost = 0;              ///< Committed, neither applied nor dead-lettered.
   long long order_violations = 0;
-  long long dead = 0;     ///< Outbox dead letters plus inbox dead letters.
-  long long pending = 0;  ///< Outbox rows not settled.
+  long long dead = 0;             ///< Outbox dead letters plus inbox dead letters.
+  long long expected_dead = 0;    ///< Poison and uncarriable events (harness_expected_dead).
+  long long dead_unexpected = 0;  ///< Dead letters of other events, or in the wrong place.
+  long long dead_missing = 0;     ///< Poison or uncarriable events not dead where they must be.
+  long long pending = 0;          ///< Outbox rows not settled.
 
   [[nodiscard]] bool holds() const {
     return rolled_back_seen == 0 && outside == 0 && applied_twice == 0 && lost == 0 &&
-           order_violations == 0 && dead == 0;
+           order_violations == 0 && dead_unexpected == 0 && dead_missing == 0;
   }
 };
 
@@ -751,6 +1003,23 @@ ledger read_ledger(soci::session& sql) {
   l.applied_twice = scalar(sql, "SELECT count(*) FROM harness_effect") - l.applied;
   l.dead = scalar(sql, "SELECT count(*) FROM outbox WHERE state = 2") +
            scalar(sql, "SELECT count(*) FROM outbox_inbox_dead");
+  // A poison event belongs in the inbox's dead letters (the handler failed every attempt), an
+  // uncarriable one in the outbox's (the transport refused it); nothing else anywhere.
+  l.expected_dead = scalar(sql, "SELECT count(*) FROM harness_expected_dead");
+  l.dead_unexpected =
+      scalar(sql,
+             "SELECT count(*) FROM outbox o WHERE o.state = 2 AND NOT EXISTS (SELECT 1 FROM "
+             "harness_expected_dead x WHERE x.event_id = o.event_id AND x.place = 'outbox')") +
+      scalar(sql,
+             "SELECT count(*) FROM outbox_inbox_dead d WHERE NOT EXISTS (SELECT 1 FROM "
+             "harness_expected_dead x WHERE x.event_id = d.event_id AND x.place = 'inbox')");
+  l.dead_missing = scalar(
+      sql,
+      "SELECT count(*) FROM harness_expected_dead x WHERE NOT ("
+      "(x.place = 'outbox' AND EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = x.event_id AND "
+      "o.state = 2)) OR "
+      "(x.place = 'inbox' AND EXISTS (SELECT 1 FROM outbox_inbox_dead d WHERE d.event_id = "
+      "x.event_id)))");
   l.lost = scalar(sql,
                   "SELECT count(*) FROM harness_business b WHERE "
                   "NOT EXISTS (SELECT 1 FROM harness_effect f WHERE f.event_id = b.event_id) AND "
@@ -780,22 +1049,15 @@ ledger read_ledger(soci::session& sql) {
   return l;
 }
 
-long long count_lines(const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "r");
-  if (f == nullptr) return 0;
-  long long n = 0;
-  for (int c = std::fgetc(f); c != EOF; c = std::fgetc(f)) n += c == '\n';
-  std::fclose(f);
-  return n;
-}
-
-void print_ledger(const ledger& l, long long wire_duplicates) {
+void print_ledger(const ledger& l, long long wire_duplicates, long long storm_copies) {
   std::cout << "committed=" << l.committed << " rolled_back=" << l.rolled_back
             << " rolled_back_seen=" << l.rolled_back_seen << " outside_business=" << l.outside
             << " applied=" << l.applied << " applied_twice=" << l.applied_twice
             << " lost=" << l.lost << " order_violations=" << l.order_violations
-            << " dead_lettered=" << l.dead << " pending=" << l.pending
-            << " wire_duplicates=" << wire_duplicates << std::endl;
+            << " dead_lettered=" << l.dead << " expected_dead=" << l.expected_dead
+            << " dead_unexpected=" << l.dead_unexpected << " dead_missing=" << l.dead_missing
+            << " pending=" << l.pending << " wire_duplicates=" << wire_duplicates
+            << " storm_copies_absorbed=" << storm_copies << std::endl;
 }
 
 template <class S>
@@ -803,7 +1065,8 @@ int run_check(const args& a) {
   database<S> db(a);
   soci::session& sql = db.sql;
   const ledger l = read_ledger(sql);
-  print_ledger(l, count_lines(duplicates_log(a)));
+  print_ledger(l, count_lines_with(duplicates_log(a), "d"),
+               count_lines_with(duplicates_log(a), "s"));
   return l.holds() ? exit_ok : exit_ledger;
 }
 
@@ -820,12 +1083,15 @@ void prepare(const args& a) {
   sql << "CREATE TABLE harness_business (event_id " + id +
              " PRIMARY KEY, aggregate TEXT NOT NULL, seq " + seq + " NOT NULL)";
   sql << "CREATE TABLE harness_rolled_back (event_id " + id + " PRIMARY KEY)";
+  // The poison and uncarriable events, and where their dead letter must be: inbox or outbox.
+  sql << "CREATE TABLE harness_expected_dead (event_id " + id +
+             " PRIMARY KEY, place TEXT NOT NULL)";
   // No unique key on event_id: an effect applied twice must show as two rows.
   sql << "CREATE TABLE harness_effect (apply_order " + std::string(S::order_key) + ", event_id " +
              id + " NOT NULL, aggregate TEXT NOT NULL, seq " + seq + " NOT NULL)";
 }
 
-enum class fault_kind { kill, sharp_usr1, sharp_usr2 };
+enum class fault_kind { kill, sharp_usr1, sharp_usr2, pause };
 
 struct fault {
   fault_kind kind = fault_kind::kill;
@@ -836,6 +1102,7 @@ struct fault {
 
 const char* fault_name(fault_kind k, bool consumer) {
   if (k == fault_kind::kill) return "kill";
+  if (k == fault_kind::pause) return "pause";
   if (k == fault_kind::sharp_usr1) return consumer ? "before-ack" : "before-publish";
   return consumer ? "in-tx" : "after-confirm";
 }
@@ -850,8 +1117,10 @@ bool listed(const std::string& list, const std::string& name) {
 std::vector<fault> schedule(std::mt19937_64& rng, long events, int count, bool consumer,
                             const std::string& kinds) {
   std::vector<fault_kind> allowed;
-  for (auto k : {fault_kind::kill, fault_kind::sharp_usr1, fault_kind::sharp_usr2})
-    if (listed(kinds, fault_name(k, consumer))) allowed.push_back(k);
+  for (auto k :
+       {fault_kind::kill, fault_kind::sharp_usr1, fault_kind::sharp_usr2, fault_kind::pause})
+    if ((k != fault_kind::pause || !consumer) && listed(kinds, fault_name(k, consumer)))
+      allowed.push_back(k);
   if (allowed.empty()) usage("no known fault kind in '" + kinds + "'");
   std::vector<fault> out(static_cast<std::size_t>(count));
   std::uniform_int_distribution<long> at(events / 20, events * 17 / 20);
@@ -893,9 +1162,32 @@ std::vector<db_kill> schedule_db_kills(std::mt19937_64& rng, long events, int co
   return out;
 }
 
-/// One part the orchestrator runs: started, killed, restarted.
+/// A duplicate storm: consumer `target` fed its last deliveries again (sig_storm), once
+/// `threshold` events are applied and `delay` passed.
+struct storm {
+  std::size_t target = 0;
+  long threshold = 0;
+  std::chrono::milliseconds delay{};
+};
+
+std::vector<storm> schedule_storms(std::mt19937_64& rng, long events, int count,
+                                   std::size_t consumers) {
+  std::vector<storm> out(static_cast<std::size_t>(count));
+  std::uniform_int_distribution<long> at(events / 10, events * 9 / 10);
+  for (auto& s : out) {
+    s.target = rng() % consumers;
+    s.threshold = at(rng);
+    s.delay = std::chrono::milliseconds(rng() % 300);
+  }
+  std::sort(out.begin(), out.end(),
+            [](const storm& x, const storm& y) { return x.threshold < y.threshold; });
+  return out;
+}
+
+/// One part the orchestrator runs: started, killed, restarted (or paused and resumed).
 struct part {
   std::string role;
+  int index = 0;  ///< Which relay or consumer.
   std::vector<fault> faults;
   bool consumer = false;
   pid_t pid = -1;
@@ -903,16 +1195,11 @@ struct part {
   std::size_t next = 0;                     ///< The next fault of `faults`.
   std::optional<steady::time_point> armed;  ///< A sharp fault armed then.
   std::optional<steady::time_point> restart_at;
-  std::map<std::string, int> injected;  ///< Faults that happened, by kind.
-
-  [[nodiscard]] int total() const {
-    int n = 0;
-    for (const auto& [k, v] : injected) n += v;
-    return n;
-  }
+  std::optional<steady::time_point> stopped_at;  ///< Paused (SIGSTOP) since.
+  std::map<std::string, int> injected;           ///< Faults that happened, by kind.
 };
 
-pid_t spawn(const args& a, const std::string& role) {
+pid_t spawn(const args& a, const std::string& role, int index = 0) {
   const std::vector<std::string> argv_s = {"fault_harness",
                                            "--role",
                                            role,
@@ -927,25 +1214,28 @@ pid_t spawn(const args& a, const std::string& role) {
                                            "--rate",
                                            std::to_string(static_cast<long>(a.rate))};
   std::vector<std::string> all = argv_s;
-  all.insert(all.end(), {"--store", a.store, "--transport", a.transport, "--run", a.run});
+  all.insert(all.end(), {"--store", a.store, "--transport", a.transport, "--run", a.run, "--index",
+                         std::to_string(index), "--relays", std::to_string(a.relays), "--poison",
+                         std::to_string(a.poison), "--uncarriable", std::to_string(a.uncarriable),
+                         "--dedup-window", std::to_string(a.dedup_window_s)});
   if (!a.policy.empty()) all.insert(all.end(), {"--policy", a.policy});
   if (!a.plant.empty()) all.insert(all.end(), {"--plant", a.plant});
   std::vector<char*> argv;
   for (auto& s : all) argv.push_back(s.data());
   argv.push_back(nullptr);
+  // The fault signals are blocked from before the fork until the part has its handlers
+  // (become_part): one sent at once (a storm due as a consumer restarts) waits for them instead
+  // of ending the process. The orchestrator never handles them, so blocking them here is free.
+  const sigset_t armed = fault_signals();
+  sigset_t before;
+  ::sigprocmask(SIG_BLOCK, &armed, &before);
   const pid_t pid = ::fork();
-  if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {
-    // Blocked until the part has its handlers (become_part): an early SIGUSR1 waits for them
-    // instead of ending the process.
-    sigset_t usr;
-    sigemptyset(&usr);
-    sigaddset(&usr, SIGUSR1);
-    sigaddset(&usr, SIGUSR2);
-    ::sigprocmask(SIG_BLOCK, &usr, nullptr);
     ::execv(a.self.c_str(), argv.data());
     ::_exit(127);
   }
+  ::sigprocmask(SIG_SETMASK, &before, nullptr);
+  if (pid < 0) throw std::runtime_error("fork failed");
   return pid;
 }
 
@@ -995,35 +1285,58 @@ int run_orchestrator(args a) {
             << " --consumer-kills " << a.consumer_kills << " --db-kills " << a.db_kills
             << " --db-kill-targets " << a.db_kill_targets << " --aggregates " << a.aggregates
             << " --rate " << static_cast<long>(a.rate) << " --relay-faults " << a.relay_faults
-            << " --consumer-faults " << a.consumer_faults << (a.plant.empty() ? "" : " --plant ")
-            << a.plant << "), in " << a.dir << " and " << S::where(a) << std::endl;
+            << " --consumer-faults " << a.consumer_faults << " --relays " << a.relays
+            << " --poison " << a.poison << " --uncarriable " << a.uncarriable << " --storms "
+            << a.storms << " --dedup-window " << a.dedup_window_s
+            << (a.plant.empty() ? "" : " --plant ") << a.plant << "), in " << a.dir << " and "
+            << S::where(a) << std::endl;
   prepare<S>(a);
   database<S> db(a);
   soci::session& sql = db.sql;
 
   std::mt19937_64 rng(a.seed);
-  part relay;
-  relay.role = "relay";
-  relay.faults = schedule(rng, a.events, a.relay_kills, false, a.relay_faults);
-  part consumer;
-  consumer.role = "consumer";
-  consumer.faults = schedule(rng, a.events, a.consumer_kills, true, a.consumer_faults);
-  consumer.consumer = true;
+  // The relay and consumer faults are drawn for the run, then dealt out round robin to the
+  // relays and consumers (one of each: the schedule of earlier versions for the same seed).
+  const std::vector<fault> relay_faults =
+      schedule(rng, a.events, a.relay_kills, false, a.relay_faults);
+  const std::vector<fault> consumer_faults =
+      schedule(rng, a.events, a.consumer_kills, true, a.consumer_faults);
+  std::vector<part> relays(static_cast<std::size_t>(a.relays));
+  std::vector<part> consumers(static_cast<std::size_t>(T::consumers(a)));
+  for (std::size_t i = 0; i < relays.size(); ++i) {
+    relays[i].role = "relay";
+    relays[i].index = static_cast<int>(i);
+  }
+  for (std::size_t i = 0; i < consumers.size(); ++i) {
+    consumers[i].role = "consumer";
+    consumers[i].index = static_cast<int>(i);
+    consumers[i].consumer = true;
+  }
+  for (std::size_t j = 0; j < relay_faults.size(); ++j)
+    relays[j % relays.size()].faults.push_back(relay_faults[j]);
+  for (std::size_t j = 0; j < consumer_faults.size(); ++j)
+    consumers[j % consumers.size()].faults.push_back(consumer_faults[j]);
   // Drawn after the others: a run without --db-kills keeps the schedule of the same seed.
   const std::vector<db_kill> db_kills =
       schedule_db_kills(rng, a.events, a.db_kills, a.db_kill_targets);
+  const std::vector<storm> storms = schedule_storms(rng, a.events, a.storms, consumers.size());
   std::size_t next_db_kill = 0;
   steady::time_point db_kill_due{};      ///< The next one's threshold reached then (or none).
   std::map<std::string, int> db_killed;  ///< Database kills done, by target.
   long long sessions_terminated = 0;
+  std::size_t next_storm = 0;
+  steady::time_point storm_due{};
+  int storms_done = 0;
+  int storms_missed = 0;
   const auto start = [&](part& p) {
-    p.pid = spawn(a, p.role);
+    p.pid = spawn(a, p.role, p.index);
     p.started = steady::now();
     p.armed.reset();
     p.restart_at.reset();
+    p.stopped_at.reset();
   };
-  start(consumer);
-  start(relay);
+  for (auto& c : consumers) start(c);
+  for (auto& r : relays) start(r);
   pid_t writer = spawn(a, "writer");
   const auto run_started = steady::now();
   auto last_fault = run_started;
@@ -1050,13 +1363,31 @@ int run_orchestrator(args a) {
     db_kill_due = {};
     last_fault = now;
   };
+  // A storm goes to a consumer that is up (waiting up to 5 s for it, then counted missed).
+  const auto drive_storms = [&](long applied) {
+    if (next_storm >= storms.size()) return;
+    const storm& st = storms[next_storm];
+    if (applied < st.threshold) return;
+    const auto now = steady::now();
+    if (storm_due == steady::time_point{}) storm_due = now;
+    if (now - storm_due < st.delay) return;
+    const part& c = consumers[st.target];
+    const bool sent = c.pid > 0 && !c.armed && ::kill(c.pid, sig_storm()) == 0;
+    if (!sent && now - storm_due < st.delay + 5s) return;
+    ++(sent ? storms_done : storms_missed);
+    ++next_storm;
+    storm_due = {};
+    last_fault = now;
+  };
 
   // Handles a part that ended: a fault we caused (restart), or a failure of the harness.
   const auto on_exit = [&](part& p, int status) {
     p.pid = -1;
     const bool killed = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
     if (!killed || !p.armed) {
-      if (failure.empty()) failure = p.role + " ended unexpectedly: " + status_text(status);
+      if (failure.empty())
+        failure =
+            p.role + " " + std::to_string(p.index) + " ended unexpectedly: " + status_text(status);
       return;
     }
     ++p.injected[fault_name(p.faults[p.next].kind, p.consumer)];
@@ -1078,8 +1409,28 @@ int run_orchestrator(args a) {
       if (p.restart_at && steady::now() >= *p.restart_at) start(p);
       return;
     }
+    if (p.stopped_at) {  // paused: resumed once its lease has run out
+      if (steady::now() - *p.stopped_at < pause_length) return;
+      ::kill(p.pid, SIGCONT);
+      p.stopped_at.reset();
+      p.armed.reset();
+      ++p.injected["pause"];
+      ++p.next;
+      last_fault = steady::now();
+      return;
+    }
     int status = 0;
-    if (::waitpid(p.pid, &status, WNOHANG) == p.pid) return on_exit(p, status);
+    if (::waitpid(p.pid, &status, WNOHANG | WUNTRACED) == p.pid) {
+      if (WIFSTOPPED(status)) {
+        if (!p.armed || p.faults[p.next].kind != fault_kind::pause) {
+          if (failure.empty()) failure = p.role + " stopped unexpectedly";
+          return;
+        }
+        p.stopped_at = steady::now();
+        return;
+      }
+      return on_exit(p, status);
+    }
     if (p.next >= p.faults.size()) return;
     const fault& f = p.faults[p.next];
     if (p.armed) {  // a sharp fault that found no such point in time: kill it ourselves
@@ -1092,7 +1443,14 @@ int run_orchestrator(args a) {
     if (applied < f.threshold || steady::now() - p.started < f.delay) return;
     if (f.kind == fault_kind::kill) return kill_now(p);
     p.armed = steady::now();
-    ::kill(p.pid, f.kind == fault_kind::sharp_usr1 ? SIGUSR1 : SIGUSR2);
+    ::kill(p.pid, f.kind == fault_kind::sharp_usr1   ? SIGUSR1
+                  : f.kind == fault_kind::sharp_usr2 ? SIGUSR2
+                                                     : sig_pause());
+  };
+  const auto all_done = [](const std::vector<part>& parts) {
+    return std::all_of(parts.begin(), parts.end(), [](const part& p) {
+      return p.next >= p.faults.size() && p.pid > 0 && !p.stopped_at;
+    });
   };
 
   const auto drain_bound = std::chrono::seconds(a.drain_bound_s);
@@ -1102,9 +1460,10 @@ int run_orchestrator(args a) {
   std::optional<steady::time_point> drained_at;
   while (failure.empty()) {
     const long applied = static_cast<long>(scalar(sql, "SELECT count(*) FROM harness_effect"));
-    drive(relay, applied);
-    drive(consumer, applied);
+    for (auto& r : relays) drive(r, applied);
+    for (auto& c : consumers) drive(c, applied);
     drive_db_kills(applied, writer > 0);
+    drive_storms(applied);
     if (writer > 0) {
       int status = 0;
       if (::waitpid(writer, &status, WNOHANG) == writer) {
@@ -1113,9 +1472,8 @@ int run_orchestrator(args a) {
           failure = "writer failed: " + status_text(status);
       }
     }
-    const bool faults_done = relay.next >= relay.faults.size() &&
-                             consumer.next >= consumer.faults.size() &&
-                             next_db_kill >= db_kills.size() && relay.pid > 0 && consumer.pid > 0;
+    const bool faults_done = all_done(relays) && all_done(consumers) &&
+                             next_db_kill >= db_kills.size() && next_storm >= storms.size();
     if (writer < 0 && faults_done) {
       const ledger l = read_ledger(sql);
       if (l.pending == 0 && l.applied + l.dead >= l.committed) {
@@ -1127,7 +1485,7 @@ int run_orchestrator(args a) {
         // "settled" comes before "applied", and the consumer may still be working through the
         // queue after a restart: longer (still bounded by the drain bound).
         const auto quiet_bound = T::confirm_is_applied ? 3s : 15s;
-        const long long moved = l.applied + l.applied_twice;
+        const long long moved = l.applied + l.applied_twice + l.dead;
         if (moved != quiet_count) {
           quiet_count = moved;
           quiet_since = steady::now();
@@ -1148,48 +1506,79 @@ int run_orchestrator(args a) {
   }
 
   // Stop every part (bounded), then judge from the database.
-  for (part* p : {&relay, &consumer})
-    if (p->pid > 0) {
-      ::kill(p->pid, SIGTERM);
-      const int status = reap(p->pid, 10s);
-      if (failure.empty() && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
-        failure = p->role + " did not stop cleanly: " + status_text(status);
-    }
+  for (auto* parts : {&relays, &consumers})
+    for (part& p : *parts)
+      if (p.pid > 0) {
+        ::kill(p.pid, SIGTERM);
+        ::kill(p.pid, SIGCONT);  // a paused one too
+        const int status = reap(p.pid, 10s);
+        if (failure.empty() && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+          failure = p.role + " " + std::to_string(p.index) +
+                    " did not stop cleanly: " + status_text(status);
+      }
   if (writer > 0) {
     ::kill(writer, SIGTERM);
     reap(writer, 10s);
   }
   const ledger l = read_ledger(sql);
-  const long long dups = count_lines(duplicates_log(a));
+  const long long dups = count_lines_with(duplicates_log(a), "d");
+  const long long storm_copies = count_lines_with(duplicates_log(a), "s");
+  const long long fenced = fenced_settles(a);
   const double drain_s =
       drained_at ? std::chrono::duration<double>(*drained_at - last_fault).count() : -1;
   const double run_s = std::chrono::duration<double>(steady::now() - run_started).count();
 
-  const auto kinds = [](const part& p) {
+  const auto kinds = [](const std::vector<part>& parts, int& total) {
+    std::map<std::string, int> all;
+    for (const part& p : parts)
+      for (const auto& [k, v] : p.injected) {
+        all[k] += v;
+        if (!k.ends_with(" not reached")) total += v;  // it became a kill, counted as such
+      }
     std::string s;
-    for (const auto& [k, v] : p.injected) s += (s.empty() ? "" : " ") + k + "=" + std::to_string(v);
+    for (const auto& [k, v] : all) s += (s.empty() ? "" : " ") + k + "=" + std::to_string(v);
     return s.empty() ? std::string("none") : s;
   };
+  int relay_total = 0;
+  int consumer_total = 0;
+  const std::string relay_kinds = kinds(relays, relay_total);
+  const std::string consumer_kinds = kinds(consumers, consumer_total);
   std::string db_text = "none";
+  int db_total = 0;
   if (!db_killed.empty()) {
-    int total = 0;
     db_text.clear();
     for (const auto& [k, v] : db_killed) {
-      if (!k.ends_with(" missed")) total += v;
+      if (!k.ends_with(" missed")) db_total += v;
       db_text += (db_text.empty() ? "" : " ") + k + "=" + std::to_string(v);
     }
-    db_text = std::to_string(total) + " (" + db_text + ", " + std::to_string(sessions_terminated) +
-              " sessions)";
+    db_text = std::to_string(db_total) + " (" + db_text + ", " +
+              std::to_string(sessions_terminated) + " sessions)";
   }
-  print_ledger(l, dups);
+  // Each fault redelivers at most one relay batch (a relay's unsettled batch, a consumer's
+  // unacknowledged delivery, a session cut mid-batch); more duplicates than that on the wire is
+  // a finding (a relay that settles too little, a consumer that acks too late).
+  const long long dup_bound = static_cast<long long>(relay_batch) *
+                              (relay_total + consumer_total + db_total + storms_done + 1);
+  const bool dups_bounded = dups <= dup_bound;
+  print_ledger(l, dups, storm_copies);
   std::printf(
-      "| pair | events | relay kills | consumer kills | db kills | lost | applied twice "
-      "| order violations | rolled-back seen | wire duplicates | dead-lettered | drain s |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
-      "| %s | %lld | %d (%s) | %d (%s) | %s | %lld | %lld | %lld | %lld | %lld | %lld | %.2f |\n",
-      pair_name.c_str(), l.committed, relay.total(), kinds(relay).c_str(), consumer.total(),
-      kinds(consumer).c_str(), db_text.c_str(), l.lost, l.applied_twice, l.order_violations,
-      l.rolled_back_seen, dups, l.dead, drain_s);
+      "| pair | events | relays | relay faults | consumer faults | db kills | storms | lost "
+      "| applied twice | order violations | rolled-back seen | wire duplicates | dead-lettered "
+      "| fenced | drain s |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+      "| %s | %lld | %d | %d (%s) | %d (%s) | %s | %d (%lld copies absorbed%s) | %lld | %lld "
+      "| %lld | %lld | %lld (bound %lld) | %lld (expected %lld%s) | %lld | %.2f |\n",
+      pair_name.c_str(), l.committed, a.relays, relay_total, relay_kinds.c_str(), consumer_total,
+      consumer_kinds.c_str(), db_text.c_str(), storms_done, storm_copies,
+      storms_missed > 0 ? (", " + std::to_string(storms_missed) + " missed").c_str() : "", l.lost,
+      l.applied_twice, l.order_violations, l.rolled_back_seen, dups, dup_bound, l.dead,
+      l.expected_dead,
+      l.dead_unexpected + l.dead_missing > 0
+          ? (", " + std::to_string(l.dead_unexpected) + " unexpected, " +
+             std::to_string(l.dead_missing) + " missing")
+                .c_str()
+          : "",
+      fenced, drain_s);
   std::printf(
       "seed %llu, %.1f s in all, %lld rolled-back events, writer: %lld attempts retried, %lld "
       "failed attempts found committed, plant: %s\n",
@@ -1202,8 +1591,9 @@ int run_orchestrator(args a) {
   if (!failure.empty()) {
     std::cerr << "fault_harness: " << failure << "\n";
     rc = failure.starts_with("no drain") ? exit_stalled : exit_failed;
-  } else if (!l.holds()) {
-    std::cerr << "fault_harness: LEDGER VIOLATION (seed " << a.seed << ")\n";
+  } else if (!l.holds() || !dups_bounded) {
+    std::cerr << "fault_harness: LEDGER VIOLATION (seed " << a.seed << ")"
+              << (dups_bounded ? "" : ": wire duplicates over their bound") << "\n";
     rc = exit_ledger;
   }
   try {
@@ -1229,7 +1619,7 @@ int run_orchestrator(args a) {
 
 template <class S, class T>
 int run_pair(const args& a) {
-  if (a.role == "writer") return run_writer<S>(a);
+  if (a.role == "writer") return run_writer<S, T>(a);
   if (a.role == "relay") return run_relay<S, T>(a);
   if (a.role == "consumer") return run_consumer<S, T>(a);
   if (a.role == "check") {
