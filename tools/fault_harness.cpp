@@ -97,7 +97,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <deque>
 #include <exception>
 #include <filesystem>
 #include <iostream>
@@ -116,6 +115,7 @@
 #include <nlohmann/json.hpp>
 
 #include <outbox/outbox.hpp>
+#include <outbox/testing/duplicating_receiver.hpp>
 #ifdef OUTBOX_HARNESS_SQLITE
 #include <outbox/sqlite/store.hpp>
 #endif
@@ -856,59 +856,29 @@ class harness_store : public S::store_type {
   bool forget_ = false;
 };
 
-/// Wraps the real receiver: kills the process after the commit, before the ack, when armed;
-/// and plays a duplicate storm when armed: its last `kept` deliveries again, `rounds` times each
-/// (copies of what the transport delivered, as a broker or a relay resending would: their acks
-/// and nacks go nowhere), before the next real delivery.
+/// Wraps the receiver: kills the process after the commit, before the ack, when armed; and
+/// starts a duplicate storm when armed (outbox::testing::duplicating_receiver underneath: its
+/// last 32 deliveries again, 10 times each, before the next real delivery).
 template <class Inner>
 class harness_receiver {
  public:
-  static constexpr std::size_t kept = 32;
-  static constexpr int rounds = 10;
-  /// Copies carry tags from here up, far above any a receiver gives out.
-  static constexpr std::uint64_t copy_tags = std::uint64_t{1} << 62;
-
-  explicit harness_receiver(Inner& inner) : inner_(&inner) {}
+  explicit harness_receiver(outbox::testing::duplicating_receiver<Inner>& inner) : inner_(&inner) {}
   std::optional<outbox::delivery> receive(std::chrono::milliseconds timeout) {
     if (armed_storm != 0) {
       armed_storm = 0;
-      for (int r = 0; r < rounds; ++r)
-        for (const auto& d : recent_) storm_.push_back(d);
+      inner_->storm(10);
     }
-    if (!storm_.empty()) {
-      outbox::delivery d = std::move(storm_.front());
-      storm_.pop_front();
-      d.tag = copy_tags + next_copy_++;
-      d.redelivered = true;
-      last_was_copy_ = true;
-      return d;
-    }
-    last_was_copy_ = false;
-    auto d = inner_->receive(timeout);
-    if (d) {
-      recent_.push_back(*d);
-      if (recent_.size() > kept) recent_.pop_front();
-    }
-    return d;
+    return inner_->receive(timeout);
   }
   void ack(const outbox::delivery& d) {
-    if (is_copy(d)) return;
-    if (armed_usr1 != 0) die_here();  // committed, not acked
+    if (armed_usr1 != 0 && !inner_->is_copy(d)) die_here();  // committed, not acked
     inner_->ack(d);
   }
-  void nack(const outbox::delivery& d, bool requeue) {
-    if (!is_copy(d)) inner_->nack(d, requeue);
-  }
-  [[nodiscard]] static bool is_copy(const outbox::delivery& d) { return d.tag >= copy_tags; }
-  /// Whether the last delivery handed out was a storm's copy.
-  [[nodiscard]] bool last_was_copy() const { return last_was_copy_; }
+  void nack(const outbox::delivery& d, bool requeue) { inner_->nack(d, requeue); }
+  [[nodiscard]] bool last_was_copy() const { return inner_->last_was_copy(); }
 
  private:
-  Inner* inner_;
-  std::deque<outbox::delivery> recent_;
-  std::deque<outbox::delivery> storm_;
-  std::uint64_t next_copy_ = 0;
-  bool last_was_copy_ = false;
+  outbox::testing::duplicating_receiver<Inner>* inner_;
 };
 
 /// Applies each event as a row of harness_effect (event id, aggregate, sequence; apply_order
@@ -924,7 +894,8 @@ int run_consumer(const args& a) {
   soci::session& sql = db.sql;
   harness_store<S> store(sql, a, a.plant == "skip-inbox");
   auto rcv = T::receiver(a);
-  harness_receiver wire(rcv);
+  outbox::testing::duplicating_receiver storming(rcv);
+  harness_receiver wire(storming);
   const int log = ::open(duplicates_log(a).c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
   if (log < 0) throw std::runtime_error("cannot open " + duplicates_log(a));
   const auto window = a.plant == "forget-window" ? 0s : std::chrono::seconds(a.dedup_window_s);
