@@ -4,12 +4,11 @@
 #
 #  1. installs the build packages and the servers (apt-get, only what is missing);
 #  2. starts throwaway PostgreSQL, MariaDB and RabbitMQ servers (scripts/services.sh) while
-#     the project builds, in build-ci (-Dwerror=true, debugoptimized, with ASan and UBSan unless
-#     OUTBOX_CI_SANITIZE=0, with the benchmarks and the consumer projects of tests/consumers/,
-#     installed into build-ci/prefix);
+#     the project builds, in build-ci (-Dwerror=true, debugoptimized, with the benchmarks and
+#     the consumer projects of tests/consumers/, installed into build-ci/prefix);
 #  3. runs the tests with OUTBOX_REQUIRE_SERVICES=1, so a test whose server is missing fails
 #     instead of skipping;
-#  4. builds and tests build-core: the core alone, no database or broker library;
+#  4. unless OUTBOX_CI_SANITIZE=0, also builds and tests build-asan (ASan + UBSan);
 #  5. stops the servers and prints, as its very last line, the summary of every test log:
 #         tests: N passed, M failed[, K skipped]
 #     (scripts/test_summary.py). A build that fails counts as one failed test.
@@ -34,11 +33,12 @@ export NINJA_STATUS=${NINJA_STATUS:-"[%f/%t %es] "}
 export CCACHE_DIR=${CCACHE_DIR:-${HOME:-/root}/.cache/ccache}
 export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-2G}
 export BOOST_TEST_COLOR_OUTPUT=${BOOST_TEST_COLOR_OUTPUT:-no}
-# Sanitizer runs stop at the first report, with a stack trace.
+# Sanitizer runs stop at the first report, with a stack trace (only the asan build uses them).
 export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:abort_on_error=1:detect_leaks=1:print_summary=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_stacktrace=1:print_summary=1}
 
 readonly BUILD_DIR=build-ci
+readonly ASAN_DIR=build-asan
 readonly CORE_DIR=build-core
 readonly BUILD_PACKAGES=(
     meson ninja-build pkg-config cmake g++ ccache python3 git clang-format
@@ -118,20 +118,10 @@ build() {
 }
 
 section "build $BUILD_DIR"
-# One build carries the sanitizers (ASan + UBSan at debugoptimized, so that -O2's warnings are
-# seen under -Dwerror=true too): a second, sanitized copy of every test doubled the compile
-# time, the largest part of a CI run on two cores. -fno-sanitize=vptr: UBSan's vptr check needs
-# the typeinfo of SOCI's backend classes, which Debian's libsoci does not export (link error
-# "undefined typeinfo for soci::sqlite3_session_backend").
-sanitize=()
-if [[ ${OUTBOX_CI_SANITIZE:-1} == 1 ]]; then
-    sanitize=(-Db_sanitize=address,undefined -Db_lundef=false
-        -Dcpp_args=-fno-sanitize=vptr -Dcpp_link_args=-fno-sanitize=vptr)
-fi
 # The benchmarks are off by default (users need not build them); CI builds them here, and the
 # consumer projects (tests/consumers/), which install this build into a prefix inside it.
-if ! build "$BUILD_DIR" --buildtype=debugoptimized "${sanitize[@]}" -Dbench=true \
-    -Dconsumer_tests=true --prefix="$PWD/$BUILD_DIR/prefix"; then
+if ! build "$BUILD_DIR" --buildtype=debugoptimized -Dbench=true -Dconsumer_tests=true \
+    --prefix="$PWD/$BUILD_DIR/prefix"; then
     echo "error: the build in $BUILD_DIR failed" >&2
     exit 1
 fi
@@ -167,9 +157,7 @@ run_tests() {
     testlogs+=("$dir/meson-logs/testlog.json")
 }
 
-# Boost.Test must not catch the sanitizers' abort: it reported the failure, carried on, and the
-# process then hung at exit until meson's timeout (900 s) killed it.
-BOOST_TEST_CATCH_SYSTEM_ERRORS=no run_tests "$BUILD_DIR" --timeout-multiplier 2
+run_tests "$BUILD_DIR"
 
 # --- 3b. the core alone: no database, no broker (the memory store and transport) -------------
 section "build $CORE_DIR (core only: -Dauto_features=disabled)"
@@ -180,7 +168,24 @@ else
     build_failures=$((build_failures + 1))
 fi
 
-# --- 4. summary (printed last, by finish) -----------------------------------------------------
+# --- 4. optional sanitizer build --------------------------------------------------------------
+if [[ ${OUTBOX_CI_SANITIZE:-1} == 1 ]]; then
+    section "build $ASAN_DIR (address, undefined)"
+    # -fno-sanitize=vptr: UBSan's vptr check needs the typeinfo of SOCI's backend classes,
+    # which Debian's libsoci does not export (link error "undefined typeinfo for
+    # soci::sqlite3_session_backend").
+    if build "$ASAN_DIR" --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false \
+        -Dcpp_args=-fno-sanitize=vptr -Dcpp_link_args=-fno-sanitize=vptr; then
+        # Boost.Test must not catch the sanitizers' abort: it reported the failure, carried on,
+        # and the process then hung at exit until meson's timeout (900 s) killed it.
+        BOOST_TEST_CATCH_SYSTEM_ERRORS=no run_tests "$ASAN_DIR" --timeout-multiplier 3
+    else
+        echo "error: the build in $ASAN_DIR failed" >&2
+        build_failures=$((build_failures + 1))
+    fi
+fi
+
+# --- 5. summary (printed last, by finish) -----------------------------------------------------
 section "summary"
 summary_rc=0
 summary=$(python3 scripts/test_summary.py --add-failed "$build_failures" "${testlogs[@]}") || summary_rc=$?
