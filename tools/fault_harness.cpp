@@ -33,7 +33,10 @@
 // out: a stop-the-world pause or a clock jumped past the lease; with --relays 2 the other relay
 // claims the batch meanwhile, and the zombie's settle must be fenced: the table counts fenced
 // settles; under the locking policy the server cuts the stalled transaction off instead; not in
-// the default list). A consumer fault is one of: `kill`,
+// the default list), `clock-jump` (its clock, by which it stamps and judges leases, jumps a lease
+// and a second ahead, at once and for the rest of the process's life: it takes over batches the
+// other relays still hold, whose settles must then be fenced; not in the default list). A
+// consumer fault is one of: `kill`,
 // `before-ack` (it kills itself after its transaction committed, before the ack), `in-tx` (it
 // kills itself inside its transaction, after the effect row was written). The sharp ones are
 // armed by a signal (SIGUSR1/SIGUSR2, SIGRTMIN) and fire at the next such point; if none comes
@@ -79,9 +82,9 @@
 // Exit codes: 0 the ledger holds; 3 a ledger violation (lost, applied twice, order violations,
 // rolled-back events seen, dead letters other than the poison and uncarriable events or not
 // where they belong, an event outside the business rows, wire duplicates over their bound: a
-// relay batch per fault injected); 4 no drain within
-// the bound; 1 the harness itself failed (a part crashed or could not start); 2 usage;
-// 77 a server address is missing (skip).
+// relay batch per fault injected plus one per fenced settle); 4 no drain within the bound; 1 the
+// harness itself failed (a part crashed or could not start); 2 usage; 77 a server address is
+// missing (skip).
 
 #include <fcntl.h>
 #include <signal.h>
@@ -92,6 +95,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
@@ -192,7 +196,7 @@ struct args {
          "[--plant mark-before-confirm|skip-inbox|blind-retry|forget-window] [--drain-bound S]\n"
          "       [--relays N] [--poison K] [--uncarriable K] [--storms K] [--dedup-window S] "
          "[--soak SECONDS]\n"
-         "       [--relay-faults kill,before-publish,after-confirm,pause] "
+         "       [--relay-faults kill,before-publish,after-confirm,pause,clock-jump] "
          "[--consumer-faults kill,before-ack,in-tx] [--db-kill-targets relay,consumer,writer]\n"
          "       fault_harness --role writer|relay|consumer|check --dir DIR [...]\n";
   std::exit(exit_usage);
@@ -541,32 +545,50 @@ volatile std::sig_atomic_t armed_usr1 = 0;   ///< relay: before-publish; consume
 volatile std::sig_atomic_t armed_usr2 = 0;   ///< relay: after-confirm; consumer: in-tx.
 volatile std::sig_atomic_t armed_pause = 0;  ///< relay: pause after a confirm (sig_pause).
 volatile std::sig_atomic_t armed_storm = 0;  ///< consumer: a duplicate storm (sig_storm).
+/// relay: how far its clock is ahead (sig_clock_jump adds a lease and a second, at once).
+std::atomic<std::int64_t> clock_ahead_ms{0};
+static_assert(std::atomic<std::int64_t>::is_always_lock_free, "set from a signal handler");
 /// Real-time signals, which nothing else sends: a relay's pause, a consumer's storm.
 int sig_pause() { return SIGRTMIN; }
 int sig_storm() { return SIGRTMIN + 1; }
+int sig_clock_jump() { return SIGRTMIN + 2; }
 extern "C" void on_signal(int sig) {
   if (sig == SIGTERM) stop_requested = 1;
   if (sig == SIGUSR1) armed_usr1 = 1;
   if (sig == SIGUSR2) armed_usr2 = 1;
   if (sig == sig_pause()) armed_pause = 1;
   if (sig == sig_storm()) armed_storm = 1;
+  if (sig == sig_clock_jump())
+    clock_ahead_ms.fetch_add(std::chrono::milliseconds(pause_length).count(),
+                             std::memory_order_relaxed);
 }
+
+/// The relay's clock: the system clock, plus however far it jumped ahead (sig_clock_jump). The
+/// relay stamps leases and judges them by it (claim_request::now), so a relay whose clock jumped
+/// takes over batches other relays still hold; their settles must then be fenced.
+struct jumping_clock {
+  [[nodiscard]] outbox::time_point now() const {
+    return outbox::system_clock{}.now() +
+           std::chrono::milliseconds(clock_ahead_ms.load(std::memory_order_relaxed));
+  }
+};
 
 /// The signals that arm a part's faults.
 sigset_t fault_signals() {
   sigset_t set;
   sigemptyset(&set);
-  for (int sig : {SIGUSR1, SIGUSR2, sig_pause(), sig_storm()}) sigaddset(&set, sig);
+  for (int sig : {SIGUSR1, SIGUSR2, sig_pause(), sig_storm(), sig_clock_jump()})
+    sigaddset(&set, sig);
   return set;
 }
 
 /// A part never outlives the orchestrator, stops on SIGTERM and arms its sharp fault on
-/// SIGUSR1/SIGUSR2 (and sig_pause, sig_storm).
+/// SIGUSR1/SIGUSR2 (and sig_pause, sig_storm, sig_clock_jump).
 void become_part() {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   struct sigaction sa {};
   sa.sa_handler = on_signal;
-  for (int sig : {SIGTERM, SIGUSR1, SIGUSR2, sig_pause(), sig_storm()})
+  for (int sig : {SIGTERM, SIGUSR1, SIGUSR2, sig_pause(), sig_storm(), sig_clock_jump()})
     ::sigaction(sig, &sa, nullptr);
   const sigset_t armed = fault_signals();
   ::sigprocmask(SIG_UNBLOCK, &armed, nullptr);
@@ -819,7 +841,8 @@ int run_relay(const args& a) {
        .publish_timeout = 2000ms,
        .idle_poll_min = 1ms,
        .idle_poll_max = 50ms},
-      outbox::exponential_backoff{.initial = 20ms, .max_delay = 500ms, .max_attempts = 1000});
+      outbox::exponential_backoff{.initial = 20ms, .max_delay = 500ms, .max_attempts = 1000},
+      jumping_clock{});
   std::exception_ptr failure;
   std::jthread worker([&](std::stop_token st) {
     try {
@@ -1062,7 +1085,7 @@ void prepare(const args& a) {
              id + " NOT NULL, aggregate TEXT NOT NULL, seq " + seq + " NOT NULL)";
 }
 
-enum class fault_kind { kill, sharp_usr1, sharp_usr2, pause };
+enum class fault_kind { kill, sharp_usr1, sharp_usr2, pause, clock_jump };
 
 struct fault {
   fault_kind kind = fault_kind::kill;
@@ -1074,6 +1097,7 @@ struct fault {
 const char* fault_name(fault_kind k, bool consumer) {
   if (k == fault_kind::kill) return "kill";
   if (k == fault_kind::pause) return "pause";
+  if (k == fault_kind::clock_jump) return "clock-jump";
   if (k == fault_kind::sharp_usr1) return consumer ? "before-ack" : "before-publish";
   return consumer ? "in-tx" : "after-confirm";
 }
@@ -1088,9 +1112,10 @@ bool listed(const std::string& list, const std::string& name) {
 std::vector<fault> schedule(std::mt19937_64& rng, long events, int count, bool consumer,
                             const std::string& kinds) {
   std::vector<fault_kind> allowed;
-  for (auto k :
-       {fault_kind::kill, fault_kind::sharp_usr1, fault_kind::sharp_usr2, fault_kind::pause})
-    if ((k != fault_kind::pause || !consumer) && listed(kinds, fault_name(k, consumer)))
+  for (auto k : {fault_kind::kill, fault_kind::sharp_usr1, fault_kind::sharp_usr2,
+                 fault_kind::pause, fault_kind::clock_jump})
+    if ((!consumer || (k != fault_kind::pause && k != fault_kind::clock_jump)) &&
+        listed(kinds, fault_name(k, consumer)))
       allowed.push_back(k);
   if (allowed.empty()) usage("no known fault kind in '" + kinds + "'");
   std::vector<fault> out(static_cast<std::size_t>(count));
@@ -1413,6 +1438,12 @@ int run_orchestrator(args a) {
     }
     if (applied < f.threshold || steady::now() - p.started < f.delay) return;
     if (f.kind == fault_kind::kill) return kill_now(p);
+    if (f.kind == fault_kind::clock_jump) {  // takes effect in the signal handler, at once
+      if (::kill(p.pid, sig_clock_jump()) == 0) ++p.injected["clock-jump"];
+      ++p.next;
+      last_fault = steady::now();
+      return;
+    }
     p.armed = steady::now();
     ::kill(p.pid, f.kind == fault_kind::sharp_usr1   ? SIGUSR1
                   : f.kind == fault_kind::sharp_usr2 ? SIGUSR2
@@ -1526,10 +1557,13 @@ int run_orchestrator(args a) {
               std::to_string(sessions_terminated) + " sessions)";
   }
   // Each fault redelivers at most one relay batch (a relay's unsettled batch, a consumer's
-  // unacknowledged delivery, a session cut mid-batch); more duplicates than that on the wire is
-  // a finding (a relay that settles too little, a consumer that acks too late).
+  // unacknowledged delivery, a session cut mid-batch), and each fenced settle is of a message
+  // another relay took over and published again (a relay whose clock jumped keeps taking
+  // batches over for as long as it lives); more duplicates than that on the wire is a finding
+  // (a relay that settles too little, a consumer that acks too late).
   const long long dup_bound = static_cast<long long>(relay_batch) *
-                              (relay_total + consumer_total + db_total + storms_done + 1);
+                                  (relay_total + consumer_total + db_total + storms_done + 1) +
+                              fenced;
   const bool dups_bounded = dups <= dup_bound;
   print_ledger(l, dups, storm_copies);
   std::printf(
