@@ -8,7 +8,8 @@
 #     the consumer projects of tests/consumers/, installed into build-ci/prefix);
 #  3. runs the tests with OUTBOX_REQUIRE_SERVICES=1, so a test whose server is missing fails
 #     instead of skipping;
-#  4. unless OUTBOX_CI_SANITIZE=0, also builds and tests build-asan (ASan + UBSan);
+#  4. builds build-core (the core alone) and, unless OUTBOX_CI_SANITIZE=0, build-asan (ASan +
+#     UBSan) in the background while build-ci's tests run, then runs their tests;
 #  5. stops the servers and prints, as its very last line, the summary of every test log:
 #         tests: N passed, M failed[, K skipped]
 #     (scripts/test_summary.py). A build that fails counts as one failed test.
@@ -56,12 +57,18 @@ summary="tests: 0 passed, 1 failed"
 summary_rc=1
 svc_dir=""
 svc_job=""
+bg_job=""
 
 # shellcheck disable=SC2317 # invoked by the EXIT trap, not unreachable
 finish() {
     local rc=$?
     set +e
     trap - EXIT INT TERM
+    # A background build still running (the script ended early): end it, its process group.
+    if [[ -n $bg_job ]]; then
+        kill -TERM -- "-$bg_job" 2>/dev/null
+        wait "$bg_job" 2>/dev/null
+    fi
     # A service start still in progress must finish before stop can see all its pids.
     if [[ -n $svc_job ]]; then
         wait "$svc_job" 2>/dev/null
@@ -126,6 +133,39 @@ if ! build "$BUILD_DIR" --buildtype=debugoptimized -Dbench=true -Dconsumer_tests
     exit 1
 fi
 
+# --- 2b. the other two builds, in the background while build-ci's tests run ----------------
+# Those tests mostly wait (on servers, on faults and restarts), so the two cores are free for
+# compiling: build-core (no database or broker library: the memory store and transport) and the
+# sanitizer build build-asan, one after the other, niced, each with its own log. -fno-sanitize=vptr:
+# UBSan's vptr check needs the typeinfo of SOCI's backend classes, which Debian's libsoci does
+# not export (link error "undefined typeinfo for soci::sqlite3_session_backend"). build-asan
+# builds each adapter end to end once (paired with the in-memory store or transport) instead of
+# the whole matrix, which build-ci runs: the sanitizers see every adapter's code, at a fraction
+# of the compile time. (Sanitizers at -O2 would spare this build, but compile several times
+# slower than the -O2 and -O0 builds together.)
+sanitize=0
+[[ ${OUTBOX_CI_SANITIZE:-1} == 1 ]] && sanitize=1
+set -m # the background job gets a process group of its own (finish ends it as a whole)
+(
+    set +e
+    rm -rf "$CORE_DIR"
+    nice -n 10 meson setup "$CORE_DIR" -Dwerror=true -Dauto_features=disabled -Dtests=enabled \
+        -Dexamples=false -Dbench=false >"$CORE_DIR.log" 2>&1 &&
+        nice -n 10 ninja -C "$CORE_DIR" >>"$CORE_DIR.log" 2>&1
+    echo $? >"$CORE_DIR.rc"
+    if ((sanitize)); then
+        rm -rf "$ASAN_DIR"
+        nice -n 10 meson setup "$ASAN_DIR" -Dwerror=true --buildtype=debug -De2e_pairs=with_memory \
+            -Db_sanitize=address,undefined -Db_lundef=false \
+            -Dcpp_args=-fno-sanitize=vptr -Dcpp_link_args=-fno-sanitize=vptr >"$ASAN_DIR.log" 2>&1 &&
+            nice -n 10 ninja -C "$ASAN_DIR" >>"$ASAN_DIR.log" 2>&1
+        echo $? >"$ASAN_DIR.rc"
+    fi
+) &
+bg_job=$!
+set +m
+section "building $CORE_DIR and $ASAN_DIR in the background (logs: $CORE_DIR.log, $ASAN_DIR.log)"
+
 section "services"
 svc_rc=0
 wait "$svc_job" || svc_rc=$?
@@ -159,38 +199,34 @@ run_tests() {
 
 run_tests "$BUILD_DIR"
 
-# --- 3b. the core alone: no database, no broker (the memory store and transport) -------------
-section "build $CORE_DIR (core only: -Dauto_features=disabled)"
-if build "$CORE_DIR" -Dauto_features=disabled -Dtests=enabled -Dexamples=false -Dbench=false; then
-    run_tests "$CORE_DIR"
-else
-    echo "error: the build in $CORE_DIR failed" >&2
-    build_failures=$((build_failures + 1))
-fi
-
-# --- 4. optional sanitizer build --------------------------------------------------------------
-if [[ ${OUTBOX_CI_SANITIZE:-1} == 1 ]]; then
-    section "build $ASAN_DIR (address, undefined)"
-    # -fno-sanitize=vptr: UBSan's vptr check needs the typeinfo of SOCI's backend classes,
-    # which Debian's libsoci does not export (link error "undefined typeinfo for
-    # soci::sqlite3_session_backend").
-    # Each adapter end to end once (paired with the in-memory store or transport) instead of the
-    # whole matrix, which build-ci runs: the sanitizers see every adapter's code, at a fraction
-    # of the compile time. (Sanitizers at -O2 would spare this build, but compile several times
-    # slower than -O2 and -O0 builds together.)
-    if build "$ASAN_DIR" --buildtype=debug -De2e_pairs=with_memory \
-        -Db_sanitize=address,undefined -Db_lundef=false \
-        -Dcpp_args=-fno-sanitize=vptr -Dcpp_link_args=-fno-sanitize=vptr; then
-        # Boost.Test must not catch the sanitizers' abort: it reported the failure, carried on,
-        # and the process then hung at exit until meson's timeout (900 s) killed it.
-        BOOST_TEST_CATCH_SYSTEM_ERRORS=no run_tests "$ASAN_DIR" --timeout-multiplier 3
-    else
-        echo "error: the build in $ASAN_DIR failed" >&2
+# --- 3b. the background builds, and their tests ----------------------------------------------
+section "waiting for the background builds"
+bg_rc=0
+wait "$bg_job" || bg_rc=$?
+bg_job=""
+# Prints DIR's build log and tells whether it built. Usage: built DIR
+built() {
+    local dir=$1
+    section "build $dir (its log)"
+    tail -n 40 "$dir.log"
+    if [[ $(cat "$dir.rc" 2>/dev/null) != 0 ]]; then
+        echo "error: the build in $dir failed (whole log: $dir.log)" >&2
         build_failures=$((build_failures + 1))
+        return 1
     fi
+}
+if built "$CORE_DIR"; then
+    run_tests "$CORE_DIR"
 fi
+if ((sanitize)) && built "$ASAN_DIR"; then
+    # Boost.Test must not catch the sanitizers' abort: it reported the failure, carried on,
+    # and the process then hung at exit until meson's timeout (900 s) killed it. The lint suite
+    # (formatting) is the same in every build: build-ci ran it.
+    BOOST_TEST_CATCH_SYSTEM_ERRORS=no run_tests "$ASAN_DIR" --timeout-multiplier 3 --no-suite lint
+fi
+((bg_rc == 0)) || echo "note: the background build job exited $bg_rc"
 
-# --- 5. summary (printed last, by finish) -----------------------------------------------------
+# --- 4. summary (printed last, by finish) -----------------------------------------------------
 section "summary"
 summary_rc=0
 summary=$(python3 scripts/test_summary.py --add-failed "$build_failures" "${testlogs[@]}") || summary_rc=$?
