@@ -16,7 +16,8 @@
 //                 [--aggregates A] [--rate EVENTS_PER_S] [--dir DIR] [--keep]
 //                 [--relays N] [--poison K] [--uncarriable K] [--storms K] [--dedup-window S]
 //                 [--soak SECONDS]
-//                 [--plant mark-before-confirm|skip-inbox|blind-retry|forget-window]
+//                 [--plant mark-before-confirm|skip-inbox|blind-retry|forget-window|
+//                          writer-drop|drop-confirm|publish-twice|ack-before-commit]
 //                 [--drain-bound SECONDS]
 //       the orchestrator: prepares DIR (a temp dir by default), starts the consumer, the relay
 //       and the writer as child processes (fork/exec of itself), kills the relay and the
@@ -77,7 +78,15 @@
 //   blind-retry          the writer retries a failed transaction without looking whether it
 //                        committed (with --db-kill-targets writer-commit: events twice);
 //   forget-window        the consumer's purge keeps no dedup window (with --storms: applied
-//                        twice).
+//                        twice);
+//   writer-drop          one transaction's last event vanishes in the writer (its outbox row
+//                        and its id: no business row either): the writer's shortfall and the
+//                        gap in the aggregate's business sequence;
+//   drop-confirm         the relay loses every fourth confirm and publishes the message again:
+//                        wire duplicates over their bound;
+//   publish-twice        the relay puts every third batch on the wire twice: the same;
+//   ack-before-commit    the consumer acks each delivery before its transaction (with in-tx
+//                        consumer faults: lost).
 //
 // Exit codes: 0 the ledger holds; 3 a ledger violation (lost, applied twice, order violations,
 // rolled-back events seen, dead letters other than the poison and uncarriable events or not
@@ -193,7 +202,8 @@ struct args {
          "[--policy locking|leasing] [--postgresql CONNSTR] [--amqp URL]\n"
          "       [--events N] [--seed S] [--relay-kills K] "
          "[--consumer-kills K] [--db-kills K] [--aggregates A] [--rate R] [--dir DIR] [--keep] "
-         "[--plant mark-before-confirm|skip-inbox|blind-retry|forget-window] [--drain-bound S]\n"
+         "[--plant mark-before-confirm|skip-inbox|blind-retry|forget-window|writer-drop|"
+         "drop-confirm|publish-twice|ack-before-commit] [--drain-bound S]\n"
          "       [--relays N] [--poison K] [--uncarriable K] [--storms K] [--dedup-window S] "
          "[--soak SECONDS]\n"
          "       [--relay-faults kill,before-publish,after-confirm,pause,clock-jump] "
@@ -281,7 +291,8 @@ args parse(int argc, char** argv) {
       a.role != "check")
     usage("unknown role " + a.role);
   if (!a.plant.empty() && a.plant != "mark-before-confirm" && a.plant != "skip-inbox" &&
-      a.plant != "blind-retry" && a.plant != "forget-window")
+      a.plant != "blind-retry" && a.plant != "forget-window" && a.plant != "writer-drop" &&
+      a.plant != "drop-confirm" && a.plant != "publish-twice" && a.plant != "ack-before-commit")
     usage("unknown defect to plant: " + a.plant);
   if (a.soak_s > 0 && a.role == "orchestrator") {
     // A long run: the events the writer commits in that time, and at least a relay fault every
@@ -410,9 +421,13 @@ struct postgresql_kind {
         soci::use(name), soci::into(n);
     return n;
   }
+  /// Locking: the server ends a claim transaction idle for the relay's lease (above its publish
+  /// timeout), so that a relay paused past its lease is cut off, as the pause fault means it to
+  /// be (the default, a minute, would outlast every pause: the relay resumed and settled).
   static outbox::store_options options(const args& a) {
     return {.policy = a.policy == "leasing" ? outbox::claim_policy::leasing
-                                            : outbox::claim_policy::locking};
+                                            : outbox::claim_policy::locking,
+            .idle_in_transaction_timeout = relay_lease};
   }
   static void migrate(soci::session& sql) { outbox::postgresql::migrate(sql); }
   static void create(const args& a) {
@@ -661,6 +676,8 @@ int run_writer(const args& a) {
     specials.emplace_back(a.events * (2 * i + 2) / (2 * a.uncarriable + 2), "uncarriable");
   std::sort(specials.begin(), specials.end());
   std::size_t next_special = 0;
+  long tx_count = 0;     // plant writer-drop: committed transactions so far
+  bool dropped = false;  // plant writer-drop: done
   const auto started = steady::now();
   long committed = 0;
   while (committed < a.events && stop_requested == 0) {
@@ -703,6 +720,15 @@ int run_writer(const args& a) {
           for (const auto& e : batch) ids.push_back(writer.enqueue(sql, e));
         else
           ids = writer.enqueue(sql, std::span<const outbox::event>(batch));
+        if (a.plant == "writer-drop" && !dropped && attempt == 1 && !roll_back &&
+            ++tx_count >= 40 && ids.size() > 1 && expected_dead.empty()) {
+          // The defect: the transaction's last event vanishes, its row and its id (an enqueue
+          // that loses an event and says nothing).
+          dropped = true;
+          const std::string gone = ids.back().to_string();
+          sql << "DELETE FROM outbox WHERE event_id = :e", soci::use(gone);
+          ids.pop_back();
+        }
         for (std::size_t i = 0; i < ids.size(); ++i) {
           const std::string eid = ids[i].to_string();
           sql << "INSERT INTO harness_business (event_id, aggregate, seq) VALUES (:e, :a, :s)",
@@ -753,8 +779,11 @@ int run_writer(const args& a) {
 template <class Inner>
 class harness_wire {
  public:
-  harness_wire(Inner& inner, bool mark_before_confirm)
-      : inner_(&inner), mark_before_confirm_(mark_before_confirm) {}
+  harness_wire(Inner& inner, const std::string& plant)
+      : inner_(&inner),
+        mark_before_confirm_(plant == "mark-before-confirm"),
+        drop_confirm_(plant == "drop-confirm"),
+        publish_twice_(plant == "publish-twice") {}
 
   std::vector<outbox::publish_result> publish(std::span<const outbox::message> batch,
                                               steady::time_point until) {
@@ -762,6 +791,8 @@ class harness_wire {
     std::vector<outbox::publish_result> results;
     try {
       results = inner_->publish(batch, until);
+      // The defect: every third batch goes on the wire twice.
+      if (publish_twice_ && ++calls_ % 3 == 0) results = inner_->publish(batch, until);
     } catch (const outbox::error& e) {
       if (!mark_before_confirm_ || e.kind() != outbox::errc::transient) throw;
     }
@@ -769,6 +800,9 @@ class harness_wire {
       results.clear();
       for (const auto& m : batch) results.push_back({.id = m.id, .confirmed = true});
     }
+    if (drop_confirm_)  // the defect: every fourth confirm is lost, so the relay sends it again
+      for (auto& r : results)
+        if (r.confirmed && ++confirms_ % 4 == 0) r.confirmed = false;
     const bool confirmed =
         std::any_of(results.begin(), results.end(), [](const auto& r) { return r.confirmed; });
     if (armed_usr2 != 0 && confirmed) die_here();  // confirmed, not settled
@@ -785,6 +819,10 @@ class harness_wire {
  private:
   Inner* inner_;
   bool mark_before_confirm_;
+  bool drop_confirm_;
+  bool publish_twice_;
+  std::uint64_t calls_ = 0;
+  std::uint64_t confirms_ = 0;
 };
 
 /// Relay `index`'s counters, rewritten as it runs (a SIGKILL loses at most the last 100 ms):
@@ -831,7 +869,7 @@ int run_relay(const args& a) {
   soci::session& sql = db.sql;
   typename S::store_type store(sql, S::options(a));
   auto pub = T::publisher(a);
-  harness_wire wire(pub, a.plant == "mark-before-confirm");
+  harness_wire wire(pub, a.plant);
   // A short lease, so that a killed relay's batch comes back soon; attempts are not meant to
   // run out here (there is no poison event), so dead letters are a finding.
   outbox::relay relay(
@@ -885,23 +923,27 @@ class harness_store : public S::store_type {
 template <class Inner>
 class harness_receiver {
  public:
-  explicit harness_receiver(outbox::testing::duplicating_receiver<Inner>& inner) : inner_(&inner) {}
+  harness_receiver(outbox::testing::duplicating_receiver<Inner>& inner, bool ack_early)
+      : inner_(&inner), ack_early_(ack_early) {}
   std::optional<outbox::delivery> receive(std::chrono::milliseconds timeout) {
     if (armed_storm != 0) {
       armed_storm = 0;
       inner_->storm(10);
     }
-    return inner_->receive(timeout);
+    auto d = inner_->receive(timeout);
+    if (ack_early_ && d) inner_->ack(*d);  // the defect: acked before the handler's transaction
+    return d;
   }
   void ack(const outbox::delivery& d) {
     if (armed_usr1 != 0 && !inner_->is_copy(d)) die_here();  // committed, not acked
-    inner_->ack(d);
+    if (!ack_early_) inner_->ack(d);
   }
   void nack(const outbox::delivery& d, bool requeue) { inner_->nack(d, requeue); }
   [[nodiscard]] bool last_was_copy() const { return inner_->last_was_copy(); }
 
  private:
   outbox::testing::duplicating_receiver<Inner>* inner_;
+  bool ack_early_ = false;
 };
 
 /// Applies each event as a row of harness_effect (event id, aggregate, sequence; apply_order
@@ -918,7 +960,7 @@ int run_consumer(const args& a) {
   harness_store<S> store(sql, a, a.plant == "skip-inbox");
   auto rcv = T::receiver(a);
   outbox::testing::duplicating_receiver storming(rcv);
-  harness_receiver wire(storming);
+  harness_receiver wire(storming, a.plant == "ack-before-commit");
   const int log = ::open(duplicates_log(a).c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
   if (log < 0) throw std::runtime_error("cannot open " + duplicates_log(a));
   const auto window = a.plant == "forget-window" ? 0s : std::chrono::seconds(a.dedup_window_s);
@@ -971,10 +1013,17 @@ struct ledger {
   long long dead_unexpected = 0;  ///< Dead letters of other events, or in the wrong place.
   long long dead_missing = 0;     ///< Poison or uncarriable events not dead where they must be.
   long long pending = 0;          ///< Outbox rows not settled.
+  /// Aggregates whose business rows are not exactly the sequence 1..n: an event the writer
+  /// counted as committed that left no business row (and so no way for `lost` to see it).
+  long long writer_gaps = 0;
+  /// Orchestrator only: committed events (poison and uncarriable ones aside) other than the
+  /// writer's --events, once it finished (-1: not judged).
+  long long writer_shortfall = -1;
 
   [[nodiscard]] bool holds() const {
     return rolled_back_seen == 0 && outside == 0 && applied_twice == 0 && lost == 0 &&
-           order_violations == 0 && dead_unexpected == 0 && dead_missing == 0;
+           order_violations == 0 && dead_unexpected == 0 && dead_missing == 0 && writer_gaps == 0 &&
+           writer_shortfall <= 0;
   }
 };
 
@@ -1021,6 +1070,10 @@ ledger read_ledger(soci::session& sql) {
                   "o.state = 2) AND "
                   "NOT EXISTS (SELECT 1 FROM outbox_inbox_dead d WHERE d.event_id = b.event_id)");
   l.pending = scalar(sql, "SELECT count(*) FROM outbox WHERE state = 0");
+  l.writer_gaps = scalar(sql,
+                         "SELECT count(*) FROM (SELECT aggregate FROM harness_business GROUP BY "
+                         "aggregate HAVING min(seq) <> 1 OR max(seq) <> count(*) OR "
+                         "count(DISTINCT seq) <> count(*)) g");
   // Per aggregate, the sequence numbers in the order the effects were applied must rise.
   std::map<std::string, long long> last;
   std::vector<std::string> aggs(1000);
@@ -1050,7 +1103,8 @@ void print_ledger(const ledger& l, long long wire_duplicates, long long storm_co
             << " lost=" << l.lost << " order_violations=" << l.order_violations
             << " dead_lettered=" << l.dead << " expected_dead=" << l.expected_dead
             << " dead_unexpected=" << l.dead_unexpected << " dead_missing=" << l.dead_missing
-            << " pending=" << l.pending << " wire_duplicates=" << wire_duplicates
+            << " pending=" << l.pending << " writer_gaps=" << l.writer_gaps
+            << " writer_shortfall=" << l.writer_shortfall << " wire_duplicates=" << wire_duplicates
             << " storm_copies_absorbed=" << storm_copies << std::endl;
 }
 
@@ -1107,7 +1161,7 @@ bool listed(const std::string& list, const std::string& name) {
   return ("," + list + ",").find("," + name + ",") != std::string::npos;
 }
 
-/// The faults of one part, in order, from the seed: kinds drawn from `kinds` (names as
+/// The faults of one part, in order, from the seed: kinds dealt in turn from `kinds` (names as
 /// fault_name gives them, comma-separated).
 std::vector<fault> schedule(std::mt19937_64& rng, long events, int count, bool consumer,
                             const std::string& kinds) {
@@ -1120,8 +1174,12 @@ std::vector<fault> schedule(std::mt19937_64& rng, long events, int count, bool c
   if (allowed.empty()) usage("no known fault kind in '" + kinds + "'");
   std::vector<fault> out(static_cast<std::size_t>(count));
   std::uniform_int_distribution<long> at(events / 20, events * 17 / 20);
+  // The kinds are dealt in turn (from a place drawn from the seed), not drawn each: every kind
+  // gets count / kinds of the faults or one more, so that a run is sure of its kills (CI: 18
+  // relay faults of 5 kinds, at least 10 of them kills), whatever the seed.
+  std::size_t turn = rng() % allowed.size();
   for (auto& f : out) {
-    f.kind = allowed[rng() % allowed.size()];
+    f.kind = allowed[turn++ % allowed.size()];
     f.threshold = at(rng);
     f.delay = std::chrono::milliseconds(rng() % 300);
     f.down = consumer ? std::chrono::milliseconds(100 + rng() % 500) : 0ms;
@@ -1334,6 +1392,7 @@ int run_orchestrator(args a) {
   for (auto& c : consumers) start(c);
   for (auto& r : relays) start(r);
   pid_t writer = spawn(a, "writer");
+  bool writer_done_ok = false;
   const auto run_started = steady::now();
   auto last_fault = run_started;
   std::string failure;
@@ -1359,7 +1418,8 @@ int run_orchestrator(args a) {
     db_kill_due = {};
     last_fault = now;
   };
-  // A storm goes to a consumer that is up (waiting up to 5 s for it, then counted missed).
+  // A storm goes to a consumer that has been up for a second (waiting up to 5 s for one, then
+  // counted missed).
   const auto drive_storms = [&](long applied) {
     if (next_storm >= storms.size()) return;
     const storm& st = storms[next_storm];
@@ -1368,7 +1428,10 @@ int run_orchestrator(args a) {
     if (storm_due == steady::time_point{}) storm_due = now;
     if (now - storm_due < st.delay) return;
     const part& c = consumers[st.target];
-    const bool sent = c.pid > 0 && !c.armed && ::kill(c.pid, sig_storm()) == 0;
+    // Up for a second at least: a consumer process keeps the deliveries it had itself, so a storm
+    // sent as it (re)starts (one that fell due while it was down) would have nothing to copy.
+    const bool sent =
+        c.pid > 0 && !c.armed && now - c.started >= 1s && ::kill(c.pid, sig_storm()) == 0;
     if (!sent && now - storm_due < st.delay + 5s) return;
     ++(sent ? storms_done : storms_missed);
     ++next_storm;
@@ -1472,6 +1535,8 @@ int run_orchestrator(args a) {
         writer = -1;
         if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
           failure = "writer failed: " + status_text(status);
+        else
+          writer_done_ok = true;
       }
     }
     const bool faults_done = all_done(relays) && all_done(consumers) &&
@@ -1522,7 +1587,13 @@ int run_orchestrator(args a) {
     ::kill(writer, SIGTERM);
     reap(writer, 10s);
   }
-  const ledger l = read_ledger(sql);
+  ledger l = read_ledger(sql);
+  // The writer finished: every event it was asked for is committed (a business row each), none
+  // vanished on the way (an enqueue that drops an event and its id leaves no row to miss).
+  if (writer_done_ok) {
+    const long long events = l.committed - l.expected_dead;
+    l.writer_shortfall = events > a.events ? events - a.events : a.events - events;
+  }
   const long long dups = count_lines_with(duplicates_log(a), "d");
   const long long storm_copies = count_lines_with(duplicates_log(a), "s");
   const long long fenced = fenced_settles(a);
@@ -1556,14 +1627,26 @@ int run_orchestrator(args a) {
     db_text = std::to_string(db_total) + " (" + db_text + ", " +
               std::to_string(sessions_terminated) + " sessions)";
   }
-  // Each fault redelivers at most one relay batch (a relay's unsettled batch, a consumer's
-  // unacknowledged delivery, a session cut mid-batch), and each fenced settle is of a message
-  // another relay took over and published again (a relay whose clock jumped keeps taking
-  // batches over for as long as it lives); more duplicates than that on the wire is a finding
-  // (a relay that settles too little, a consumer that acks too late).
-  const long long dup_bound = static_cast<long long>(relay_batch) *
-                                  (relay_total + consumer_total + db_total + storms_done + 1) +
-                              fenced;
+  // What each fault may put on the wire again, at most: a relay killed (at random, before the
+  // publish, after the confirm) its unsettled batch; a database kill a batch (a relay's session
+  // cut mid-settle); a consumer fault the delivery it had not acked (prefetch 1; ZeroMQ: one or
+  // two acks lost with the process), 2 each; a fenced settle the message another relay took
+  // over and published again (pauses and clock jumps show here, not as a batch each); storm
+  // copies are counted apart. One batch more for the end of the run. More duplicates than that
+  // is a finding: a relay that settles too little or publishes twice, a consumer that acks too
+  // late.
+  // Under the locking policy a pause is not fenced but cut off by the server: its batch too.
+  int relay_kills = 0;
+  int relay_batches = 0;  ///< Faults that may put a relay batch on the wire again.
+  for (const part& p : relays)
+    for (const char* k : {"kill", "before-publish", "after-confirm", "pause"})
+      if (const auto it = p.injected.find(k); it != p.injected.end()) {
+        const bool kill = std::string_view(k) != "pause";
+        relay_kills += kill ? it->second : 0;
+        relay_batches += kill || a.policy == "locking" ? it->second : 0;
+      }
+  const long long dup_bound = static_cast<long long>(relay_batch) * (relay_batches + db_total + 1) +
+                              2LL * consumer_total + fenced;
   const bool dups_bounded = dups <= dup_bound;
   print_ledger(l, dups, storm_copies);
   std::printf(
@@ -1571,10 +1654,11 @@ int run_orchestrator(args a) {
       "| applied twice | order violations | rolled-back seen | wire duplicates | dead-lettered "
       "| fenced | drain s |\n"
       "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
-      "| %s | %lld | %d | %d (%s) | %d (%s) | %s | %d (%lld copies absorbed%s) | %lld | %lld "
+      "| %s | %lld | %d | %d (%s; %d kills) | %d (%s) | %s | %d (%lld copies absorbed%s) | %lld | "
+      "%lld "
       "| %lld | %lld | %lld (bound %lld) | %lld (expected %lld%s) | %lld | %.2f |\n",
-      pair_name.c_str(), l.committed, a.relays, relay_total, relay_kinds.c_str(), consumer_total,
-      consumer_kinds.c_str(), db_text.c_str(), storms_done, storm_copies,
+      pair_name.c_str(), l.committed, a.relays, relay_total, relay_kinds.c_str(), relay_kills,
+      consumer_total, consumer_kinds.c_str(), db_text.c_str(), storms_done, storm_copies,
       storms_missed > 0 ? (", " + std::to_string(storms_missed) + " missed").c_str() : "", l.lost,
       l.applied_twice, l.order_violations, l.rolled_back_seen, dups, dup_bound, l.dead,
       l.expected_dead,
