@@ -519,6 +519,7 @@ void become_part() {
   sigemptyset(&usr);
   sigaddset(&usr, SIGUSR1);
   sigaddset(&usr, SIGUSR2);
+  sigaddset(&usr, SIGTERM);
   ::sigprocmask(SIG_UNBLOCK, &usr, nullptr);
 }
 
@@ -1008,12 +1009,13 @@ pid_t spawn(const args& a, const std::string& role) {
   const pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {
-    // Blocked until the part has its handlers (become_part): an early SIGUSR1 waits for them
-    // instead of ending the process.
+    // Blocked until the part has its handlers (become_part): an early SIGUSR1 (or a SIGTERM
+    // right after a restart) waits for them instead of ending the process.
     sigset_t usr;
     sigemptyset(&usr);
     sigaddset(&usr, SIGUSR1);
     sigaddset(&usr, SIGUSR2);
+    sigaddset(&usr, SIGTERM);
     ::sigprocmask(SIG_BLOCK, &usr, nullptr);
     ::execv(a.self.c_str(), argv.data());
     ::_exit(127);
@@ -1064,7 +1066,9 @@ struct server_fault {
 std::vector<server_fault> schedule_server_faults(std::mt19937_64& rng, const args& a,
                                                  const std::vector<std::string>& kinds) {
   std::vector<server_fault> out;
-  std::uniform_int_distribution<long> at(a.events / 20, a.events * 3 / 4);
+  // In the first half: the relay's and the consumer's faults that come due in a burst once a
+  // server is back still find the writer writing (a sharp fault needs traffic to be reached).
+  std::uniform_int_distribution<long> at(a.events / 20, a.events / 2);
   const std::size_t first = kinds.empty() ? 0 : rng() % kinds.size();
   bool long_one = false;
   for (int i = 0; i < a.broker_outages && !kinds.empty(); ++i) {
