@@ -71,6 +71,24 @@
 // Soak (--soak SECONDS): events for that long at --rate, and at least a relay fault per 5 s, a
 // consumer fault per 15 s, a storm per 60 s (and a database kill per 20 s when --db-kills > 0).
 //
+// Server faults (--broker-outages K, --db-restarts K), at a threshold of applied events plus a
+// delay from the seed, one at a time; no part is told or restarted for them:
+//   close-connections  AMQP: the broker closes every client connection;
+//   node-restart       AMQP: the node's application stopped, kept down 0.2 to 4.5 s (the first
+//                      one over 2.5 s: longer than the relay's 2 s publish timeout), started;
+//   consumer-away      ZeroMQ, where the consumer is the other end of the wire: every consumer
+//                      (one per relay) stopped (SIGTERM) and kept down 2.6 to 4.5 s, so the
+//                      relays' publishes time out while they are gone;
+//   db-restart         the database server stopped (fast shutdown: sessions cut, open
+//                      transactions rolled back) mid-batch, kept down 0 to 3 s, started again.
+// The harness never knows where the servers live: it runs commands (sh -c), --broker-close-cmd,
+// --broker-down-cmd, --broker-up-cmd and --db-restart-cmd (which reads OUTBOX_FAULT_DOWN_S,
+// the seconds to stay down). Unset, they come from OUTBOX_SERVICES_DIR (scripts/services.sh's
+// servers): rabbitmqctl close_all_connections / stop_app / start_app in the node's environment
+// (DIR/rabbitmq/ctl-env.sh), and `DIR/restart postgresql "$OUTBOX_FAULT_DOWN_S"`. On your own
+// setup pass your own commands (e.g. --db-restart-cmd 'pg_ctl -D /srv/pg -m fast restart');
+// a fault asked for with no way to inject it exits 77 (1 under OUTBOX_REQUIRE_SERVICES=1).
+//
 // Planted defects (to show the ledger catches them; the harness must then exit 3):
 //   mark-before-confirm  the relay's transport reports every message confirmed whether or not
 //                        the consumer acknowledged it (a relay that marks on send);
@@ -92,8 +110,8 @@
 // rolled-back events seen, dead letters other than the poison and uncarriable events or not
 // where they belong, an event outside the business rows, wire duplicates over their bound: a
 // relay batch per fault injected plus one per fenced settle); 4 no drain within the bound; 1 the
-// harness itself failed (a part crashed or could not start); 2 usage; 77 a server address is
-// missing (skip).
+// harness itself failed (a part crashed or could not start, a server fault command failed); 2
+// usage; 77 a server address, or a server fault's command, is missing (skip).
 
 #include <fcntl.h>
 #include <signal.h>
@@ -193,6 +211,18 @@ struct args {
   int dedup_window_s = 20;  ///< The consumer purges inbox records older than this, as it runs.
   int soak_s = 0;           ///< A long run: events and fault counts sized for this many seconds.
   std::string self;         ///< argv[0] resolved: /proc/self/exe.
+
+  // Server faults (--broker-outages, --db-restarts): the broker taken away and brought back,
+  // the database server restarted. Commands empty: derived from OUTBOX_SERVICES_DIR (see
+  // server_commands).
+  int broker_outages = 0;           ///< AMQP: connections closed, node stopped and started; ZeroMQ:
+                                    ///< the consumer away for longer than the publish timeout.
+  std::string broker_outage_kinds;  ///< Kinds to draw from; empty: all the transport has.
+  int db_restarts = 0;              ///< The database server restarted (PostgreSQL).
+  std::string broker_close_cmd;     ///< Closes every client connection of the broker.
+  std::string broker_down_cmd;      ///< Takes the broker away (RabbitMQ: stop_app) ...
+  std::string broker_up_cmd;        ///< ... and brings it back (start_app).
+  std::string db_restart_cmd;       ///< Restarts the database server (down OUTBOX_FAULT_DOWN_S).
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -208,6 +238,11 @@ struct args {
          "[--soak SECONDS]\n"
          "       [--relay-faults kill,before-publish,after-confirm,pause,clock-jump] "
          "[--consumer-faults kill,before-ack,in-tx] [--db-kill-targets relay,consumer,writer]\n"
+         "       [--broker-outages K] [--broker-outage-kinds KINDS] [--db-restarts K]\n"
+         "       [--broker-close-cmd CMD] [--broker-down-cmd CMD] [--broker-up-cmd CMD]\n"
+         "       [--db-restart-cmd CMD]   (server faults: each CMD runs under sh -c, with\n"
+         "         OUTBOX_FAULT_DOWN_S the seconds the database is to stay down; default\n"
+         "         commands from OUTBOX_SERVICES_DIR, the servers of scripts/services.sh)\n"
          "       fault_harness --role writer|relay|consumer|check --dir DIR [...]\n";
   std::exit(exit_usage);
 }
@@ -284,6 +319,20 @@ args parse(int argc, char** argv) {
       a.soak_s = static_cast<int>(number(i));
     else if (arg == "--keep")
       a.keep = true;
+    else if (arg == "--broker-outages")  // server faults
+      a.broker_outages = static_cast<int>(number(i));
+    else if (arg == "--broker-outage-kinds")
+      a.broker_outage_kinds = text(i);
+    else if (arg == "--db-restarts")
+      a.db_restarts = static_cast<int>(number(i));
+    else if (arg == "--broker-close-cmd")
+      a.broker_close_cmd = text(i);
+    else if (arg == "--broker-down-cmd")
+      a.broker_down_cmd = text(i);
+    else if (arg == "--broker-up-cmd")
+      a.broker_up_cmd = text(i);
+    else if (arg == "--db-restart-cmd")
+      a.db_restart_cmd = text(i);
     else
       usage("unknown argument " + std::string(arg));
   }
@@ -349,12 +398,12 @@ long long count_lines_with(const std::string& path, const std::string& word) {
   return {.lock_timeout = 10s, .durable_commits = false};
 }
 
-/// A missing server address: skip (77), or fail (1) when OUTBOX_REQUIRE_SERVICES=1.
-int missing_service(const char* what) {
+/// A missing server address (or `noun`): skip (77), or fail (1) when OUTBOX_REQUIRE_SERVICES=1.
+int missing_service(const char* what, const char* noun = " address") {
   const char* req = std::getenv("OUTBOX_REQUIRE_SERVICES");
   const bool required = req != nullptr && std::string(req) == "1";
-  std::cerr << "fault_harness: no " << what
-            << " address: " << (required ? "FAIL (OUTBOX_REQUIRE_SERVICES=1)" : "SKIP") << "\n";
+  std::cerr << "fault_harness: no " << what << noun << ": "
+            << (required ? "FAIL (OUTBOX_REQUIRE_SERVICES=1)" : "SKIP") << "\n";
   return required ? exit_failed : exit_skip;
 }
 
@@ -386,6 +435,7 @@ struct sqlite_kind {
   }
   static void drop(const args&) {}  // the file goes with the run's directory
   static std::string where(const args& a) { return db_path(a); }
+  static constexpr const char* server = nullptr;  ///< No server to restart (--db-restarts).
   static long long terminate(soci::session&, const std::string&, const args&) { return 0; }
   static void commit_unanswered(soci::session&) {}  // no database kills on SQLite
 };
@@ -402,6 +452,8 @@ struct postgresql_kind {
     return a.postgresql.empty() ? "PostgreSQL (--postgresql or OUTBOX_TEST_POSTGRESQL)" : nullptr;
   }
   static std::string schema(const args& a) { return "outbox_faults_" + a.run; }
+  /// The server --db-restarts restarts: its name for scripts/services.sh restart.
+  static constexpr const char* server = "postgresql";
   /// The application_name of a role's sessions: what a database kill terminates.
   static std::string application(const std::string& role, const args& a) {
     return "outbox_faults_" + role + "_" + a.run;
@@ -462,6 +514,8 @@ struct zeromq_kind {
   static constexpr bool confirm_is_applied = true;
   /// The frames a consumer takes; an uncarriable event's payload is larger.
   static constexpr std::size_t max_frame_bytes = 256 * 1024;
+  /// What --broker-outages can do: the other end of the wire is the consumer.
+  static constexpr const char* outages = "consumer-away";
   static const char* missing(const args&) { return nullptr; }
   /// One consumer per relay (each relay binds its own endpoint). Order per aggregate holds
   /// across them: the confirm is the consumer's commit, and a row is not claimed while an
@@ -490,6 +544,8 @@ struct amqp_kind {
   static constexpr const char* name = "amqp";
   /// The confirm is the broker's: published is not applied, the drain waits for the consumer.
   static constexpr bool confirm_is_applied = false;
+  /// What --broker-outages can do (rabbitmqctl, or the commands given).
+  static constexpr const char* outages = "close-connections,node-restart";
   static const char* missing(const args& a) {
     return a.amqp.empty() ? "AMQP (--amqp or OUTBOX_TEST_AMQP)" : nullptr;
   }
@@ -524,16 +580,18 @@ struct amqp_kind {
 };
 #endif
 
-/// A new connection to the run's database, tried for about 10 s: a part that starts while its
-/// role's sessions are being terminated (a database kill that found it connecting) must not die
-/// of it, as a service under a supervisor would not.
+/// A new connection to the run's database, tried for 30 s: a part that starts while its role's
+/// sessions are being terminated (a database kill that found it connecting), or while the
+/// database server is away (a restart), must not die of it, as a service under a supervisor
+/// would not.
 template <class S>
 std::unique_ptr<soci::session> open_retrying(const args& a) {
-  for (int attempt = 1;; ++attempt) {
+  const auto give_up = steady::now() + 30s;
+  for (;;) {
     try {
       return S::open(a);
     } catch (const std::exception&) {
-      if (attempt == 100) throw;
+      if (steady::now() > give_up) throw;
       std::this_thread::sleep_for(100ms);
     }
   }
@@ -592,7 +650,8 @@ struct jumping_clock {
 sigset_t fault_signals() {
   sigset_t set;
   sigemptyset(&set);
-  for (int sig : {SIGUSR1, SIGUSR2, sig_pause(), sig_storm(), sig_clock_jump()})
+  // SIGTERM too: a part stopped right after a (re)start must stop by its handler, cleanly.
+  for (int sig : {SIGTERM, SIGUSR1, SIGUSR2, sig_pause(), sig_storm(), sig_clock_jump()})
     sigaddset(&set, sig);
   return set;
 }
@@ -618,12 +677,13 @@ void become_part() {
 
 /// After a failed attempt: a new connection in `owned` (the old one may be lost), then whether
 /// the attempt that enqueued `ids` committed after all (its business rows are there; none to
-/// look for: it did not). Tries for about 10 s, then throws: without an answer the writer can
-/// neither retry nor move on.
+/// look for: it did not). Tries for 30 s (a database server restarting is away for seconds),
+/// then throws: without an answer the writer can neither retry nor move on.
 template <class S>
 bool committed_by_now(const args& a, std::unique_ptr<soci::session>& owned,
                       const std::vector<outbox::uuid>& ids) {
-  for (int attempt = 1;; ++attempt) {
+  const auto give_up = steady::now() + 30s;
+  for (;;) {
     try {
       owned.reset();
       owned = S::open(a);
@@ -639,7 +699,7 @@ bool committed_by_now(const args& a, std::unique_ptr<soci::session>& owned,
       }
       return n > 0;
     } catch (const std::exception&) {
-      if (attempt == 100) throw;
+      if (steady::now() > give_up) throw;
       std::this_thread::sleep_for(100ms);
     }
   }
@@ -1320,10 +1380,326 @@ int reap(pid_t pid, std::chrono::milliseconds bound) {
   return status;
 }
 
+// ---- server faults: the broker away and back, the database server restarted -------------------
+//
+// Kinds: `close-connections` (AMQP: every client connection closed by the broker, one command),
+// `node-restart` (AMQP: the node's application stopped, kept down `down`, started again: two
+// commands), `consumer-away` (ZeroMQ, where the consumer is the other end of the wire: the
+// consumer stopped, SIGTERM, and kept down `down`, longer than the relay's publish timeout, so
+// its publishes time out while it is gone), `db-restart` (the database server stopped and
+// started again by one command, told to stay down `down`). The parts are never told: they
+// must ride it out by themselves.
+
+struct server_fault {
+  std::string kind;
+  long threshold = 0;                 ///< Applied events before it is due.
+  std::chrono::milliseconds delay{};  ///< After the threshold.
+  std::chrono::milliseconds down{};   ///< How long the server (or the consumer) stays away.
+};
+
+/// --broker-outages outages of the kinds `kinds` (the first drawn, then in turn, so that two or
+/// more show every kind) and --db-restarts restarts, from the seed, in threshold order. The first
+/// outage that has a down time is longer than the relay's publish timeout (2 s), and so is
+/// every consumer-away (shorter ones are the consumer kills).
+std::vector<server_fault> schedule_server_faults(std::mt19937_64& rng, const args& a,
+                                                 const std::vector<std::string>& kinds) {
+  std::vector<server_fault> out;
+  // In the first half: the relay's and the consumer's faults that come due in a burst once a
+  // server is back still find the writer writing (a sharp fault needs traffic to be reached).
+  std::uniform_int_distribution<long> at(a.events / 20, a.events / 2);
+  const std::size_t first = kinds.empty() ? 0 : rng() % kinds.size();
+  bool long_one = false;
+  for (int i = 0; i < a.broker_outages && !kinds.empty(); ++i) {
+    server_fault f;
+    f.kind = kinds[(first + static_cast<std::size_t>(i)) % kinds.size()];
+    f.threshold = at(rng);
+    f.delay = std::chrono::milliseconds(rng() % 300);
+    const auto draw = rng();
+    if (f.kind == "consumer-away" || (f.kind == "node-restart" && !long_one)) {
+      f.down = std::chrono::milliseconds(2600 + draw % 1900);  // 2.6 to 4.5 s
+      long_one = true;
+    } else if (f.kind == "node-restart") {
+      f.down = std::chrono::milliseconds(200 + draw % 3800);
+    }
+    out.push_back(f);
+  }
+  for (int i = 0; i < a.db_restarts; ++i) {
+    server_fault f;
+    f.kind = "db-restart";
+    f.threshold = at(rng);
+    f.delay = std::chrono::milliseconds(rng() % 300);
+    f.down = std::chrono::milliseconds(rng() % 3000);
+    out.push_back(f);
+  }
+  std::stable_sort(out.begin(), out.end(), [](const server_fault& x, const server_fault& y) {
+    return x.threshold < y.threshold;
+  });
+  return out;
+}
+
+/// The commands of the server faults: the flags, else derived from OUTBOX_SERVICES_DIR (the
+/// servers of scripts/services.sh: rabbitmqctl in the node's environment, DIR/restart). Returns
+/// what is missing for the faults asked for (empty: nothing).
+std::string server_commands(args& a, bool broker, const char* db_server) {
+  const char* env = std::getenv("OUTBOX_SERVICES_DIR");
+  const std::string dir = env != nullptr ? env : "";
+  const std::string ctl = "'" + dir + "/rabbitmq/ctl-env.sh'";
+  const bool have_ctl = !dir.empty() && std::filesystem::exists(dir + "/rabbitmq/ctl-env.sh");
+  const auto rabbitmqctl = [&](const std::string& what) {
+    return ". " + ctl + " && rabbitmqctl -q " + what;
+  };
+  std::string missing;
+  if (broker) {
+    if (a.broker_close_cmd.empty() && have_ctl)
+      a.broker_close_cmd = rabbitmqctl("close_all_connections 'outbox fault harness'");
+    if (a.broker_down_cmd.empty() && have_ctl) a.broker_down_cmd = rabbitmqctl("stop_app");
+    if (a.broker_up_cmd.empty() && have_ctl) a.broker_up_cmd = rabbitmqctl("start_app");
+    if (listed(a.broker_outage_kinds, "close-connections") && a.broker_close_cmd.empty())
+      missing += " --broker-close-cmd";
+    if (listed(a.broker_outage_kinds, "node-restart") &&
+        (a.broker_down_cmd.empty() || a.broker_up_cmd.empty()))
+      missing += " --broker-down-cmd/--broker-up-cmd";
+  }
+  if (a.db_restarts > 0 && db_server != nullptr) {
+    if (a.db_restart_cmd.empty() && !dir.empty() && std::filesystem::exists(dir + "/restart"))
+      a.db_restart_cmd = "'" + dir + "/restart' " + db_server + " \"$OUTBOX_FAULT_DOWN_S\"";
+    if (a.db_restart_cmd.empty()) missing += " --db-restart-cmd";
+  }
+  if (!missing.empty())
+    missing = "way to inject the server faults asked for (give" + missing +
+              ", or OUTBOX_SERVICES_DIR of scripts/services.sh)";
+  return missing;
+}
+
+/// Starts `cmd` under sh -c in a process group of its own, its output on our stderr (stdout is
+/// the table), OUTBOX_FAULT_DOWN_S set to `down`.
+pid_t run_command(const std::string& cmd, std::chrono::milliseconds down) {
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::dup2(2, 1);
+    char text[32];
+    std::snprintf(text, sizeof text, "%.3f", static_cast<double>(down.count()) / 1000);
+    ::setenv("OUTBOX_FAULT_DOWN_S", text, 1);
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  return pid;
+}
+
+/// Drives the server faults, one at a time, from the orchestrator's loop.
+struct server_fault_driver {
+  std::vector<server_fault> plan;
+  const args* a = nullptr;
+  std::size_t next = 0;
+  int step = 0;  ///< 0 waiting for the next; 1 a command running; 2 away; 3 the up command running;
+                 ///< 4 the consumer kept down.
+  steady::time_point due{};    ///< The next one's threshold reached then (or none).
+  steady::time_point since{};  ///< Its command started, or the server (or consumer) away since.
+  pid_t cmd = -1;
+  std::string cmd_text{};
+  std::map<std::string, int> done{};  ///< By kind.
+  double longest_s = 0;               ///< The longest time a server (or the consumer) was away.
+  steady::time_point last_end{};      ///< When the last one ended (back up).
+  std::string failure{};
+
+  [[nodiscard]] bool finished() const { return next >= plan.size(); }
+  /// A command running, or the server away: the database may not answer.
+  [[nodiscard]] bool busy() const { return step != 0; }
+
+  void start(const std::string& text, std::chrono::milliseconds down) {
+    cmd_text = text;
+    cmd = run_command(text, down);
+    since = steady::now();
+  }
+  /// Whether the running command ended; a failure (or one over 120 s) is the harness's.
+  bool command_done() {
+    int status = 0;
+    if (::waitpid(cmd, &status, WNOHANG) == cmd) {
+      cmd = -1;
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        failure = "server fault command failed (" + status_text(status) + "): " + cmd_text;
+      return true;
+    }
+    if (steady::now() - since > 120s) {
+      ::kill(-cmd, SIGKILL);
+      ::waitpid(cmd, nullptr, 0);
+      cmd = -1;
+      failure = "server fault command still running after 120 s: " + cmd_text;
+      return true;
+    }
+    return false;
+  }
+  void end(steady::time_point away_since, steady::time_point back) {
+    const server_fault& f = plan[next];
+    ++done[f.kind];
+    if (f.kind != "close-connections")
+      longest_s = std::max(longest_s, std::chrono::duration<double>(back - away_since).count());
+    last_end = back;
+    ++next;
+    step = 0;
+    due = {};
+  }
+
+  /// `consumers`: every consumer of the run (ZeroMQ: one per relay); consumer-away takes all of
+  /// them away, so that every relay's publishes time out.
+  void drive(long applied, std::vector<part>& consumers) {
+    if (finished() || !failure.empty()) return;
+    const server_fault& f = plan[next];
+    const auto now = steady::now();
+    switch (step) {
+      case 0:
+        if (applied < f.threshold) return;
+        if (due == steady::time_point{}) due = now;
+        if (now - due < f.delay) return;
+        if (f.kind == "consumer-away") {
+          // Not while a consumer is down or armed for a fault of its own: a little later.
+          for (const part& c : consumers)
+            if (c.pid < 0 || c.armed) return;
+          for (part& c : consumers) ::kill(c.pid, SIGTERM);
+          since = steady::now();
+          for (part& c : consumers) {
+            const int status = reap(c.pid, 10s);
+            if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+              failure = "a consumer did not stop cleanly for consumer-away: " + status_text(status);
+            c.pid = -1;
+            c.restart_at = since + f.down;
+          }
+          step = 4;
+        } else if (f.kind == "node-restart") {
+          start(a->broker_down_cmd, f.down);
+          step = 1;
+        } else {
+          start(f.kind == "db-restart" ? a->db_restart_cmd : a->broker_close_cmd, f.down);
+          step = 1;
+        }
+        return;
+      case 1:
+        if (!command_done()) return;
+        if (f.kind == "node-restart") {
+          since = steady::now();  // down now
+          step = 2;
+        } else {
+          end(since, steady::now());
+        }
+        return;
+      case 2:
+        if (now - since < f.down) return;
+        {
+          const auto away = since;
+          start(a->broker_up_cmd, f.down);
+          since = away;
+        }
+        step = 3;
+        return;
+      case 3:
+        if (command_done()) end(since, steady::now());
+        return;
+      default: {  // 4: back when the orchestrator restarted them
+        steady::time_point back = since;
+        for (const part& c : consumers) {
+          if (c.pid < 0) return;
+          back = std::max(back, c.started);
+        }
+        end(since, back);
+        return;
+      }
+    }
+  }
+
+  /// After the run (cut short by a failure): waits for a command still running, and brings a
+  /// broker that is down back up, so that the servers are left as they were found.
+  void settle() {
+    if (cmd > 0) {
+      const int status = reap(cmd, 60s);
+      cmd = -1;
+      if (failure.empty() && (!WIFEXITED(status) || WEXITSTATUS(status) != 0))
+        failure = "server fault command failed (" + status_text(status) + "): " + cmd_text;
+    }
+    if (!finished() && plan[next].kind == "node-restart" && (step == 1 || step == 2)) {
+      start(a->broker_up_cmd, 0ms);
+      reap(cmd, 60s);
+      cmd = -1;
+    }
+  }
+
+  /// Server faults injected.
+  [[nodiscard]] int total() const {
+    int n = 0;
+    for (const auto& [k, v] : done) n += v;
+    return n;
+  }
+
+  /// The table's "server faults" cell.
+  [[nodiscard]] std::string text() const {
+    if (done.empty()) return "none";
+    std::string kinds;
+    for (const auto& [k, v] : done)
+      kinds += (kinds.empty() ? "" : " ") + k + "=" + std::to_string(v);
+    char longest[48] = "";
+    if (longest_s > 0) std::snprintf(longest, sizeof longest, " longest %.1f s", longest_s);
+    return std::to_string(total()) + " (" + kinds + longest + ")";
+  }
+};
+
+/// The orchestrator's count of applied events; a database away (a restart) gives the last
+/// count (`answered` false), and the session is reconnected for the next call.
+long applied_so_far(soci::session& sql, long& last, bool& answered) {
+  answered = false;
+  try {
+    last = static_cast<long>(scalar(sql, "SELECT count(*) FROM harness_effect"));
+    answered = true;
+  } catch (const std::exception&) {
+    try {
+      sql.reconnect();
+    } catch (const std::exception&) {
+    }
+  }
+  return last;
+}
+
+/// Reconnects the orchestrator's session if a restart broke it (for 30 s at most; then the
+/// ledger's own query fails).
+void wait_for_database(soci::session& sql) {
+  const auto give_up = steady::now() + 30s;
+  long last = 0;
+  bool answered = false;
+  while (applied_so_far(sql, last, answered), !answered && steady::now() < give_up)
+    std::this_thread::sleep_for(100ms);
+}
+
 template <class S, class T>
 int run_orchestrator(args a) {
   for (const char* what : {S::missing(a), T::missing(a)})
     if (what != nullptr) return missing_service(what);
+  std::vector<std::string> outage_kinds;  // server faults: what the pair can do, and how
+  {
+    std::string offered;
+    if constexpr (requires { T::outages; }) offered = T::outages;
+    const char* db_server = nullptr;
+    if constexpr (requires { S::server; }) db_server = S::server;
+    if (a.broker_outage_kinds.empty()) a.broker_outage_kinds = offered;
+    for (std::size_t from = 0; from < a.broker_outage_kinds.size();) {
+      const std::size_t comma =
+          std::min(a.broker_outage_kinds.find(',', from), a.broker_outage_kinds.size());
+      const std::string kind = a.broker_outage_kinds.substr(from, comma - from);
+      if (!listed(offered, kind))
+        usage("--broker-outage-kinds: " + kind + " is not an outage of " + T::name + " (" +
+              (offered.empty() ? std::string("none") : offered) + ")");
+      outage_kinds.push_back(kind);
+      from = comma + 1;
+    }
+    if (a.broker_outages > 0 && outage_kinds.empty())
+      usage(std::string("--broker-outages: no outage for ") + T::name);
+    if (a.db_restarts > 0 && db_server == nullptr)
+      usage(std::string("--db-restarts: ") + S::name + " has no server to restart");
+    const bool broker_cmds =
+        a.broker_outages > 0 && (listed(a.broker_outage_kinds, "close-connections") ||
+                                 listed(a.broker_outage_kinds, "node-restart"));
+    const std::string no_way = server_commands(a, broker_cmds, db_server);
+    if (!no_way.empty()) return missing_service(no_way.c_str(), "");
+  }
   // The parts read the addresses from the environment (not from their command lines, where a
   // password would show in ps).
   if (!a.postgresql.empty()) ::setenv("OUTBOX_TEST_POSTGRESQL", a.postgresql.c_str(), 1);
@@ -1350,6 +1726,10 @@ int run_orchestrator(args a) {
             << " --consumer-faults " << a.consumer_faults << " --relays " << a.relays
             << " --poison " << a.poison << " --uncarriable " << a.uncarriable << " --storms "
             << a.storms << " --dedup-window " << a.dedup_window_s
+            << (a.broker_outages > 0 ? " --broker-outages " + std::to_string(a.broker_outages) +
+                                           " --broker-outage-kinds " + a.broker_outage_kinds
+                                     : "")
+            << (a.db_restarts > 0 ? " --db-restarts " + std::to_string(a.db_restarts) : "")
             << (a.plant.empty() ? "" : " --plant ") << a.plant << "), in " << a.dir << " and "
             << S::where(a) << std::endl;
   prepare<S>(a);
@@ -1393,6 +1773,8 @@ int run_orchestrator(args a) {
   const std::vector<db_kill> db_kills =
       schedule_db_kills(rng, a.events, a.db_kills, a.db_kill_targets);
   const std::vector<storm> storms = schedule_storms(rng, a.events, a.storms, consumers.size());
+  // Drawn after those (nothing without server faults): an old seed keeps its old schedule.
+  server_fault_driver server{.plan = schedule_server_faults(rng, a, outage_kinds), .a = &a};
   std::size_t next_db_kill = 0;
   steady::time_point db_kill_due{};      ///< The next one's threshold reached then (or none).
   std::map<std::string, int> db_killed;  ///< Database kills done, by target.
@@ -1542,11 +1924,20 @@ int run_orchestrator(args a) {
   long long quiet_count = -1;
   auto quiet_since = steady::now();
   std::optional<steady::time_point> drained_at;
+  long last_applied = 0;
   while (failure.empty()) {
-    const long applied = static_cast<long>(scalar(sql, "SELECT count(*) FROM harness_effect"));
+    // Server faults first: a restart that just ended is seen by the count below (reconnects).
+    server.drive(last_applied, consumers);
+    if (server.last_end > last_fault) last_fault = server.last_end;
+    if (!server.failure.empty()) failure = server.failure;
+    bool db_answered = false;
+    const long applied = applied_so_far(sql, last_applied, db_answered);
     for (auto& r : relays) drive(r, applied);
     for (auto& c : consumers) drive(c, applied);
-    drive_db_kills(applied, writer > 0);
+    try {
+      drive_db_kills(applied, writer > 0);
+    } catch (const soci::soci_error&) {  // the server restarting: tried again next time
+    }
     drive_storms(applied);
     if (writer > 0) {
       int status = 0;
@@ -1559,7 +1950,8 @@ int run_orchestrator(args a) {
       }
     }
     const bool faults_done = all_done(relays) && all_done(consumers) &&
-                             next_db_kill >= db_kills.size() && next_storm >= storms.size();
+                             next_db_kill >= db_kills.size() && next_storm >= storms.size() &&
+                             server.finished() && db_answered;
     if (writer < 0 && faults_done) {
       const ledger l = read_ledger(sql);
       if (l.pending == 0 && l.applied + l.dead >= l.committed) {
@@ -1591,6 +1983,7 @@ int run_orchestrator(args a) {
     std::this_thread::sleep_for(10ms);
   }
 
+  server.settle();  // a server fault cut short: its command ended, the broker brought back
   // Stop every part (bounded), then judge from the database.
   for (auto* parts : {&relays, &consumers})
     for (part& p : *parts)
@@ -1606,6 +1999,7 @@ int run_orchestrator(args a) {
     ::kill(writer, SIGTERM);
     reap(writer, 10s);
   }
+  wait_for_database(sql);
   ledger l = read_ledger(sql);
   // The writer finished: every event it was asked for is committed (a business row each), none
   // vanished on the way (an enqueue that drops an event and its id leaves no row to miss).
@@ -1655,6 +2049,7 @@ int run_orchestrator(args a) {
   // is a finding: a relay that settles too little or publishes twice, a consumer that acks too
   // late.
   // Under the locking policy a pause is not fenced but cut off by the server: its batch too.
+  // A server fault (broker or database away, consumers gone) cuts every relay's batch at once.
   int relay_kills = 0;
   int relay_batches = 0;  ///< Faults that may put a relay batch on the wire again.
   for (const part& p : relays)
@@ -1664,18 +2059,19 @@ int run_orchestrator(args a) {
         relay_kills += kill ? it->second : 0;
         relay_batches += kill || a.policy == "locking" ? it->second : 0;
       }
-  const long long dup_bound = static_cast<long long>(relay_batch) * (relay_batches + db_total + 1) +
+  const long long dup_bound = static_cast<long long>(relay_batch) *
+                                  (relay_batches + db_total + server.total() * a.relays + 1) +
                               2LL * consumer_total + fenced;
   const bool dups_bounded = dups <= dup_bound;
   print_ledger(l, dups, storm_copies);
   std::printf(
       "| pair | events | relays | relay faults | consumer faults | db kills | storms | lost "
       "| applied twice | order violations | rolled-back seen | wire duplicates | dead-lettered "
-      "| fenced | drain s |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+      "| fenced | drain s | server faults |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
       "| %s | %lld | %d | %d (%s; %d kills) | %d (%s) | %s | %d (%lld copies absorbed%s) | %lld | "
       "%lld "
-      "| %lld | %lld | %lld (bound %lld) | %lld (expected %lld%s) | %lld | %.2f |\n",
+      "| %lld | %lld | %lld (bound %lld) | %lld (expected %lld%s) | %lld | %.2f | %s |\n",
       pair_name.c_str(), l.committed, a.relays, relay_total, relay_kinds.c_str(), relay_kills,
       consumer_total, consumer_kinds.c_str(), db_text.c_str(), storms_done, storm_copies,
       storms_missed > 0 ? (", " + std::to_string(storms_missed) + " missed").c_str() : "", l.lost,
@@ -1686,7 +2082,7 @@ int run_orchestrator(args a) {
              std::to_string(l.dead_missing) + " missing")
                 .c_str()
           : "",
-      fenced, drain_s);
+      fenced, drain_s, server.text().c_str());
   std::printf(
       "seed %llu, %.1f s in all, %lld rolled-back events, writer: %lld attempts retried, %lld "
       "failed attempts found committed, plant: %s\n",
