@@ -42,8 +42,10 @@
 // kills itself inside its transaction, after the effect row was written). The sharp ones are
 // armed by a signal (SIGUSR1/SIGUSR2, SIGRTMIN) and fire at the next such point; if none comes
 // within 5 s the orchestrator kills the process itself (counted as `kill`). Which faults, when (a
-// threshold of applied events plus a delay) and how long a consumer stays down all come from the
-// seed, so a run can be replayed (the timing of processes is not replayable, the schedule is).
+// threshold plus a delay: a consumer's in applied events; a relay's and a writer's database kill
+// in the writer's progress, event n being written n / rate seconds in) and how long a consumer
+// stays down all come from the seed, so a run can be replayed (the timing of processes is not
+// replayable, the schedule is).
 //
 // Database kills (PostgreSQL, --db-kills K, --db-kill-targets relay,consumer,writer): every
 // part's sessions carry application_name=outbox_faults_<role>_<run>; the orchestrator terminates
@@ -1800,14 +1802,20 @@ int run_orchestrator(args a) {
   const auto drive_db_kills = [&](long applied, bool writer_running) {
     if (next_db_kill >= db_kills.size()) return;
     const db_kill& k = db_kills[next_db_kill];
-    if (applied < k.threshold) return;
+    // A writer's kill falls due by the writer's progress (paced at --rate: event n is written
+    // n / rate seconds in), not by applied events, which lag it (a consumer behind its broker):
+    // by then the writer was often done, and the kill missed.
+    const bool of_writer = k.target.starts_with("writer");
+    if (of_writer ? steady::now() - run_started <
+                        std::chrono::duration<double>(static_cast<double>(k.threshold) / a.rate)
+                  : applied < k.threshold)
+      return;
     const auto now = steady::now();
     if (db_kill_due == steady::time_point{}) db_kill_due = now;
     if (now - db_kill_due < k.delay) return;
     // The target may have no session at this instant (a part down or between connections):
     // try again for up to 5 s, then count it missed.
     // writer-commit: the writer cuts its own connection after sending its next COMMIT.
-    const bool of_writer = k.target.starts_with("writer");
     const long long n = (of_writer && !writer_running) ? 0
                         : k.target == "writer-commit"
                             ? static_cast<long long>(::kill(writer, SIGUSR1) == 0)
@@ -1900,7 +1908,16 @@ int run_orchestrator(args a) {
       }
       return;
     }
-    if (applied < f.threshold || steady::now() - p.started < f.delay) return;
+    // A relay's fault falls due by the writer's progress (event n is written n / rate seconds
+    // in), so that it finds the relay publishing; by applied events it came due late where the
+    // consumer lags the broker's confirms (AMQP after an outage), with nothing left to publish,
+    // and sharp faults waited 5 s to become kills. A consumer's falls due by applied events: it
+    // needs deliveries to be killed among.
+    const bool due =
+        p.consumer ? applied >= f.threshold
+                   : steady::now() - run_started >=
+                         std::chrono::duration<double>(static_cast<double>(f.threshold) / a.rate);
+    if (!due || steady::now() - p.started < f.delay) return;
     if (f.kind == fault_kind::kill) return kill_now(p);
     if (f.kind == fault_kind::clock_jump) {  // takes effect in the signal handler, at once
       if (::kill(p.pid, sig_clock_jump()) == 0) ++p.injected["clock-jump"];
