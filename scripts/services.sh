@@ -15,6 +15,15 @@
 #       Stops what `start` started in DIR (and only that), by pid. Safe to run twice, or on a
 #       DIR whose servers already died.
 #
+#   scripts/services.sh restart DIR postgresql [DOWN_SECONDS] [--immediate]
+#       Restarts the PostgreSQL server that `start` started in DIR: stops it by its pid (fast
+#       shutdown, SIGINT: sessions are cut and their transactions rolled back; --immediate:
+#       SIGQUIT, no checkpoint, WAL recovery at the next start, like a crash), keeps it down
+#       DOWN_SECONDS (0; decimals allowed), starts it again on the same data directory and port,
+#       waits until it accepts connections and updates DIR/pids. For fault tests (the fault
+#       harness's database restarts). `start` also writes DIR/restart, a short form of this
+#       command for that DIR: DIR/restart postgresql [DOWN_SECONDS] [--immediate].
+#
 # Example:
 #   scripts/services.sh start /tmp/outbox-svc && . /tmp/outbox-svc/env.sh
 #   ... run the tests ...
@@ -76,6 +85,7 @@ usage() {
 usage: $PROG install
        $PROG start DIR [postgresql] [mysql] [amqp]
        $PROG stop DIR
+       $PROG restart DIR postgresql [DOWN_SECONDS] [--immediate]
 EOF
     exit 2
 }
@@ -315,6 +325,19 @@ cmd_install() {
 # failure prints the reason and the relevant log tails on stderr and exits non-zero.
 # ---------------------------------------------------------------------------------------------
 
+# Starts the PostgreSQL server of data directory DATA (-w: waits until it accepts connections)
+# and writes its pid file; on failure shows the logs and dies with MESSAGE.
+# Usage: pg_start PGBIN DATA SERVER_LOG LOG MESSAGE
+pg_start() {
+    local pgbin=$1 data=$2 server_log=$3 log=$4
+    if ! as_user postgres "$pgbin/pg_ctl" -D "$data" -l "$server_log" -w -t 60 start >>"$log" 2>&1; then
+        [[ -r $data/postmaster.pid ]] && write_pid postgresql "$(head -n 1 "$data/postmaster.pid")"
+        show_tail "$log" "$server_log"
+        die "$5"
+    fi
+    write_pid postgresql "$(head -n 1 "$data/postmaster.pid")"
+}
+
 start_postgresql() {
     local t0 base=$DIR/postgresql pgbin log=$LOGS/postgresql.log pid
     t0=$(now_us)
@@ -351,14 +374,8 @@ fsync = ${OUTBOX_PG_FSYNC:-off}
 full_page_writes = ${OUTBOX_PG_FSYNC:-off}
 EOF
 
-    # -w waits until the server accepts connections.
-    if ! as_user postgres "$pgbin/pg_ctl" -D "$data" -l "$server_log" -w -t 60 start >>"$log" 2>&1; then
-        [[ -r $data/postmaster.pid ]] && write_pid postgresql "$(head -n 1 "$data/postmaster.pid")"
-        show_tail "$log" "$server_log"
-        die "postgresql: server did not start"
-    fi
-    pid=$(head -n 1 "$data/postmaster.pid")
-    write_pid postgresql "$pid"
+    pg_start "$pgbin" "$data" "$server_log" "$log" "postgresql: server did not start"
+    pid=$(read_pid postgresql)
 
     if ! "$pgbin/psql" -X -q -v ON_ERROR_STOP=1 -h "$base" -p "$PG_PORT" -U postgres -d postgres \
         >>"$log" 2>&1 <<EOF; then
@@ -664,7 +681,7 @@ cmd_start() {
     done
 
     # A throwaway area: whatever an earlier, stopped run left there goes.
-    rm -rf "$PIDS" "$LOGS" "$DIR/env.sh"
+    rm -rf "$PIDS" "$LOGS" "$DIR/env.sh" "$DIR/restart"
     for name in "${services[@]}"; do
         case $name in
             postgresql) rm -rf "$DIR/postgresql" ;;
@@ -714,6 +731,14 @@ cmd_start() {
             esac
         done
     } >"$DIR/env.sh"
+    # DIR/restart SERVICE [DOWN_SECONDS] [--immediate]: this script's restart for this DIR, so
+    # that a fault test needs no path to the source tree (the fault harness's default).
+    {
+        echo "#!/bin/sh"
+        echo "# Written by $PROG start: restarts a server of this directory (see $PROG restart)."
+        printf 'exec %q restart %q "$@"\n' "$(cd "$(dirname "$0")" && pwd -P)/${0##*/}" "$DIR"
+    } >"$DIR/restart"
+    chmod 755 "$DIR/restart"
     echo "services: ${services[*]} ready in $(elapsed_since "$t0") s; environment in $DIR/env.sh"
 }
 
@@ -789,7 +814,7 @@ cmd_stop() {
     local pid_files=("$PIDS"/*.pid)
     if [[ ! -e ${pid_files[0]} ]]; then
         log "stop: nothing is running from $DIR"
-        rm -f "$DIR/env.sh"
+        rm -f "$DIR/env.sh" "$DIR/restart"
         return 0
     fi
 
@@ -801,8 +826,60 @@ cmd_stop() {
     for name in "${ALL_SERVICES[@]}"; do
         wait "${jobs[$name]}" || rc=1
     done
-    rm -f "$DIR/env.sh"
+    rm -f "$DIR/env.sh" "$DIR/restart"
     return "$rc"
+}
+
+# ---------------------------------------------------------------------------------------------
+# restart (fault tests): a server of DIR stopped by its pid and started again on its data
+# ---------------------------------------------------------------------------------------------
+
+# Usage: restart_postgresql DOWN_SECONDS SIGNAL (INT: fast shutdown, QUIT: immediate).
+restart_postgresql() {
+    local down=$1 sig=$2 pid pgbin t0 data=$DIR/postgresql/data
+    local log=$LOGS/postgresql.log server_log=$DIR/postgresql/server.log
+    t0=$(now_us)
+    pgbin=$(find_pg_bindir) || die "restart: postgresql is not installed"
+    pid=$(read_pid postgresql) || die "restart: no postgresql was started in $DIR"
+    is_ours "$pid" postgres || die "restart: postgresql pid $pid is not running (or no longer ours)"
+    # The signal is the shutdown mode (see PostgreSQL's "Shutting Down the Server"); a server
+    # that has not exited after 30 s is ended like in stop.
+    kill "-$sig" "$pid" 2>/dev/null || true
+    if ! wait_gone "$pid" 30; then
+        log "restart: postgresql pid $pid still running 30 s after SIG$sig"
+        terminate_pid postgresql "$pid" 10 postgres
+    fi
+    rm -f "$PIDS/postgresql.pid"
+    sleep "$down"
+    pg_start "$pgbin" "$data" "$server_log" "$log" "restart: postgresql did not start again"
+    pid=$(read_pid postgresql)
+    echo "postgresql: restarted (SIG$sig, down ${down} s) on port $(sed -n 4p "$data/postmaster.pid") (pid $pid) in $(elapsed_since "$t0") s"
+}
+
+cmd_restart() {
+    (($# >= 2)) || usage
+    local name down=0 sig=INT arg
+    DIR=$1
+    name=$2
+    shift 2
+    for arg in "$@"; do
+        case $arg in
+            --immediate) sig=QUIT ;;
+            *)
+                [[ $arg =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "restart: bad down time '$arg' (seconds)"
+                down=$arg
+                ;;
+        esac
+    done
+    [[ -d $DIR/pids ]] || die "restart: nothing was started in $DIR"
+    DIR=$(cd "$DIR" && pwd -P)
+    PIDS=$DIR/pids
+    LOGS=$DIR/logs
+    mkdir -p "$LOGS"
+    case $name in
+        postgresql | postgres | pg) restart_postgresql "$down" "$sig" ;;
+        *) die "restart: unknown or unsupported service '$name' (supported: postgresql)" ;;
+    esac
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -815,6 +892,7 @@ main() {
         install) (($# == 0)) || usage; cmd_install ;;
         start) cmd_start "$@" ;;
         stop) cmd_stop "$@" ;;
+        restart) cmd_restart "$@" ;;
         -h | --help | help) usage ;;
         *) usage ;;
     esac

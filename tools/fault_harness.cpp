@@ -14,7 +14,11 @@
 //   fault_harness [--store S] [--transport T] [--policy P] [--events N] [--seed S] [--relay-kills
 //   K] [--consumer-kills K]
 //                 [--aggregates A] [--rate EVENTS_PER_S] [--dir DIR] [--keep]
-//                 [--plant mark-before-confirm|skip-inbox|blind-retry] [--drain-bound SECONDS]
+//                 [--relays N] [--poison K] [--uncarriable K] [--storms K] [--dedup-window S]
+//                 [--soak SECONDS]
+//                 [--plant mark-before-confirm|skip-inbox|blind-retry|forget-window|
+//                          writer-drop|drop-confirm|publish-twice|ack-before-commit]
+//                 [--drain-bound SECONDS]
 //       the orchestrator: prepares DIR (a temp dir by default), starts the consumer, the relay
 //       and the writer as child processes (fork/exec of itself), kills the relay and the
 //       consumer on a schedule derived from the seed (restarting them each time), waits for the
@@ -25,14 +29,23 @@
 // Faults. A relay fault is one of: `kill` (SIGKILL from the orchestrator, at a random point),
 // `before-publish` (the relay kills itself on its next publish call: after the claim, before
 // anything went on the wire), `after-confirm` (it kills itself right after a publish call that
-// returned confirms, before the relay settles them). A consumer fault is one of: `kill`,
+// returned confirms, before the relay settles them), `pause` (right after such a publish call it
+// stops itself, SIGSTOP, and the orchestrator resumes it, SIGCONT, a second after its lease ran
+// out: a stop-the-world pause or a clock jumped past the lease; with --relays 2 the other relay
+// claims the batch meanwhile, and the zombie's settle must be fenced: the table counts fenced
+// settles; under the locking policy the server cuts the stalled transaction off instead; not in
+// the default list), `clock-jump` (its clock, by which it stamps and judges leases, jumps a lease
+// and a second ahead, at once and for the rest of the process's life: it takes over batches the
+// other relays still hold, whose settles must then be fenced; not in the default list). A
+// consumer fault is one of: `kill`,
 // `before-ack` (it kills itself after its transaction committed, before the ack), `in-tx` (it
 // kills itself inside its transaction, after the effect row was written). The sharp ones are
-// armed by a signal (SIGUSR1/SIGUSR2) and fire at the next such point; if none comes within
-// 5 s the orchestrator kills the process itself (counted as `kill`). Which faults, when
-// (a threshold of applied events plus a delay) and how long a consumer stays down all come from
-// the seed, so a run can be replayed (the timing of processes is not replayable, the schedule
-// is).
+// armed by a signal (SIGUSR1/SIGUSR2, SIGRTMIN) and fire at the next such point; if none comes
+// within 5 s the orchestrator kills the process itself (counted as `kill`). Which faults, when (a
+// threshold plus a delay: a consumer's in applied events; a relay's and a writer's database kill
+// in the writer's progress, event n being written n / rate seconds in) and how long a consumer
+// stays down all come from the seed, so a run can be replayed (the timing of processes is not
+// replayable, the schedule is).
 //
 // Database kills (PostgreSQL, --db-kills K, --db-kill-targets relay,consumer,writer): every
 // part's sessions carry application_name=outbox_faults_<role>_<run>; the orchestrator terminates
@@ -41,17 +54,66 @@
 // by themselves; the writer retries its transaction on a new connection after checking, by its
 // business rows, whether the failed attempt committed after all (a COMMIT in doubt).
 //
+// Several relays (--relays N): the relay faults are dealt out among them. ZeroMQ runs a consumer
+// per relay (each relay binds an endpoint of its own); AMQP runs one consumer on the queue
+// (prefetch 1: strict order), whatever the relays.
+//
+// Poison and uncarriable events (--poison K, --uncarriable K): the writer adds them to committed
+// transactions spread over the run, each in an aggregate of its own. A poison event's handler
+// always throws: the consumer must dead-letter it in the inbox (after its retries). An
+// uncarriable event is one the transport cannot carry (ZeroMQ: a payload over the consumer's
+// max_frame_bytes; AMQP: a header name over 255 bytes): the relay must dead-letter it in the
+// outbox, and the rest of its batch must go. The ledger wants exactly those dead letters.
+//
+// Duplicate storms (--storms K): at a threshold drawn from the seed the orchestrator signals a
+// consumer (SIGRTMIN+1), which feeds itself its last 32 deliveries again, 10 times each (copies
+// whose acks go nowhere), while it purges inbox records older than --dedup-window (20 s) every
+// 250 ms: the inbox must absorb every copy.
+//
+// Soak (--soak SECONDS): events for that long at --rate, and at least a relay fault per 5 s, a
+// consumer fault per 15 s, a storm per 60 s (and a database kill per 20 s when --db-kills > 0).
+//
+// Server faults (--broker-outages K, --db-restarts K), at a threshold of applied events plus a
+// delay from the seed, one at a time; no part is told or restarted for them:
+//   close-connections  AMQP: the broker closes every client connection;
+//   node-restart       AMQP: the node's application stopped, kept down 0.2 to 4.5 s (the first
+//                      one over 2.5 s: longer than the relay's 2 s publish timeout), started;
+//   consumer-away      ZeroMQ, where the consumer is the other end of the wire: every consumer
+//                      (one per relay) stopped (SIGTERM) and kept down 2.6 to 4.5 s, so the
+//                      relays' publishes time out while they are gone;
+//   db-restart         the database server stopped (fast shutdown: sessions cut, open
+//                      transactions rolled back) mid-batch, kept down 0 to 3 s, started again.
+// The harness never knows where the servers live: it runs commands (sh -c), --broker-close-cmd,
+// --broker-down-cmd, --broker-up-cmd and --db-restart-cmd (which reads OUTBOX_FAULT_DOWN_S,
+// the seconds to stay down). Unset, they come from OUTBOX_SERVICES_DIR (scripts/services.sh's
+// servers): rabbitmqctl close_all_connections / stop_app / start_app in the node's environment
+// (DIR/rabbitmq/ctl-env.sh), and `DIR/restart postgresql "$OUTBOX_FAULT_DOWN_S"`. On your own
+// setup pass your own commands (e.g. --db-restart-cmd 'pg_ctl -D /srv/pg -m fast restart');
+// a fault asked for with no way to inject it exits 77 (1 under OUTBOX_REQUIRE_SERVICES=1).
+//
 // Planted defects (to show the ledger catches them; the harness must then exit 3):
 //   mark-before-confirm  the relay's transport reports every message confirmed whether or not
 //                        the consumer acknowledged it (a relay that marks on send);
 //   skip-inbox           the consumer applies every delivery, as if its inbox forgot;
 //   blind-retry          the writer retries a failed transaction without looking whether it
-//                        committed (with --db-kill-targets writer-commit: events twice).
+//                        committed (with --db-kill-targets writer-commit: events twice);
+//   forget-window        the consumer's purge keeps no dedup window (with --storms: applied
+//                        twice);
+//   writer-drop          one transaction's last event vanishes in the writer (its outbox row
+//                        and its id: no business row either): the writer's shortfall and the
+//                        gap in the aggregate's business sequence;
+//   drop-confirm         the relay loses every fourth confirm and publishes the message again:
+//                        wire duplicates over their bound;
+//   publish-twice        the relay puts every third batch on the wire twice: the same;
+//   ack-before-commit    the consumer acks each delivery before its transaction (with in-tx
+//                        consumer faults: lost).
 //
 // Exit codes: 0 the ledger holds; 3 a ledger violation (lost, applied twice, order violations,
-// rolled-back events seen, dead letters, an event outside the business rows); 4 no drain within
-// the bound; 1 the harness itself failed (a part crashed or could not start); 2 usage;
-// 77 a server address is missing (skip).
+// rolled-back events seen, dead letters other than the poison and uncarriable events or not
+// where they belong, an event outside the business rows, wire duplicates over their bound: a
+// relay batch per fault injected plus one per fenced settle); 4 no drain within the bound; 1 the
+// harness itself failed (a part crashed or could not start, a server fault command failed); 2
+// usage; 77 a server address, or a server fault's command, is missing (skip).
 
 #include <fcntl.h>
 #include <signal.h>
@@ -62,6 +124,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
@@ -88,6 +151,7 @@
 #include <nlohmann/json.hpp>
 
 #include <outbox/outbox.hpp>
+#include <outbox/testing/duplicating_receiver.hpp>
 #ifdef OUTBOX_HARNESS_SQLITE
 #include <outbox/sqlite/store.hpp>
 #endif
@@ -118,6 +182,12 @@ constexpr int exit_skip = 77;
 
 constexpr const char* consumer_name = "harness";
 
+/// The relay's batch: a relay fault redelivers at most this many (the wire-duplicate bound).
+constexpr std::size_t relay_batch = 50;
+/// The relay's lease; a pause lasts a second longer.
+constexpr auto relay_lease = 2500ms;
+constexpr auto pause_length = relay_lease + 1s;
+
 struct args {
   std::string role = "orchestrator";
   std::string store = "sqlite";
@@ -142,7 +212,26 @@ struct args {
   std::string consumer_faults = "kill,before-ack,in-tx";
   std::string db_kill_targets = "relay,consumer,writer";  ///< Whose connections --db-kills kill.
   int drain_bound_s = 120;
-  std::string self;  ///< argv[0] resolved: /proc/self/exe.
+  int relays = 1;       ///< Relay processes (ZeroMQ: as many consumers, one per relay).
+  int index = 0;        ///< A part: which relay or consumer it is.
+  int poison = 0;       ///< Events whose handler always throws: dead-lettered by the consumer.
+  int uncarriable = 0;  ///< Events the transport cannot carry: dead-lettered by the relay.
+  int storms = 0;       ///< Duplicate storms: a consumer fed its last deliveries again, 10 times.
+  int dedup_window_s = 20;  ///< The consumer purges inbox records older than this, as it runs.
+  int soak_s = 0;           ///< A long run: events and fault counts sized for this many seconds.
+  std::string self;         ///< argv[0] resolved: /proc/self/exe.
+
+  // Server faults (--broker-outages, --db-restarts): the broker taken away and brought back,
+  // the database server restarted. Commands empty: derived from OUTBOX_SERVICES_DIR (see
+  // server_commands).
+  int broker_outages = 0;           ///< AMQP: connections closed, node stopped and started; ZeroMQ:
+                                    ///< the consumer away for longer than the publish timeout.
+  std::string broker_outage_kinds;  ///< Kinds to draw from; empty: all the transport has.
+  int db_restarts = 0;              ///< The database server restarted (PostgreSQL).
+  std::string broker_close_cmd;     ///< Closes every client connection of the broker.
+  std::string broker_down_cmd;      ///< Takes the broker away (RabbitMQ: stop_app) ...
+  std::string broker_up_cmd;        ///< ... and brings it back (start_app).
+  std::string db_restart_cmd;       ///< Restarts the database server (down OUTBOX_FAULT_DOWN_S).
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -152,9 +241,17 @@ struct args {
          "[--policy locking|leasing] [--postgresql CONNSTR] [--mysql CONNSTR] [--amqp URL]\n"
          "       [--events N] [--seed S] [--relay-kills K] "
          "[--consumer-kills K] [--db-kills K] [--aggregates A] [--rate R] [--dir DIR] [--keep] "
-         "[--plant mark-before-confirm|skip-inbox|blind-retry] [--drain-bound S]\n"
-         "       [--relay-faults kill,before-publish,after-confirm] "
+         "[--plant mark-before-confirm|skip-inbox|blind-retry|forget-window|writer-drop|"
+         "drop-confirm|publish-twice|ack-before-commit] [--drain-bound S]\n"
+         "       [--relays N] [--poison K] [--uncarriable K] [--storms K] [--dedup-window S] "
+         "[--soak SECONDS]\n"
+         "       [--relay-faults kill,before-publish,after-confirm,pause,clock-jump] "
          "[--consumer-faults kill,before-ack,in-tx] [--db-kill-targets relay,consumer,writer]\n"
+         "       [--broker-outages K] [--broker-outage-kinds KINDS] [--db-restarts K]\n"
+         "       [--broker-close-cmd CMD] [--broker-down-cmd CMD] [--broker-up-cmd CMD]\n"
+         "       [--db-restart-cmd CMD]   (server faults: each CMD runs under sh -c, with\n"
+         "         OUTBOX_FAULT_DOWN_S the seconds the database is to stay down; default\n"
+         "         commands from OUTBOX_SERVICES_DIR, the servers of scripts/services.sh)\n"
          "       fault_harness --role writer|relay|consumer|check --dir DIR [...]\n";
   std::exit(exit_usage);
 }
@@ -217,8 +314,36 @@ args parse(int argc, char** argv) {
       a.db_kill_targets = text(i);
     else if (arg == "--drain-bound")
       a.drain_bound_s = static_cast<int>(number(i));
+    else if (arg == "--relays")
+      a.relays = static_cast<int>(number(i));
+    else if (arg == "--index")
+      a.index = static_cast<int>(number(i));
+    else if (arg == "--poison")
+      a.poison = static_cast<int>(number(i));
+    else if (arg == "--uncarriable")
+      a.uncarriable = static_cast<int>(number(i));
+    else if (arg == "--storms")
+      a.storms = static_cast<int>(number(i));
+    else if (arg == "--dedup-window")
+      a.dedup_window_s = static_cast<int>(number(i));
+    else if (arg == "--soak")
+      a.soak_s = static_cast<int>(number(i));
     else if (arg == "--keep")
       a.keep = true;
+    else if (arg == "--broker-outages")  // server faults
+      a.broker_outages = static_cast<int>(number(i));
+    else if (arg == "--broker-outage-kinds")
+      a.broker_outage_kinds = text(i);
+    else if (arg == "--db-restarts")
+      a.db_restarts = static_cast<int>(number(i));
+    else if (arg == "--broker-close-cmd")
+      a.broker_close_cmd = text(i);
+    else if (arg == "--broker-down-cmd")
+      a.broker_down_cmd = text(i);
+    else if (arg == "--broker-up-cmd")
+      a.broker_up_cmd = text(i);
+    else if (arg == "--db-restart-cmd")
+      a.db_restart_cmd = text(i);
     else
       usage("unknown argument " + std::string(arg));
   }
@@ -226,9 +351,21 @@ args parse(int argc, char** argv) {
       a.role != "check")
     usage("unknown role " + a.role);
   if (!a.plant.empty() && a.plant != "mark-before-confirm" && a.plant != "skip-inbox" &&
-      a.plant != "blind-retry")
+      a.plant != "blind-retry" && a.plant != "forget-window" && a.plant != "writer-drop" &&
+      a.plant != "drop-confirm" && a.plant != "publish-twice" && a.plant != "ack-before-commit")
     usage("unknown defect to plant: " + a.plant);
-  if (a.events <= 0 || a.aggregates <= 0 || a.rate <= 0) usage("sizes must be positive");
+  if (a.soak_s > 0 && a.role == "orchestrator") {
+    // A long run: the events the writer commits in that time, and at least a relay fault every
+    // 5 s, a consumer fault every 15 s, a storm every 60 s (more when asked for).
+    a.events = static_cast<long>(a.rate * a.soak_s);
+    a.relay_kills = std::max(a.relay_kills, a.soak_s / 5);
+    a.consumer_kills = std::max(a.consumer_kills, a.soak_s / 15);
+    a.storms = std::max(a.storms, a.soak_s / 60);
+    if (a.db_kills > 0) a.db_kills = std::max(a.db_kills, a.soak_s / 20);
+  }
+  if (a.events <= 0 || a.aggregates <= 0 || a.rate <= 0 || a.relays <= 0 || a.dedup_window_s <= 0)
+    usage("sizes must be positive");
+  if (a.poison + a.uncarriable > a.events / 4) usage("--poison + --uncarriable: at most events/4");
   if (a.role != "orchestrator" && a.dir.empty()) usage("--role " + a.role + " needs --dir");
   if (!a.seed_given) a.seed = std::random_device{}();
   if (!a.policy.empty() && a.policy != "locking" && a.policy != "leasing")
@@ -249,7 +386,10 @@ args parse(int argc, char** argv) {
 }
 
 [[maybe_unused]] std::string db_path(const args& a) { return a.dir + "/outbox.db"; }
-[[maybe_unused]] std::string endpoint(const args& a) { return "ipc://" + a.dir + "/relay.sock"; }
+/// Relay `index`'s ZeroMQ endpoint (it binds; its consumer connects).
+[[maybe_unused]] std::string endpoint(const args& a) {
+  return "ipc://" + a.dir + "/relay-" + std::to_string(a.index) + ".sock";
+}
 std::string duplicates_log(const args& a) { return a.dir + "/duplicates.log"; }
 /// The writer's retries: a line `retry` per failed attempt retried, `landed` per failed attempt
 /// that had committed after all (found by its business rows; not retried).
@@ -271,12 +411,12 @@ long long count_lines_with(const std::string& path, const std::string& word) {
   return {.lock_timeout = 10s, .durable_commits = false};
 }
 
-/// A missing server address: skip (77), or fail (1) when OUTBOX_REQUIRE_SERVICES=1.
-int missing_service(const char* what) {
+/// A missing server address (or `noun`): skip (77), or fail (1) when OUTBOX_REQUIRE_SERVICES=1.
+int missing_service(const char* what, const char* noun = " address") {
   const char* req = std::getenv("OUTBOX_REQUIRE_SERVICES");
   const bool required = req != nullptr && std::string(req) == "1";
-  std::cerr << "fault_harness: no " << what
-            << " address: " << (required ? "FAIL (OUTBOX_REQUIRE_SERVICES=1)" : "SKIP") << "\n";
+  std::cerr << "fault_harness: no " << what << noun << ": "
+            << (required ? "FAIL (OUTBOX_REQUIRE_SERVICES=1)" : "SKIP") << "\n";
   return required ? exit_failed : exit_skip;
 }
 
@@ -308,6 +448,7 @@ struct sqlite_kind {
   }
   static void drop(const args&) {}  // the file goes with the run's directory
   static std::string where(const args& a) { return db_path(a); }
+  static constexpr const char* server = nullptr;  ///< No server to restart (--db-restarts).
   static long long terminate(soci::session&, const std::string&, const args&) { return 0; }
   static void commit_unanswered(soci::session&) {}  // no database kills on SQLite
 };
@@ -324,6 +465,8 @@ struct postgresql_kind {
     return a.postgresql.empty() ? "PostgreSQL (--postgresql or OUTBOX_TEST_POSTGRESQL)" : nullptr;
   }
   static std::string schema(const args& a) { return "outbox_faults_" + a.run; }
+  /// The server --db-restarts restarts: its name for scripts/services.sh restart.
+  static constexpr const char* server = "postgresql";
   /// The application_name of a role's sessions: what a database kill terminates.
   static std::string application(const std::string& role, const args& a) {
     return "outbox_faults_" + role + "_" + a.run;
@@ -343,9 +486,13 @@ struct postgresql_kind {
         soci::use(name), soci::into(n);
     return n;
   }
+  /// Locking: the server ends a claim transaction idle for the relay's lease (above its publish
+  /// timeout), so that a relay paused past its lease is cut off, as the pause fault means it to
+  /// be (the default, a minute, would outlast every pause: the relay resumed and settled).
   static outbox::store_options options(const args& a) {
     return {.policy = a.policy == "leasing" ? outbox::claim_policy::leasing
-                                            : outbox::claim_policy::locking};
+                                            : outbox::claim_policy::locking,
+            .idle_in_transaction_timeout = relay_lease};
   }
   static void migrate(soci::session& sql) { outbox::postgresql::migrate(sql); }
   static void create(const args& a) {
@@ -502,13 +649,28 @@ struct zeromq_kind {
   static constexpr const char* name = "zeromq";
   /// The confirm is the consumer's ack (after its commit): published means applied.
   static constexpr bool confirm_is_applied = true;
+  /// The frames a consumer takes; an uncarriable event's payload is larger.
+  static constexpr std::size_t max_frame_bytes = 256 * 1024;
+  /// What --broker-outages can do: the other end of the wire is the consumer.
+  static constexpr const char* outages = "consumer-away";
   static const char* missing(const args&) { return nullptr; }
+  /// One consumer per relay (each relay binds its own endpoint). Order per aggregate holds
+  /// across them: the confirm is the consumer's commit, and a row is not claimed while an
+  /// earlier one of its aggregate is in flight.
+  static int consumers(const args& a) { return a.relays; }
   static outbox::zeromq::publisher publisher(const args& a) {
     return outbox::zeromq::publisher({.endpoint = endpoint(a)});
   }
   static outbox::zeromq::receiver receiver(const args& a) {
-    return outbox::zeromq::receiver(
-        {.endpoint = endpoint(a), .name = "harness-" + std::to_string(::getpid())});
+    return outbox::zeromq::receiver({.endpoint = endpoint(a),
+                                     .name = "harness-" + std::to_string(::getpid()),
+                                     .max_frame_bytes = max_frame_bytes});
+  }
+  /// A payload over what the consumer announced it takes: the publisher refuses it `permanent`
+  /// (or the consumer rejects it, when it connected later), and the relay dead-letters it.
+  static void make_uncarriable(outbox::event& e) {
+    e.payload.pop_back();  // the closing brace of the JSON object
+    e.payload += R"(,"pad":")" + std::string(max_frame_bytes + 1024, 'x') + R"("})";
   }
   static void drop(const args&) {}
 };
@@ -519,9 +681,17 @@ struct amqp_kind {
   static constexpr const char* name = "amqp";
   /// The confirm is the broker's: published is not applied, the drain waits for the consumer.
   static constexpr bool confirm_is_applied = false;
+  /// What --broker-outages can do (rabbitmqctl, or the commands given).
+  static constexpr const char* outages = "close-connections,node-restart";
   static const char* missing(const args& a) {
     return a.amqp.empty() ? "AMQP (--amqp or OUTBOX_TEST_AMQP)" : nullptr;
   }
+  /// One consumer on the queue, whatever the relays: with several, a later event of an
+  /// aggregate may be applied first (adapters/amqp/README.md).
+  static int consumers(const args&) { return 1; }
+  /// A header name over AMQP's 255-byte short string: the publisher fails it `permanent`
+  /// before any byte is sent, and the relay dead-letters it.
+  static void make_uncarriable(outbox::event& e) { e.headers.emplace(std::string(300, 'h'), "x"); }
   static std::string exchange(const args& a) { return "outbox-faults-" + a.run; }
   static std::string queue(const args& a) { return "outbox-faults-q-" + a.run; }
   static outbox::amqp::publisher publisher(const args& a) {
@@ -547,12 +717,29 @@ struct amqp_kind {
 };
 #endif
 
+/// A new connection to the run's database, tried for 30 s: a part that starts while its role's
+/// sessions are being terminated (a database kill that found it connecting), or while the
+/// database server is away (a restart), must not die of it, as a service under a supervisor
+/// would not.
+template <class S>
+std::unique_ptr<soci::session> open_retrying(const args& a) {
+  const auto give_up = steady::now() + 30s;
+  for (;;) {
+    try {
+      return S::open(a);
+    } catch (const std::exception&) {
+      if (steady::now() > give_up) throw;
+      std::this_thread::sleep_for(100ms);
+    }
+  }
+}
+
 /// A configured connection to the run's database.
 template <class S>
 struct database {
   std::unique_ptr<soci::session> owned;
   soci::session& sql;
-  explicit database(const args& a) : owned(S::open(a)), sql(*owned) {}
+  explicit database(const args& a) : owned(open_retrying<S>(a)), sql(*owned) {}
 };
 
 long long scalar(soci::session& sql, const std::string& query) {
@@ -564,26 +751,58 @@ long long scalar(soci::session& sql, const std::string& query) {
 // ---- signals of the parts ----------------------------------------------------------------------
 
 volatile std::sig_atomic_t stop_requested = 0;
-volatile std::sig_atomic_t armed_usr1 = 0;  ///< relay: before-publish; consumer: before-ack.
-volatile std::sig_atomic_t armed_usr2 = 0;  ///< relay: after-confirm; consumer: in-tx.
+volatile std::sig_atomic_t armed_usr1 = 0;   ///< relay: before-publish; consumer: before-ack.
+volatile std::sig_atomic_t armed_usr2 = 0;   ///< relay: after-confirm; consumer: in-tx.
+volatile std::sig_atomic_t armed_pause = 0;  ///< relay: pause after a confirm (sig_pause).
+volatile std::sig_atomic_t armed_storm = 0;  ///< consumer: a duplicate storm (sig_storm).
+/// relay: how far its clock is ahead (sig_clock_jump adds a lease and a second, at once).
+std::atomic<std::int64_t> clock_ahead_ms{0};
+static_assert(std::atomic<std::int64_t>::is_always_lock_free, "set from a signal handler");
+/// Real-time signals, which nothing else sends: a relay's pause, a consumer's storm.
+int sig_pause() { return SIGRTMIN; }
+int sig_storm() { return SIGRTMIN + 1; }
+int sig_clock_jump() { return SIGRTMIN + 2; }
 extern "C" void on_signal(int sig) {
   if (sig == SIGTERM) stop_requested = 1;
   if (sig == SIGUSR1) armed_usr1 = 1;
   if (sig == SIGUSR2) armed_usr2 = 1;
+  if (sig == sig_pause()) armed_pause = 1;
+  if (sig == sig_storm()) armed_storm = 1;
+  if (sig == sig_clock_jump())
+    clock_ahead_ms.fetch_add(std::chrono::milliseconds(pause_length).count(),
+                             std::memory_order_relaxed);
+}
+
+/// The relay's clock: the system clock, plus however far it jumped ahead (sig_clock_jump). The
+/// relay stamps leases and judges them by it (claim_request::now), so a relay whose clock jumped
+/// takes over batches other relays still hold; their settles must then be fenced.
+struct jumping_clock {
+  [[nodiscard]] outbox::time_point now() const {
+    return outbox::system_clock{}.now() +
+           std::chrono::milliseconds(clock_ahead_ms.load(std::memory_order_relaxed));
+  }
+};
+
+/// The signals that arm a part's faults.
+sigset_t fault_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  // SIGTERM too: a part stopped right after a (re)start must stop by its handler, cleanly.
+  for (int sig : {SIGTERM, SIGUSR1, SIGUSR2, sig_pause(), sig_storm(), sig_clock_jump()})
+    sigaddset(&set, sig);
+  return set;
 }
 
 /// A part never outlives the orchestrator, stops on SIGTERM and arms its sharp fault on
-/// SIGUSR1/SIGUSR2.
+/// SIGUSR1/SIGUSR2 (and sig_pause, sig_storm, sig_clock_jump).
 void become_part() {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   struct sigaction sa {};
   sa.sa_handler = on_signal;
-  for (int sig : {SIGTERM, SIGUSR1, SIGUSR2}) ::sigaction(sig, &sa, nullptr);
-  sigset_t usr;
-  sigemptyset(&usr);
-  sigaddset(&usr, SIGUSR1);
-  sigaddset(&usr, SIGUSR2);
-  ::sigprocmask(SIG_UNBLOCK, &usr, nullptr);
+  for (int sig : {SIGTERM, SIGUSR1, SIGUSR2, sig_pause(), sig_storm(), sig_clock_jump()})
+    ::sigaction(sig, &sa, nullptr);
+  const sigset_t armed = fault_signals();
+  ::sigprocmask(SIG_UNBLOCK, &armed, nullptr);
 }
 
 [[noreturn]] void die_here() {
@@ -595,12 +814,13 @@ void become_part() {
 
 /// After a failed attempt: a new connection in `owned` (the old one may be lost), then whether
 /// the attempt that enqueued `ids` committed after all (its business rows are there; none to
-/// look for: it did not). Tries for about 10 s, then throws: without an answer the writer can
-/// neither retry nor move on.
+/// look for: it did not). Tries for 30 s (a database server restarting is away for seconds),
+/// then throws: without an answer the writer can neither retry nor move on.
 template <class S>
 bool committed_by_now(const args& a, std::unique_ptr<soci::session>& owned,
                       const std::vector<outbox::uuid>& ids) {
-  for (int attempt = 1;; ++attempt) {
+  const auto give_up = steady::now() + 30s;
+  for (;;) {
     try {
       owned.reset();
       owned = S::open(a);
@@ -616,7 +836,7 @@ bool committed_by_now(const args& a, std::unique_ptr<soci::session>& owned,
       }
       return n > 0;
     } catch (const std::exception&) {
-      if (attempt == 100) throw;
+      if (steady::now() > give_up) throw;
       std::this_thread::sleep_for(100ms);
     }
   }
@@ -627,6 +847,10 @@ bool committed_by_now(const args& a, std::unique_ptr<soci::session>& owned,
 /// transaction in eight rolls back instead, and its event ids are recorded (committed, after
 /// the rollback) in harness_rolled_back: they must appear nowhere.
 ///
+/// `--poison` and `--uncarriable` events ride along in committed transactions spread over the run,
+/// each in an aggregate of its own, with a row of harness_expected_dead (where it must end up:
+/// the inbox's dead letters, the outbox's) in the same transaction.
+///
 /// A failed transaction is retried whole, as an application would, on a new connection (the old
 /// one may be gone: a database kill). A failure can come after COMMIT was sent with no answer
 /// (in doubt): the transaction may have landed. So before a retry the writer looks for the
@@ -634,13 +858,23 @@ bool committed_by_now(const args& a, std::unique_ptr<soci::session>& owned,
 /// and a retry would enqueue the events twice; not found, it did not, and no retry would lose
 /// them. (On a new session the outcome is final: a terminated backend finishes or aborts its
 /// COMMIT before its connection closes.)
-template <class S>
+template <class S, class T>
 int run_writer(const args& a) {
   become_part();
-  auto owned = S::open(a);
+  auto owned = open_retrying<S>(a);
   outbox::writer<typename S::store_type> writer;
   std::mt19937_64 rng(a.seed ^ 0x5752495445520000ULL);
   std::vector<long> next_seq(static_cast<std::size_t>(a.aggregates), 1);
+  // The special events, by the count of committed events they follow.
+  std::vector<std::pair<long, std::string>> specials;
+  for (int i = 0; i < a.poison; ++i)
+    specials.emplace_back(a.events * (2 * i + 1) / (2 * a.poison + 1), "poison");
+  for (int i = 0; i < a.uncarriable; ++i)
+    specials.emplace_back(a.events * (2 * i + 2) / (2 * a.uncarriable + 2), "uncarriable");
+  std::sort(specials.begin(), specials.end());
+  std::size_t next_special = 0;
+  long tx_count = 0;     // plant writer-drop: committed transactions so far
+  bool dropped = false;  // plant writer-drop: done
   const auto started = steady::now();
   long committed = 0;
   while (committed < a.events && stop_requested == 0) {
@@ -659,6 +893,20 @@ int run_writer(const args& a) {
                        .event_type = roll_back ? "rolled_back" : "committed",
                        .payload = nlohmann::json{{"agg", id}, {"seq", seq}}.dump()});
     }
+    // Where each special event must end up (its row of harness_expected_dead).
+    std::vector<std::pair<std::size_t, std::string>> expected_dead;
+    if (!roll_back && next_special < specials.size() && committed >= specials[next_special].first) {
+      const std::string& kind = specials[next_special].second;
+      const std::string id = kind + "-" + std::to_string(next_special);
+      outbox::event e{.aggregate_type = "harness",
+                      .aggregate_id = id,
+                      .event_type = kind,
+                      .payload = nlohmann::json{{"agg", id}, {"seq", 1}}.dump()};
+      if (kind == "uncarriable") T::make_uncarriable(e);
+      expected_dead.emplace_back(batch.size(), kind == "poison" ? "inbox" : "outbox");
+      keys.emplace_back(id, 1);
+      batch.push_back(std::move(e));
+    }
     const bool single = rng() % 2 == 0;  // both enqueue forms
     for (int attempt = 1;; ++attempt) {
       std::vector<outbox::uuid> ids;
@@ -669,10 +917,24 @@ int run_writer(const args& a) {
           for (const auto& e : batch) ids.push_back(writer.enqueue(sql, e));
         else
           ids = writer.enqueue(sql, std::span<const outbox::event>(batch));
+        if (a.plant == "writer-drop" && !dropped && attempt == 1 && !roll_back &&
+            ++tx_count >= 40 && ids.size() > 1 && expected_dead.empty()) {
+          // The defect: the transaction's last event vanishes, its row and its id (an enqueue
+          // that loses an event and says nothing).
+          dropped = true;
+          const std::string gone = ids.back().to_string();
+          sql << "DELETE FROM outbox WHERE event_id = :e", soci::use(gone);
+          ids.pop_back();
+        }
         for (std::size_t i = 0; i < ids.size(); ++i) {
           const std::string eid = ids[i].to_string();
           sql << "INSERT INTO harness_business (event_id, aggregate, seq) VALUES (:e, :a, :s)",
               soci::use(eid), soci::use(keys[i].first), soci::use(keys[i].second);
+        }
+        for (const auto& [i, place] : expected_dead) {
+          const std::string eid = ids[i].to_string();
+          sql << "INSERT INTO harness_expected_dead (event_id, place) VALUES (:e, :p)",
+              soci::use(eid), soci::use(place);
         }
         if (!roll_back) {
           if (armed_usr1 != 0) {  // a writer-commit database kill
@@ -699,6 +961,7 @@ int run_writer(const args& a) {
     if (roll_back) continue;
     for (const auto& [agg, used] : taken) next_seq[agg] += used;
     committed += n;
+    next_special += expected_dead.size();
     // Paced, so that the faults fall while events are being written.
     std::this_thread::sleep_until(started + std::chrono::duration_cast<steady::duration>(
                                                 std::chrono::duration<double>(committed / a.rate)));
@@ -713,8 +976,11 @@ int run_writer(const args& a) {
 template <class Inner>
 class harness_wire {
  public:
-  harness_wire(Inner& inner, bool mark_before_confirm)
-      : inner_(&inner), mark_before_confirm_(mark_before_confirm) {}
+  harness_wire(Inner& inner, const std::string& plant)
+      : inner_(&inner),
+        mark_before_confirm_(plant == "mark-before-confirm"),
+        drop_confirm_(plant == "drop-confirm"),
+        publish_twice_(plant == "publish-twice") {}
 
   std::vector<outbox::publish_result> publish(std::span<const outbox::message> batch,
                                               steady::time_point until) {
@@ -722,6 +988,8 @@ class harness_wire {
     std::vector<outbox::publish_result> results;
     try {
       results = inner_->publish(batch, until);
+      // The defect: every third batch goes on the wire twice.
+      if (publish_twice_ && ++calls_ % 3 == 0) results = inner_->publish(batch, until);
     } catch (const outbox::error& e) {
       if (!mark_before_confirm_ || e.kind() != outbox::errc::transient) throw;
     }
@@ -729,16 +997,67 @@ class harness_wire {
       results.clear();
       for (const auto& m : batch) results.push_back({.id = m.id, .confirmed = true});
     }
-    if (armed_usr2 != 0 &&
-        std::any_of(results.begin(), results.end(), [](const auto& r) { return r.confirmed; }))
-      die_here();  // confirmed, not settled
+    if (drop_confirm_)  // the defect: every fourth confirm is lost, so the relay sends it again
+      for (auto& r : results)
+        if (r.confirmed && ++confirms_ % 4 == 0) r.confirmed = false;
+    const bool confirmed =
+        std::any_of(results.begin(), results.end(), [](const auto& r) { return r.confirmed; });
+    if (armed_usr2 != 0 && confirmed) die_here();  // confirmed, not settled
+    if (armed_pause != 0 && confirmed) {
+      // Confirmed, not settled, and the process frozen (a stop-the-world pause, a VM stall, a
+      // clock jumped past the lease): the orchestrator resumes it after the lease has run out,
+      // another relay may have claimed the batch since, and this settle must be fenced.
+      armed_pause = 0;
+      ::raise(SIGSTOP);
+    }
     return results;
   }
 
  private:
   Inner* inner_;
   bool mark_before_confirm_;
+  bool drop_confirm_;
+  bool publish_twice_;
+  std::uint64_t calls_ = 0;
+  std::uint64_t confirms_ = 0;
 };
+
+/// Relay `index`'s counters, rewritten as it runs (a SIGKILL loses at most the last 100 ms):
+/// batches published retried dead_lettered released fenced errors.
+std::string relay_stats_path(const args& a) {
+  return a.dir + "/relay-" + std::to_string(a.index) + "-" + std::to_string(::getpid()) + ".stats";
+}
+
+void write_relay_stats(const args& a, const outbox::relay_stats& s) {
+  const std::string path = relay_stats_path(a);
+  const std::string tmp = path + ".tmp";
+  if (FILE* f = std::fopen(tmp.c_str(), "w")) {
+    std::fprintf(
+        f, "%llu %llu %llu %llu %llu %llu %llu\n", static_cast<unsigned long long>(s.batches),
+        static_cast<unsigned long long>(s.published), static_cast<unsigned long long>(s.retried),
+        static_cast<unsigned long long>(s.dead_lettered),
+        static_cast<unsigned long long>(s.released), static_cast<unsigned long long>(s.fenced),
+        static_cast<unsigned long long>(s.errors));
+    std::fclose(f);
+    std::rename(tmp.c_str(), path.c_str());
+  }
+}
+
+/// The fenced settles of every relay process of the run (from their stats files).
+long long fenced_settles(const args& a) {
+  long long fenced = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(a.dir)) {
+    if (entry.path().extension() != ".stats") continue;
+    unsigned long long v[7] = {};
+    if (FILE* f = std::fopen(entry.path().c_str(), "r")) {
+      if (std::fscanf(f, "%llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4],
+                      &v[5], &v[6]) == 7)
+        fenced += static_cast<long long>(v[5]);
+      std::fclose(f);
+    }
+  }
+  return fenced;
+}
 
 template <class S, class T>
 int run_relay(const args& a) {
@@ -747,17 +1066,18 @@ int run_relay(const args& a) {
   soci::session& sql = db.sql;
   typename S::store_type store(sql, S::options(a));
   auto pub = T::publisher(a);
-  harness_wire wire(pub, a.plant == "mark-before-confirm");
+  harness_wire wire(pub, a.plant);
   // A short lease, so that a killed relay's batch comes back soon; attempts are not meant to
   // run out here (there is no poison event), so dead letters are a finding.
   outbox::relay relay(
       store, wire,
-      {.batch_size = 50,
-       .lease = 2500ms,
+      {.batch_size = relay_batch,
+       .lease = relay_lease,
        .publish_timeout = 2000ms,
        .idle_poll_min = 1ms,
        .idle_poll_max = 50ms},
-      outbox::exponential_backoff{.initial = 20ms, .max_delay = 500ms, .max_attempts = 1000});
+      outbox::exponential_backoff{.initial = 20ms, .max_delay = 500ms, .max_attempts = 1000},
+      jumping_clock{});
   std::exception_ptr failure;
   std::jthread worker([&](std::stop_token st) {
     try {
@@ -766,10 +1086,14 @@ int run_relay(const args& a) {
       failure = std::current_exception();
     }
   });
-  while (stop_requested == 0 && !failure) std::this_thread::sleep_for(10ms);
+  for (int tick = 0; stop_requested == 0 && !failure; ++tick) {
+    std::this_thread::sleep_for(10ms);
+    if (tick % 10 == 0) write_relay_stats(a, relay.stats());
+  }
   worker.request_stop();
   relay.wake();
   worker.join();
+  write_relay_stats(a, relay.stats());
   if (failure) std::rethrow_exception(failure);
   return exit_ok;
 }
@@ -790,27 +1114,41 @@ class harness_store : public S::store_type {
   bool forget_ = false;
 };
 
-/// Wraps the real receiver: kills the process after the commit, before the ack, when armed.
+/// Wraps the receiver: kills the process after the commit, before the ack, when armed; and
+/// starts a duplicate storm when armed (outbox::testing::duplicating_receiver underneath: its
+/// last 32 deliveries again, 10 times each, before the next real delivery).
 template <class Inner>
 class harness_receiver {
  public:
-  explicit harness_receiver(Inner& inner) : inner_(&inner) {}
+  harness_receiver(outbox::testing::duplicating_receiver<Inner>& inner, bool ack_early)
+      : inner_(&inner), ack_early_(ack_early) {}
   std::optional<outbox::delivery> receive(std::chrono::milliseconds timeout) {
-    return inner_->receive(timeout);
+    if (armed_storm != 0) {
+      armed_storm = 0;
+      inner_->storm(10);
+    }
+    auto d = inner_->receive(timeout);
+    if (ack_early_ && d) inner_->ack(*d);  // the defect: acked before the handler's transaction
+    return d;
   }
   void ack(const outbox::delivery& d) {
-    if (armed_usr1 != 0) die_here();  // committed, not acked
-    inner_->ack(d);
+    if (armed_usr1 != 0 && !inner_->is_copy(d)) die_here();  // committed, not acked
+    if (!ack_early_) inner_->ack(d);
   }
   void nack(const outbox::delivery& d, bool requeue) { inner_->nack(d, requeue); }
+  [[nodiscard]] bool last_was_copy() const { return inner_->last_was_copy(); }
 
  private:
-  Inner* inner_;
+  outbox::testing::duplicating_receiver<Inner>* inner_;
+  bool ack_early_ = false;
 };
 
 /// Applies each event as a row of harness_effect (event id, aggregate, sequence; apply_order
-/// is the autoincrement), in the inbox transaction. Logs each duplicate the inbox absorbed as
-/// one line of duplicates.log, written as it happens (a SIGKILL loses none already logged).
+/// is the autoincrement), in the inbox transaction; a poison event's handler throws, always.
+/// Logs each duplicate the inbox absorbed as one line of duplicates.log (`d`, or `s` for a
+/// storm's copy), written as it happens (a SIGKILL loses none already logged). Purges inbox
+/// records older than --dedup-window as it goes (plant forget-window: all of them), so that
+/// storms and redeliveries meet a purge at work.
 template <class S, class T>
 int run_consumer(const args& a) {
   become_part();
@@ -818,12 +1156,16 @@ int run_consumer(const args& a) {
   soci::session& sql = db.sql;
   harness_store<S> store(sql, a, a.plant == "skip-inbox");
   auto rcv = T::receiver(a);
-  harness_receiver wire(rcv);
+  outbox::testing::duplicating_receiver storming(rcv);
+  harness_receiver wire(storming, a.plant == "ack-before-commit");
   const int log = ::open(duplicates_log(a).c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
   if (log < 0) throw std::runtime_error("cannot open " + duplicates_log(a));
+  const auto window = a.plant == "forget-window" ? 0s : std::chrono::seconds(a.dedup_window_s);
+  auto next_purge = steady::now();
   outbox::consumer consumer(
       store, wire,
       [](soci::session& s, const outbox::message& m) {
+        if (m.event_type == "poison") throw std::runtime_error("a poison event: always fails");
         const auto body = nlohmann::json::parse(m.payload);
         const std::string id = m.id.to_string();
         const std::string agg = body.at("agg").get<std::string>();
@@ -836,7 +1178,12 @@ int run_consumer(const args& a) {
   while (stop_requested == 0) {
     try {
       if (consumer.poll_once() == decltype(consumer)::outcome::duplicate)
-        if (::write(log, "d\n", 2) != 2) throw std::runtime_error("cannot log a duplicate");
+        if (::write(log, wire.last_was_copy() ? "s\n" : "d\n", 2) != 2)
+          throw std::runtime_error("cannot log a duplicate");
+      if (steady::now() >= next_purge) {
+        next_purge = steady::now() + 250ms;
+        store.purge_inbox(outbox::system_clock{}.now() - window, 1000);
+      }
     } catch (const outbox::error& e) {
       // What consumer::run does: back off from all but a misconfiguration.
       if (e.kind() == outbox::errc::misconfigured) throw;
@@ -858,12 +1205,25 @@ struct ledger {
   long long applied_twice = 0;     ///< Effect rows beyond the first per event.
   long long lost = 0;              ///< Committed, neither applied nor dead-lettered.
   long long order_violations = 0;
-  long long dead = 0;     ///< Outbox dead letters plus inbox dead letters.
-  long long pending = 0;  ///< Outbox rows not settled.
+  long long dead = 0;             ///< Outbox dead letters plus inbox dead letters.
+  long long expected_dead = 0;    ///< Poison and uncarriable events (harness_expected_dead).
+  long long dead_unexpected = 0;  ///< Dead letters of other events, or in the wrong place.
+  long long dead_missing = 0;     ///< Poison or uncarriable events not dead where they must be.
+  long long pending = 0;          ///< Outbox rows not settled.
+  /// Aggregates whose business rows are not exactly the sequence 1..n: an event the writer
+  /// counted as committed that left no business row (and so no way for `lost` to see it).
+  long long writer_gaps = 0;
+  /// Orchestrator only: committed events (poison and uncarriable ones aside) other than the
+  /// writer's --events, once it finished (-1: not judged).
+  long long writer_shortfall = -1;
+  /// Effect rows that are not what the writer committed under their event id (another
+  /// aggregate or sequence: a payload delivered under the wrong id), or of no committed event.
+  long long effect_mismatch = 0;
 
   [[nodiscard]] bool holds() const {
     return rolled_back_seen == 0 && outside == 0 && applied_twice == 0 && lost == 0 &&
-           order_violations == 0 && dead == 0;
+           effect_mismatch == 0 && order_violations == 0 && dead_unexpected == 0 &&
+           dead_missing == 0 && writer_gaps == 0 && writer_shortfall <= 0;
   }
 };
 
@@ -884,8 +1244,29 @@ ledger read_ledger(soci::session& sql) {
                      "(SELECT 1 FROM harness_business b WHERE b.event_id = o.event_id)");
   l.applied = scalar(sql, "SELECT count(DISTINCT event_id) FROM harness_effect");
   l.applied_twice = scalar(sql, "SELECT count(*) FROM harness_effect") - l.applied;
+  l.effect_mismatch = scalar(sql,
+                             "SELECT count(*) FROM harness_effect f WHERE NOT EXISTS (SELECT 1 "
+                             "FROM harness_business b WHERE b.event_id = f.event_id AND "
+                             "b.aggregate = f.aggregate AND b.seq = f.seq)");
   l.dead = scalar(sql, "SELECT count(*) FROM outbox WHERE state = 2") +
            scalar(sql, "SELECT count(*) FROM outbox_inbox_dead");
+  // A poison event belongs in the inbox's dead letters (the handler failed every attempt), an
+  // uncarriable one in the outbox's (the transport refused it); nothing else anywhere.
+  l.expected_dead = scalar(sql, "SELECT count(*) FROM harness_expected_dead");
+  l.dead_unexpected =
+      scalar(sql,
+             "SELECT count(*) FROM outbox o WHERE o.state = 2 AND NOT EXISTS (SELECT 1 FROM "
+             "harness_expected_dead x WHERE x.event_id = o.event_id AND x.place = 'outbox')") +
+      scalar(sql,
+             "SELECT count(*) FROM outbox_inbox_dead d WHERE NOT EXISTS (SELECT 1 FROM "
+             "harness_expected_dead x WHERE x.event_id = d.event_id AND x.place = 'inbox')");
+  l.dead_missing = scalar(
+      sql,
+      "SELECT count(*) FROM harness_expected_dead x WHERE NOT ("
+      "(x.place = 'outbox' AND EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = x.event_id AND "
+      "o.state = 2)) OR "
+      "(x.place = 'inbox' AND EXISTS (SELECT 1 FROM outbox_inbox_dead d WHERE d.event_id = "
+      "x.event_id)))");
   l.lost = scalar(sql,
                   "SELECT count(*) FROM harness_business b WHERE "
                   "NOT EXISTS (SELECT 1 FROM harness_effect f WHERE f.event_id = b.event_id) AND "
@@ -893,6 +1274,10 @@ ledger read_ledger(soci::session& sql) {
                   "o.state = 2) AND "
                   "NOT EXISTS (SELECT 1 FROM outbox_inbox_dead d WHERE d.event_id = b.event_id)");
   l.pending = scalar(sql, "SELECT count(*) FROM outbox WHERE state = 0");
+  l.writer_gaps = scalar(sql,
+                         "SELECT count(*) FROM (SELECT aggregate FROM harness_business GROUP BY "
+                         "aggregate HAVING min(seq) <> 1 OR max(seq) <> count(*) OR "
+                         "count(DISTINCT seq) <> count(*)) g");
   // Per aggregate, the sequence numbers in the order the effects were applied must rise.
   std::map<std::string, long long> last;
   std::vector<std::string> aggs(1000);
@@ -915,22 +1300,17 @@ ledger read_ledger(soci::session& sql) {
   return l;
 }
 
-long long count_lines(const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "r");
-  if (f == nullptr) return 0;
-  long long n = 0;
-  for (int c = std::fgetc(f); c != EOF; c = std::fgetc(f)) n += c == '\n';
-  std::fclose(f);
-  return n;
-}
-
-void print_ledger(const ledger& l, long long wire_duplicates) {
+void print_ledger(const ledger& l, long long wire_duplicates, long long storm_copies) {
   std::cout << "committed=" << l.committed << " rolled_back=" << l.rolled_back
             << " rolled_back_seen=" << l.rolled_back_seen << " outside_business=" << l.outside
             << " applied=" << l.applied << " applied_twice=" << l.applied_twice
-            << " lost=" << l.lost << " order_violations=" << l.order_violations
-            << " dead_lettered=" << l.dead << " pending=" << l.pending
-            << " wire_duplicates=" << wire_duplicates << std::endl;
+            << " effect_mismatch=" << l.effect_mismatch << " lost=" << l.lost
+            << " order_violations=" << l.order_violations << " dead_lettered=" << l.dead
+            << " expected_dead=" << l.expected_dead << " dead_unexpected=" << l.dead_unexpected
+            << " dead_missing=" << l.dead_missing << " pending=" << l.pending
+            << " writer_gaps=" << l.writer_gaps << " writer_shortfall=" << l.writer_shortfall
+            << " wire_duplicates=" << wire_duplicates << " storm_copies_absorbed=" << storm_copies
+            << std::endl;
 }
 
 template <class S>
@@ -938,7 +1318,8 @@ int run_check(const args& a) {
   database<S> db(a);
   soci::session& sql = db.sql;
   const ledger l = read_ledger(sql);
-  print_ledger(l, count_lines(duplicates_log(a)));
+  print_ledger(l, count_lines_with(duplicates_log(a), "d"),
+               count_lines_with(duplicates_log(a), "s"));
   return l.holds() ? exit_ok : exit_ledger;
 }
 
@@ -955,12 +1336,15 @@ void prepare(const args& a) {
   sql << "CREATE TABLE harness_business (event_id " + id +
              " PRIMARY KEY, aggregate TEXT NOT NULL, seq " + seq + " NOT NULL)";
   sql << "CREATE TABLE harness_rolled_back (event_id " + id + " PRIMARY KEY)";
+  // The poison and uncarriable events, and where their dead letter must be: inbox or outbox.
+  sql << "CREATE TABLE harness_expected_dead (event_id " + id +
+             " PRIMARY KEY, place TEXT NOT NULL)";
   // No unique key on event_id: an effect applied twice must show as two rows.
   sql << "CREATE TABLE harness_effect (apply_order " + std::string(S::order_key) + ", event_id " +
              id + " NOT NULL, aggregate TEXT NOT NULL, seq " + seq + " NOT NULL)";
 }
 
-enum class fault_kind { kill, sharp_usr1, sharp_usr2 };
+enum class fault_kind { kill, sharp_usr1, sharp_usr2, pause, clock_jump };
 
 struct fault {
   fault_kind kind = fault_kind::kill;
@@ -971,6 +1355,8 @@ struct fault {
 
 const char* fault_name(fault_kind k, bool consumer) {
   if (k == fault_kind::kill) return "kill";
+  if (k == fault_kind::pause) return "pause";
+  if (k == fault_kind::clock_jump) return "clock-jump";
   if (k == fault_kind::sharp_usr1) return consumer ? "before-ack" : "before-publish";
   return consumer ? "in-tx" : "after-confirm";
 }
@@ -980,18 +1366,25 @@ bool listed(const std::string& list, const std::string& name) {
   return ("," + list + ",").find("," + name + ",") != std::string::npos;
 }
 
-/// The faults of one part, in order, from the seed: kinds drawn from `kinds` (names as
+/// The faults of one part, in order, from the seed: kinds dealt in turn from `kinds` (names as
 /// fault_name gives them, comma-separated).
 std::vector<fault> schedule(std::mt19937_64& rng, long events, int count, bool consumer,
                             const std::string& kinds) {
   std::vector<fault_kind> allowed;
-  for (auto k : {fault_kind::kill, fault_kind::sharp_usr1, fault_kind::sharp_usr2})
-    if (listed(kinds, fault_name(k, consumer))) allowed.push_back(k);
+  for (auto k : {fault_kind::kill, fault_kind::sharp_usr1, fault_kind::sharp_usr2,
+                 fault_kind::pause, fault_kind::clock_jump})
+    if ((!consumer || (k != fault_kind::pause && k != fault_kind::clock_jump)) &&
+        listed(kinds, fault_name(k, consumer)))
+      allowed.push_back(k);
   if (allowed.empty()) usage("no known fault kind in '" + kinds + "'");
   std::vector<fault> out(static_cast<std::size_t>(count));
   std::uniform_int_distribution<long> at(events / 20, events * 17 / 20);
+  // The kinds are dealt in turn (from a place drawn from the seed), not drawn each: every kind
+  // gets count / kinds of the faults or one more, so that a run is sure of its kills (CI: 18
+  // relay faults of 5 kinds, at least 10 of them kills), whatever the seed.
+  std::size_t turn = rng() % allowed.size();
   for (auto& f : out) {
-    f.kind = allowed[rng() % allowed.size()];
+    f.kind = allowed[turn++ % allowed.size()];
     f.threshold = at(rng);
     f.delay = std::chrono::milliseconds(rng() % 300);
     f.down = consumer ? std::chrono::milliseconds(100 + rng() % 500) : 0ms;
@@ -1028,9 +1421,32 @@ std::vector<db_kill> schedule_db_kills(std::mt19937_64& rng, long events, int co
   return out;
 }
 
-/// One part the orchestrator runs: started, killed, restarted.
+/// A duplicate storm: consumer `target` fed its last deliveries again (sig_storm), once
+/// `threshold` events are applied and `delay` passed.
+struct storm {
+  std::size_t target = 0;
+  long threshold = 0;
+  std::chrono::milliseconds delay{};
+};
+
+std::vector<storm> schedule_storms(std::mt19937_64& rng, long events, int count,
+                                   std::size_t consumers) {
+  std::vector<storm> out(static_cast<std::size_t>(count));
+  std::uniform_int_distribution<long> at(events / 10, events * 9 / 10);
+  for (auto& s : out) {
+    s.target = rng() % consumers;
+    s.threshold = at(rng);
+    s.delay = std::chrono::milliseconds(rng() % 300);
+  }
+  std::sort(out.begin(), out.end(),
+            [](const storm& x, const storm& y) { return x.threshold < y.threshold; });
+  return out;
+}
+
+/// One part the orchestrator runs: started, killed, restarted (or paused and resumed).
 struct part {
   std::string role;
+  int index = 0;  ///< Which relay or consumer.
   std::vector<fault> faults;
   bool consumer = false;
   pid_t pid = -1;
@@ -1038,16 +1454,11 @@ struct part {
   std::size_t next = 0;                     ///< The next fault of `faults`.
   std::optional<steady::time_point> armed;  ///< A sharp fault armed then.
   std::optional<steady::time_point> restart_at;
-  std::map<std::string, int> injected;  ///< Faults that happened, by kind.
-
-  [[nodiscard]] int total() const {
-    int n = 0;
-    for (const auto& [k, v] : injected) n += v;
-    return n;
-  }
+  std::optional<steady::time_point> stopped_at;  ///< Paused (SIGSTOP) since.
+  std::map<std::string, int> injected;           ///< Faults that happened, by kind.
 };
 
-pid_t spawn(const args& a, const std::string& role) {
+pid_t spawn(const args& a, const std::string& role, int index = 0) {
   const std::vector<std::string> argv_s = {"fault_harness",
                                            "--role",
                                            role,
@@ -1062,25 +1473,28 @@ pid_t spawn(const args& a, const std::string& role) {
                                            "--rate",
                                            std::to_string(static_cast<long>(a.rate))};
   std::vector<std::string> all = argv_s;
-  all.insert(all.end(), {"--store", a.store, "--transport", a.transport, "--run", a.run});
+  all.insert(all.end(), {"--store", a.store, "--transport", a.transport, "--run", a.run, "--index",
+                         std::to_string(index), "--relays", std::to_string(a.relays), "--poison",
+                         std::to_string(a.poison), "--uncarriable", std::to_string(a.uncarriable),
+                         "--dedup-window", std::to_string(a.dedup_window_s)});
   if (!a.policy.empty()) all.insert(all.end(), {"--policy", a.policy});
   if (!a.plant.empty()) all.insert(all.end(), {"--plant", a.plant});
   std::vector<char*> argv;
   for (auto& s : all) argv.push_back(s.data());
   argv.push_back(nullptr);
+  // The fault signals are blocked from before the fork until the part has its handlers
+  // (become_part): one sent at once (a storm due as a consumer restarts) waits for them instead
+  // of ending the process. The orchestrator never handles them, so blocking them here is free.
+  const sigset_t armed = fault_signals();
+  sigset_t before;
+  ::sigprocmask(SIG_BLOCK, &armed, &before);
   const pid_t pid = ::fork();
-  if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {
-    // Blocked until the part has its handlers (become_part): an early SIGUSR1 waits for them
-    // instead of ending the process.
-    sigset_t usr;
-    sigemptyset(&usr);
-    sigaddset(&usr, SIGUSR1);
-    sigaddset(&usr, SIGUSR2);
-    ::sigprocmask(SIG_BLOCK, &usr, nullptr);
     ::execv(a.self.c_str(), argv.data());
     ::_exit(127);
   }
+  ::sigprocmask(SIG_SETMASK, &before, nullptr);
+  if (pid < 0) throw std::runtime_error("fork failed");
   return pid;
 }
 
@@ -1103,10 +1517,326 @@ int reap(pid_t pid, std::chrono::milliseconds bound) {
   return status;
 }
 
+// ---- server faults: the broker away and back, the database server restarted -------------------
+//
+// Kinds: `close-connections` (AMQP: every client connection closed by the broker, one command),
+// `node-restart` (AMQP: the node's application stopped, kept down `down`, started again: two
+// commands), `consumer-away` (ZeroMQ, where the consumer is the other end of the wire: the
+// consumer stopped, SIGTERM, and kept down `down`, longer than the relay's publish timeout, so
+// its publishes time out while it is gone), `db-restart` (the database server stopped and
+// started again by one command, told to stay down `down`). The parts are never told: they
+// must ride it out by themselves.
+
+struct server_fault {
+  std::string kind;
+  long threshold = 0;                 ///< Applied events before it is due.
+  std::chrono::milliseconds delay{};  ///< After the threshold.
+  std::chrono::milliseconds down{};   ///< How long the server (or the consumer) stays away.
+};
+
+/// --broker-outages outages of the kinds `kinds` (the first drawn, then in turn, so that two or
+/// more show every kind) and --db-restarts restarts, from the seed, in threshold order. The first
+/// outage that has a down time is longer than the relay's publish timeout (2 s), and so is
+/// every consumer-away (shorter ones are the consumer kills).
+std::vector<server_fault> schedule_server_faults(std::mt19937_64& rng, const args& a,
+                                                 const std::vector<std::string>& kinds) {
+  std::vector<server_fault> out;
+  // In the first half: the relay's and the consumer's faults that come due in a burst once a
+  // server is back still find the writer writing (a sharp fault needs traffic to be reached).
+  std::uniform_int_distribution<long> at(a.events / 20, a.events / 2);
+  const std::size_t first = kinds.empty() ? 0 : rng() % kinds.size();
+  bool long_one = false;
+  for (int i = 0; i < a.broker_outages && !kinds.empty(); ++i) {
+    server_fault f;
+    f.kind = kinds[(first + static_cast<std::size_t>(i)) % kinds.size()];
+    f.threshold = at(rng);
+    f.delay = std::chrono::milliseconds(rng() % 300);
+    const auto draw = rng();
+    if (f.kind == "consumer-away" || (f.kind == "node-restart" && !long_one)) {
+      f.down = std::chrono::milliseconds(2600 + draw % 1900);  // 2.6 to 4.5 s
+      long_one = true;
+    } else if (f.kind == "node-restart") {
+      f.down = std::chrono::milliseconds(200 + draw % 3800);
+    }
+    out.push_back(f);
+  }
+  for (int i = 0; i < a.db_restarts; ++i) {
+    server_fault f;
+    f.kind = "db-restart";
+    f.threshold = at(rng);
+    f.delay = std::chrono::milliseconds(rng() % 300);
+    f.down = std::chrono::milliseconds(rng() % 3000);
+    out.push_back(f);
+  }
+  std::stable_sort(out.begin(), out.end(), [](const server_fault& x, const server_fault& y) {
+    return x.threshold < y.threshold;
+  });
+  return out;
+}
+
+/// The commands of the server faults: the flags, else derived from OUTBOX_SERVICES_DIR (the
+/// servers of scripts/services.sh: rabbitmqctl in the node's environment, DIR/restart). Returns
+/// what is missing for the faults asked for (empty: nothing).
+std::string server_commands(args& a, bool broker, const char* db_server) {
+  const char* env = std::getenv("OUTBOX_SERVICES_DIR");
+  const std::string dir = env != nullptr ? env : "";
+  const std::string ctl = "'" + dir + "/rabbitmq/ctl-env.sh'";
+  const bool have_ctl = !dir.empty() && std::filesystem::exists(dir + "/rabbitmq/ctl-env.sh");
+  const auto rabbitmqctl = [&](const std::string& what) {
+    return ". " + ctl + " && rabbitmqctl -q " + what;
+  };
+  std::string missing;
+  if (broker) {
+    if (a.broker_close_cmd.empty() && have_ctl)
+      a.broker_close_cmd = rabbitmqctl("close_all_connections 'outbox fault harness'");
+    if (a.broker_down_cmd.empty() && have_ctl) a.broker_down_cmd = rabbitmqctl("stop_app");
+    if (a.broker_up_cmd.empty() && have_ctl) a.broker_up_cmd = rabbitmqctl("start_app");
+    if (listed(a.broker_outage_kinds, "close-connections") && a.broker_close_cmd.empty())
+      missing += " --broker-close-cmd";
+    if (listed(a.broker_outage_kinds, "node-restart") &&
+        (a.broker_down_cmd.empty() || a.broker_up_cmd.empty()))
+      missing += " --broker-down-cmd/--broker-up-cmd";
+  }
+  if (a.db_restarts > 0 && db_server != nullptr) {
+    if (a.db_restart_cmd.empty() && !dir.empty() && std::filesystem::exists(dir + "/restart"))
+      a.db_restart_cmd = "'" + dir + "/restart' " + db_server + " \"$OUTBOX_FAULT_DOWN_S\"";
+    if (a.db_restart_cmd.empty()) missing += " --db-restart-cmd";
+  }
+  if (!missing.empty())
+    missing = "way to inject the server faults asked for (give" + missing +
+              ", or OUTBOX_SERVICES_DIR of scripts/services.sh)";
+  return missing;
+}
+
+/// Starts `cmd` under sh -c in a process group of its own, its output on our stderr (stdout is
+/// the table), OUTBOX_FAULT_DOWN_S set to `down`.
+pid_t run_command(const std::string& cmd, std::chrono::milliseconds down) {
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::dup2(2, 1);
+    char text[32];
+    std::snprintf(text, sizeof text, "%.3f", static_cast<double>(down.count()) / 1000);
+    ::setenv("OUTBOX_FAULT_DOWN_S", text, 1);
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  return pid;
+}
+
+/// Drives the server faults, one at a time, from the orchestrator's loop.
+struct server_fault_driver {
+  std::vector<server_fault> plan;
+  const args* a = nullptr;
+  std::size_t next = 0;
+  int step = 0;  ///< 0 waiting for the next; 1 a command running; 2 away; 3 the up command running;
+                 ///< 4 the consumer kept down.
+  steady::time_point due{};    ///< The next one's threshold reached then (or none).
+  steady::time_point since{};  ///< Its command started, or the server (or consumer) away since.
+  pid_t cmd = -1;
+  std::string cmd_text{};
+  std::map<std::string, int> done{};  ///< By kind.
+  double longest_s = 0;               ///< The longest time a server (or the consumer) was away.
+  steady::time_point last_end{};      ///< When the last one ended (back up).
+  std::string failure{};
+
+  [[nodiscard]] bool finished() const { return next >= plan.size(); }
+  /// A command running, or the server away: the database may not answer.
+  [[nodiscard]] bool busy() const { return step != 0; }
+
+  void start(const std::string& text, std::chrono::milliseconds down) {
+    cmd_text = text;
+    cmd = run_command(text, down);
+    since = steady::now();
+  }
+  /// Whether the running command ended; a failure (or one over 120 s) is the harness's.
+  bool command_done() {
+    int status = 0;
+    if (::waitpid(cmd, &status, WNOHANG) == cmd) {
+      cmd = -1;
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        failure = "server fault command failed (" + status_text(status) + "): " + cmd_text;
+      return true;
+    }
+    if (steady::now() - since > 120s) {
+      ::kill(-cmd, SIGKILL);
+      ::waitpid(cmd, nullptr, 0);
+      cmd = -1;
+      failure = "server fault command still running after 120 s: " + cmd_text;
+      return true;
+    }
+    return false;
+  }
+  void end(steady::time_point away_since, steady::time_point back) {
+    const server_fault& f = plan[next];
+    ++done[f.kind];
+    if (f.kind != "close-connections")
+      longest_s = std::max(longest_s, std::chrono::duration<double>(back - away_since).count());
+    last_end = back;
+    ++next;
+    step = 0;
+    due = {};
+  }
+
+  /// `consumers`: every consumer of the run (ZeroMQ: one per relay); consumer-away takes all of
+  /// them away, so that every relay's publishes time out.
+  void drive(long applied, std::vector<part>& consumers) {
+    if (finished() || !failure.empty()) return;
+    const server_fault& f = plan[next];
+    const auto now = steady::now();
+    switch (step) {
+      case 0:
+        if (applied < f.threshold) return;
+        if (due == steady::time_point{}) due = now;
+        if (now - due < f.delay) return;
+        if (f.kind == "consumer-away") {
+          // Not while a consumer is down or armed for a fault of its own: a little later.
+          for (const part& c : consumers)
+            if (c.pid < 0 || c.armed) return;
+          for (part& c : consumers) ::kill(c.pid, SIGTERM);
+          since = steady::now();
+          for (part& c : consumers) {
+            const int status = reap(c.pid, 10s);
+            if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+              failure = "a consumer did not stop cleanly for consumer-away: " + status_text(status);
+            c.pid = -1;
+            c.restart_at = since + f.down;
+          }
+          step = 4;
+        } else if (f.kind == "node-restart") {
+          start(a->broker_down_cmd, f.down);
+          step = 1;
+        } else {
+          start(f.kind == "db-restart" ? a->db_restart_cmd : a->broker_close_cmd, f.down);
+          step = 1;
+        }
+        return;
+      case 1:
+        if (!command_done()) return;
+        if (f.kind == "node-restart") {
+          since = steady::now();  // down now
+          step = 2;
+        } else {
+          end(since, steady::now());
+        }
+        return;
+      case 2:
+        if (now - since < f.down) return;
+        {
+          const auto away = since;
+          start(a->broker_up_cmd, f.down);
+          since = away;
+        }
+        step = 3;
+        return;
+      case 3:
+        if (command_done()) end(since, steady::now());
+        return;
+      default: {  // 4: back when the orchestrator restarted them
+        steady::time_point back = since;
+        for (const part& c : consumers) {
+          if (c.pid < 0) return;
+          back = std::max(back, c.started);
+        }
+        end(since, back);
+        return;
+      }
+    }
+  }
+
+  /// After the run (cut short by a failure): waits for a command still running, and brings a
+  /// broker that is down back up, so that the servers are left as they were found.
+  void settle() {
+    if (cmd > 0) {
+      const int status = reap(cmd, 60s);
+      cmd = -1;
+      if (failure.empty() && (!WIFEXITED(status) || WEXITSTATUS(status) != 0))
+        failure = "server fault command failed (" + status_text(status) + "): " + cmd_text;
+    }
+    if (!finished() && plan[next].kind == "node-restart" && (step == 1 || step == 2)) {
+      start(a->broker_up_cmd, 0ms);
+      reap(cmd, 60s);
+      cmd = -1;
+    }
+  }
+
+  /// Server faults injected.
+  [[nodiscard]] int total() const {
+    int n = 0;
+    for (const auto& [k, v] : done) n += v;
+    return n;
+  }
+
+  /// The table's "server faults" cell.
+  [[nodiscard]] std::string text() const {
+    if (done.empty()) return "none";
+    std::string kinds;
+    for (const auto& [k, v] : done)
+      kinds += (kinds.empty() ? "" : " ") + k + "=" + std::to_string(v);
+    char longest[48] = "";
+    if (longest_s > 0) std::snprintf(longest, sizeof longest, " longest %.1f s", longest_s);
+    return std::to_string(total()) + " (" + kinds + longest + ")";
+  }
+};
+
+/// The orchestrator's count of applied events; a database away (a restart) gives the last
+/// count (`answered` false), and the session is reconnected for the next call.
+long applied_so_far(soci::session& sql, long& last, bool& answered) {
+  answered = false;
+  try {
+    last = static_cast<long>(scalar(sql, "SELECT count(*) FROM harness_effect"));
+    answered = true;
+  } catch (const std::exception&) {
+    try {
+      sql.reconnect();
+    } catch (const std::exception&) {
+    }
+  }
+  return last;
+}
+
+/// Reconnects the orchestrator's session if a restart broke it (for 30 s at most; then the
+/// ledger's own query fails).
+void wait_for_database(soci::session& sql) {
+  const auto give_up = steady::now() + 30s;
+  long last = 0;
+  bool answered = false;
+  while (applied_so_far(sql, last, answered), !answered && steady::now() < give_up)
+    std::this_thread::sleep_for(100ms);
+}
+
 template <class S, class T>
 int run_orchestrator(args a) {
   for (const char* what : {S::missing(a), T::missing(a)})
     if (what != nullptr) return missing_service(what);
+  std::vector<std::string> outage_kinds;  // server faults: what the pair can do, and how
+  {
+    std::string offered;
+    if constexpr (requires { T::outages; }) offered = T::outages;
+    const char* db_server = nullptr;
+    if constexpr (requires { S::server; }) db_server = S::server;
+    if (a.broker_outage_kinds.empty()) a.broker_outage_kinds = offered;
+    for (std::size_t from = 0; from < a.broker_outage_kinds.size();) {
+      const std::size_t comma =
+          std::min(a.broker_outage_kinds.find(',', from), a.broker_outage_kinds.size());
+      const std::string kind = a.broker_outage_kinds.substr(from, comma - from);
+      if (!listed(offered, kind))
+        usage("--broker-outage-kinds: " + kind + " is not an outage of " + T::name + " (" +
+              (offered.empty() ? std::string("none") : offered) + ")");
+      outage_kinds.push_back(kind);
+      from = comma + 1;
+    }
+    if (a.broker_outages > 0 && outage_kinds.empty())
+      usage(std::string("--broker-outages: no outage for ") + T::name);
+    if (a.db_restarts > 0 && db_server == nullptr)
+      usage(std::string("--db-restarts: ") + S::name + " has no server to restart");
+    const bool broker_cmds =
+        a.broker_outages > 0 && (listed(a.broker_outage_kinds, "close-connections") ||
+                                 listed(a.broker_outage_kinds, "node-restart"));
+    const std::string no_way = server_commands(a, broker_cmds, db_server);
+    if (!no_way.empty()) return missing_service(no_way.c_str(), "");
+  }
   // The parts read the addresses from the environment (not from their command lines, where a
   // password would show in ps).
   if (!a.postgresql.empty()) ::setenv("OUTBOX_TEST_POSTGRESQL", a.postgresql.c_str(), 1);
@@ -1130,50 +1860,97 @@ int run_orchestrator(args a) {
             << " --consumer-kills " << a.consumer_kills << " --db-kills " << a.db_kills
             << " --db-kill-targets " << a.db_kill_targets << " --aggregates " << a.aggregates
             << " --rate " << static_cast<long>(a.rate) << " --relay-faults " << a.relay_faults
-            << " --consumer-faults " << a.consumer_faults << (a.plant.empty() ? "" : " --plant ")
-            << a.plant << "), in " << a.dir << " and " << S::where(a) << std::endl;
+            << " --consumer-faults " << a.consumer_faults << " --relays " << a.relays
+            << " --poison " << a.poison << " --uncarriable " << a.uncarriable << " --storms "
+            << a.storms << " --dedup-window " << a.dedup_window_s
+            << (a.broker_outages > 0 ? " --broker-outages " + std::to_string(a.broker_outages) +
+                                           " --broker-outage-kinds " + a.broker_outage_kinds
+                                     : "")
+            << (a.db_restarts > 0 ? " --db-restarts " + std::to_string(a.db_restarts) : "")
+            << (a.plant.empty() ? "" : " --plant ") << a.plant << "), in " << a.dir << " and "
+            << S::where(a) << std::endl;
   prepare<S>(a);
   database<S> db(a);
   soci::session& sql = db.sql;
 
   std::mt19937_64 rng(a.seed);
-  part relay;
-  relay.role = "relay";
-  relay.faults = schedule(rng, a.events, a.relay_kills, false, a.relay_faults);
-  part consumer;
-  consumer.role = "consumer";
-  consumer.faults = schedule(rng, a.events, a.consumer_kills, true, a.consumer_faults);
-  consumer.consumer = true;
+  // Under the locking policy there is no lease for a clock to jump past (the row locks are the
+  // lease): a clock jump would be counted and change nothing, so it is not drawn.
+  std::string relay_kinds_asked = a.relay_faults;
+  if (a.policy == "locking" && listed(relay_kinds_asked, "clock-jump")) {
+    std::string kept;
+    for (const char* k : {"kill", "before-publish", "after-confirm", "pause"})
+      if (listed(relay_kinds_asked, k)) kept += (kept.empty() ? "" : ",") + std::string(k);
+    relay_kinds_asked = kept.empty() ? "kill" : kept;
+    std::cerr << "fault_harness: no clock-jump under the locking policy (no lease); relay faults "
+              << relay_kinds_asked << std::endl;
+  }
+  // The relay and consumer faults are drawn for the run, then dealt out round robin to the
+  // relays and consumers (one of each: the schedule of earlier versions for the same seed).
+  const std::vector<fault> relay_faults =
+      schedule(rng, a.events, a.relay_kills, false, relay_kinds_asked);
+  const std::vector<fault> consumer_faults =
+      schedule(rng, a.events, a.consumer_kills, true, a.consumer_faults);
+  std::vector<part> relays(static_cast<std::size_t>(a.relays));
+  std::vector<part> consumers(static_cast<std::size_t>(T::consumers(a)));
+  for (std::size_t i = 0; i < relays.size(); ++i) {
+    relays[i].role = "relay";
+    relays[i].index = static_cast<int>(i);
+  }
+  for (std::size_t i = 0; i < consumers.size(); ++i) {
+    consumers[i].role = "consumer";
+    consumers[i].index = static_cast<int>(i);
+    consumers[i].consumer = true;
+  }
+  for (std::size_t j = 0; j < relay_faults.size(); ++j)
+    relays[j % relays.size()].faults.push_back(relay_faults[j]);
+  for (std::size_t j = 0; j < consumer_faults.size(); ++j)
+    consumers[j % consumers.size()].faults.push_back(consumer_faults[j]);
   // Drawn after the others: a run without --db-kills keeps the schedule of the same seed.
   const std::vector<db_kill> db_kills =
       schedule_db_kills(rng, a.events, a.db_kills, a.db_kill_targets);
+  const std::vector<storm> storms = schedule_storms(rng, a.events, a.storms, consumers.size());
+  // Drawn after those (nothing without server faults): an old seed keeps its old schedule.
+  server_fault_driver server{.plan = schedule_server_faults(rng, a, outage_kinds), .a = &a};
   std::size_t next_db_kill = 0;
   steady::time_point db_kill_due{};      ///< The next one's threshold reached then (or none).
   std::map<std::string, int> db_killed;  ///< Database kills done, by target.
   long long sessions_terminated = 0;
+  std::size_t next_storm = 0;
+  steady::time_point storm_due{};
+  int storms_done = 0;
+  int storms_missed = 0;
   const auto start = [&](part& p) {
-    p.pid = spawn(a, p.role);
+    p.pid = spawn(a, p.role, p.index);
     p.started = steady::now();
     p.armed.reset();
     p.restart_at.reset();
+    p.stopped_at.reset();
   };
-  start(consumer);
-  start(relay);
+  for (auto& c : consumers) start(c);
+  for (auto& r : relays) start(r);
   pid_t writer = spawn(a, "writer");
+  bool writer_done_ok = false;
   const auto run_started = steady::now();
   auto last_fault = run_started;
   std::string failure;
   const auto drive_db_kills = [&](long applied, bool writer_running) {
     if (next_db_kill >= db_kills.size()) return;
     const db_kill& k = db_kills[next_db_kill];
-    if (applied < k.threshold) return;
+    // A writer's kill falls due by the writer's progress (paced at --rate: event n is written
+    // n / rate seconds in), not by applied events, which lag it (a consumer behind its broker):
+    // by then the writer was often done, and the kill missed.
+    const bool of_writer = k.target.starts_with("writer");
+    if (of_writer ? steady::now() - run_started <
+                        std::chrono::duration<double>(static_cast<double>(k.threshold) / a.rate)
+                  : applied < k.threshold)
+      return;
     const auto now = steady::now();
     if (db_kill_due == steady::time_point{}) db_kill_due = now;
     if (now - db_kill_due < k.delay) return;
     // The target may have no session at this instant (a part down or between connections):
     // try again for up to 5 s, then count it missed.
     // writer-commit: the writer cuts its own connection after sending its next COMMIT.
-    const bool of_writer = k.target.starts_with("writer");
     const long long n = (of_writer && !writer_running) ? 0
                         : k.target == "writer-commit"
                             ? static_cast<long long>(::kill(writer, SIGUSR1) == 0)
@@ -1185,13 +1962,35 @@ int run_orchestrator(args a) {
     db_kill_due = {};
     last_fault = now;
   };
+  // A storm goes to a consumer that has been up for a second (waiting up to 5 s for one, then
+  // counted missed).
+  const auto drive_storms = [&](long applied) {
+    if (next_storm >= storms.size()) return;
+    const storm& st = storms[next_storm];
+    if (applied < st.threshold) return;
+    const auto now = steady::now();
+    if (storm_due == steady::time_point{}) storm_due = now;
+    if (now - storm_due < st.delay) return;
+    const part& c = consumers[st.target];
+    // Up for a second at least: a consumer process keeps the deliveries it had itself, so a storm
+    // sent as it (re)starts (one that fell due while it was down) would have nothing to copy.
+    const bool sent =
+        c.pid > 0 && !c.armed && now - c.started >= 1s && ::kill(c.pid, sig_storm()) == 0;
+    if (!sent && now - storm_due < st.delay + 5s) return;
+    ++(sent ? storms_done : storms_missed);
+    ++next_storm;
+    storm_due = {};
+    last_fault = now;
+  };
 
   // Handles a part that ended: a fault we caused (restart), or a failure of the harness.
   const auto on_exit = [&](part& p, int status) {
     p.pid = -1;
     const bool killed = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
     if (!killed || !p.armed) {
-      if (failure.empty()) failure = p.role + " ended unexpectedly: " + status_text(status);
+      if (failure.empty())
+        failure =
+            p.role + " " + std::to_string(p.index) + " ended unexpectedly: " + status_text(status);
       return;
     }
     ++p.injected[fault_name(p.faults[p.next].kind, p.consumer)];
@@ -1213,8 +2012,28 @@ int run_orchestrator(args a) {
       if (p.restart_at && steady::now() >= *p.restart_at) start(p);
       return;
     }
+    if (p.stopped_at) {  // paused: resumed once its lease has run out
+      if (steady::now() - *p.stopped_at < pause_length) return;
+      ::kill(p.pid, SIGCONT);
+      p.stopped_at.reset();
+      p.armed.reset();
+      ++p.injected["pause"];
+      ++p.next;
+      last_fault = steady::now();
+      return;
+    }
     int status = 0;
-    if (::waitpid(p.pid, &status, WNOHANG) == p.pid) return on_exit(p, status);
+    if (::waitpid(p.pid, &status, WNOHANG | WUNTRACED) == p.pid) {
+      if (WIFSTOPPED(status)) {
+        if (!p.armed || p.faults[p.next].kind != fault_kind::pause) {
+          if (failure.empty()) failure = p.role + " stopped unexpectedly";
+          return;
+        }
+        p.stopped_at = steady::now();
+        return;
+      }
+      return on_exit(p, status);
+    }
     if (p.next >= p.faults.size()) return;
     const fault& f = p.faults[p.next];
     if (p.armed) {  // a sharp fault that found no such point in time: kill it ourselves
@@ -1224,10 +2043,32 @@ int run_orchestrator(args a) {
       }
       return;
     }
-    if (applied < f.threshold || steady::now() - p.started < f.delay) return;
+    // A relay's fault falls due by the writer's progress (event n is written n / rate seconds
+    // in), so that it finds the relay publishing; by applied events it came due late where the
+    // consumer lags the broker's confirms (AMQP after an outage), with nothing left to publish,
+    // and sharp faults waited 5 s to become kills. A consumer's falls due by applied events: it
+    // needs deliveries to be killed among.
+    const bool due =
+        p.consumer ? applied >= f.threshold
+                   : steady::now() - run_started >=
+                         std::chrono::duration<double>(static_cast<double>(f.threshold) / a.rate);
+    if (!due || steady::now() - p.started < f.delay) return;
     if (f.kind == fault_kind::kill) return kill_now(p);
+    if (f.kind == fault_kind::clock_jump) {  // takes effect in the signal handler, at once
+      if (::kill(p.pid, sig_clock_jump()) == 0) ++p.injected["clock-jump"];
+      ++p.next;
+      last_fault = steady::now();
+      return;
+    }
     p.armed = steady::now();
-    ::kill(p.pid, f.kind == fault_kind::sharp_usr1 ? SIGUSR1 : SIGUSR2);
+    ::kill(p.pid, f.kind == fault_kind::sharp_usr1   ? SIGUSR1
+                  : f.kind == fault_kind::sharp_usr2 ? SIGUSR2
+                                                     : sig_pause());
+  };
+  const auto all_done = [](const std::vector<part>& parts) {
+    return std::all_of(parts.begin(), parts.end(), [](const part& p) {
+      return p.next >= p.faults.size() && p.pid > 0 && !p.stopped_at;
+    });
   };
 
   const auto drain_bound = std::chrono::seconds(a.drain_bound_s);
@@ -1235,22 +2076,34 @@ int run_orchestrator(args a) {
   long long quiet_count = -1;
   auto quiet_since = steady::now();
   std::optional<steady::time_point> drained_at;
+  long last_applied = 0;
   while (failure.empty()) {
-    const long applied = static_cast<long>(scalar(sql, "SELECT count(*) FROM harness_effect"));
-    drive(relay, applied);
-    drive(consumer, applied);
-    drive_db_kills(applied, writer > 0);
+    // Server faults first: a restart that just ended is seen by the count below (reconnects).
+    server.drive(last_applied, consumers);
+    if (server.last_end > last_fault) last_fault = server.last_end;
+    if (!server.failure.empty()) failure = server.failure;
+    bool db_answered = false;
+    const long applied = applied_so_far(sql, last_applied, db_answered);
+    for (auto& r : relays) drive(r, applied);
+    for (auto& c : consumers) drive(c, applied);
+    try {
+      drive_db_kills(applied, writer > 0);
+    } catch (const soci::soci_error&) {  // the server restarting: tried again next time
+    }
+    drive_storms(applied);
     if (writer > 0) {
       int status = 0;
       if (::waitpid(writer, &status, WNOHANG) == writer) {
         writer = -1;
         if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
           failure = "writer failed: " + status_text(status);
+        else
+          writer_done_ok = true;
       }
     }
-    const bool faults_done = relay.next >= relay.faults.size() &&
-                             consumer.next >= consumer.faults.size() &&
-                             next_db_kill >= db_kills.size() && relay.pid > 0 && consumer.pid > 0;
+    const bool faults_done = all_done(relays) && all_done(consumers) &&
+                             next_db_kill >= db_kills.size() && next_storm >= storms.size() &&
+                             server.finished() && db_answered;
     if (writer < 0 && faults_done) {
       const ledger l = read_ledger(sql);
       if (l.pending == 0 && l.applied + l.dead >= l.committed) {
@@ -1262,7 +2115,7 @@ int run_orchestrator(args a) {
         // "settled" comes before "applied", and the consumer may still be working through the
         // queue after a restart: longer (still bounded by the drain bound).
         const auto quiet_bound = T::confirm_is_applied ? 3s : 15s;
-        const long long moved = l.applied + l.applied_twice;
+        const long long moved = l.applied + l.applied_twice + l.dead;
         if (moved != quiet_count) {
           quiet_count = moved;
           quiet_since = steady::now();
@@ -1282,49 +2135,106 @@ int run_orchestrator(args a) {
     std::this_thread::sleep_for(10ms);
   }
 
+  server.settle();  // a server fault cut short: its command ended, the broker brought back
   // Stop every part (bounded), then judge from the database.
-  for (part* p : {&relay, &consumer})
-    if (p->pid > 0) {
-      ::kill(p->pid, SIGTERM);
-      const int status = reap(p->pid, 10s);
-      if (failure.empty() && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
-        failure = p->role + " did not stop cleanly: " + status_text(status);
-    }
+  for (auto* parts : {&relays, &consumers})
+    for (part& p : *parts)
+      if (p.pid > 0) {
+        ::kill(p.pid, SIGTERM);
+        ::kill(p.pid, SIGCONT);  // a paused one too
+        const int status = reap(p.pid, 10s);
+        if (failure.empty() && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+          failure = p.role + " " + std::to_string(p.index) +
+                    " did not stop cleanly: " + status_text(status);
+      }
   if (writer > 0) {
     ::kill(writer, SIGTERM);
     reap(writer, 10s);
   }
-  const ledger l = read_ledger(sql);
-  const long long dups = count_lines(duplicates_log(a));
+  wait_for_database(sql);
+  ledger l = read_ledger(sql);
+  // The writer finished: every event it was asked for is committed (a business row each), none
+  // vanished on the way (an enqueue that drops an event and its id leaves no row to miss).
+  if (writer_done_ok) {
+    const long long events = l.committed - l.expected_dead;
+    l.writer_shortfall = events > a.events ? events - a.events : a.events - events;
+  }
+  const long long dups = count_lines_with(duplicates_log(a), "d");
+  const long long storm_copies = count_lines_with(duplicates_log(a), "s");
+  const long long fenced = fenced_settles(a);
   const double drain_s =
       drained_at ? std::chrono::duration<double>(*drained_at - last_fault).count() : -1;
   const double run_s = std::chrono::duration<double>(steady::now() - run_started).count();
 
-  const auto kinds = [](const part& p) {
+  const auto kinds = [](const std::vector<part>& parts, int& total) {
+    std::map<std::string, int> all;
+    for (const part& p : parts)
+      for (const auto& [k, v] : p.injected) {
+        all[k] += v;
+        if (!k.ends_with(" not reached")) total += v;  // it became a kill, counted as such
+      }
     std::string s;
-    for (const auto& [k, v] : p.injected) s += (s.empty() ? "" : " ") + k + "=" + std::to_string(v);
+    for (const auto& [k, v] : all) s += (s.empty() ? "" : " ") + k + "=" + std::to_string(v);
     return s.empty() ? std::string("none") : s;
   };
+  int relay_total = 0;
+  int consumer_total = 0;
+  const std::string relay_kinds = kinds(relays, relay_total);
+  const std::string consumer_kinds = kinds(consumers, consumer_total);
   std::string db_text = "none";
+  int db_total = 0;
   if (!db_killed.empty()) {
-    int total = 0;
     db_text.clear();
     for (const auto& [k, v] : db_killed) {
-      if (!k.ends_with(" missed")) total += v;
+      if (!k.ends_with(" missed")) db_total += v;
       db_text += (db_text.empty() ? "" : " ") + k + "=" + std::to_string(v);
     }
-    db_text = std::to_string(total) + " (" + db_text + ", " + std::to_string(sessions_terminated) +
-              " sessions)";
+    db_text = std::to_string(db_total) + " (" + db_text + ", " +
+              std::to_string(sessions_terminated) + " sessions)";
   }
-  print_ledger(l, dups);
+  // What each fault may put on the wire again, at most: a relay killed (at random, before the
+  // publish, after the confirm) its unsettled batch; a database kill a batch (a relay's session
+  // cut mid-settle); a consumer fault the delivery it had not acked (prefetch 1; ZeroMQ: one or
+  // two acks lost with the process), 2 each; a fenced settle the message another relay took
+  // over and published again (pauses and clock jumps show here, not as a batch each); storm
+  // copies are counted apart. One batch more for the end of the run. More duplicates than that
+  // is a finding: a relay that settles too little or publishes twice, a consumer that acks too
+  // late.
+  // Under the locking policy a pause is not fenced but cut off by the server: its batch too.
+  // A server fault (broker or database away, consumers gone) cuts every relay's batch at once.
+  int relay_kills = 0;
+  int relay_batches = 0;  ///< Faults that may put a relay batch on the wire again.
+  for (const part& p : relays)
+    for (const char* k : {"kill", "before-publish", "after-confirm", "pause"})
+      if (const auto it = p.injected.find(k); it != p.injected.end()) {
+        const bool kill = std::string_view(k) != "pause";
+        relay_kills += kill ? it->second : 0;
+        relay_batches += kill || a.policy == "locking" ? it->second : 0;
+      }
+  const long long dup_bound = static_cast<long long>(relay_batch) *
+                                  (relay_batches + db_total + server.total() * a.relays + 1) +
+                              2LL * consumer_total + fenced;
+  const bool dups_bounded = dups <= dup_bound;
+  print_ledger(l, dups, storm_copies);
   std::printf(
-      "| pair | events | relay kills | consumer kills | db kills | lost | applied twice "
-      "| order violations | rolled-back seen | wire duplicates | dead-lettered | drain s |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
-      "| %s | %lld | %d (%s) | %d (%s) | %s | %lld | %lld | %lld | %lld | %lld | %lld | %.2f |\n",
-      pair_name.c_str(), l.committed, relay.total(), kinds(relay).c_str(), consumer.total(),
-      kinds(consumer).c_str(), db_text.c_str(), l.lost, l.applied_twice, l.order_violations,
-      l.rolled_back_seen, dups, l.dead, drain_s);
+      "| pair | events | relays | relay faults | consumer faults | db kills | storms | lost "
+      "| applied twice | order violations | rolled-back seen | wire duplicates | dead-lettered "
+      "| fenced | drain s | server faults |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+      "| %s | %lld | %d | %d (%s; %d kills) | %d (%s) | %s | %d (%lld copies absorbed%s) | %lld | "
+      "%lld "
+      "| %lld | %lld | %lld (bound %lld) | %lld (expected %lld%s) | %lld | %.2f | %s |\n",
+      pair_name.c_str(), l.committed, a.relays, relay_total, relay_kinds.c_str(), relay_kills,
+      consumer_total, consumer_kinds.c_str(), db_text.c_str(), storms_done, storm_copies,
+      storms_missed > 0 ? (", " + std::to_string(storms_missed) + " missed").c_str() : "", l.lost,
+      l.applied_twice, l.order_violations, l.rolled_back_seen, dups, dup_bound, l.dead,
+      l.expected_dead,
+      l.dead_unexpected + l.dead_missing > 0
+          ? (", " + std::to_string(l.dead_unexpected) + " unexpected, " +
+             std::to_string(l.dead_missing) + " missing")
+                .c_str()
+          : "",
+      fenced, drain_s, server.text().c_str());
   std::printf(
       "seed %llu, %.1f s in all, %lld rolled-back events, writer: %lld attempts retried, %lld "
       "failed attempts found committed, plant: %s\n",
@@ -1337,8 +2247,9 @@ int run_orchestrator(args a) {
   if (!failure.empty()) {
     std::cerr << "fault_harness: " << failure << "\n";
     rc = failure.starts_with("no drain") ? exit_stalled : exit_failed;
-  } else if (!l.holds()) {
-    std::cerr << "fault_harness: LEDGER VIOLATION (seed " << a.seed << ")\n";
+  } else if (!l.holds() || !dups_bounded) {
+    std::cerr << "fault_harness: LEDGER VIOLATION (seed " << a.seed << ")"
+              << (dups_bounded ? "" : ": wire duplicates over their bound") << "\n";
     rc = exit_ledger;
   }
   try {
@@ -1364,7 +2275,7 @@ int run_orchestrator(args a) {
 
 template <class S, class T>
 int run_pair(const args& a) {
-  if (a.role == "writer") return run_writer<S>(a);
+  if (a.role == "writer") return run_writer<S, T>(a);
   if (a.role == "relay") return run_relay<S, T>(a);
   if (a.role == "consumer") return run_consumer<S, T>(a);
   if (a.role == "check") {

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -73,6 +74,11 @@ class frozen_broker {
       ::_exit(0);
     }
     BOOST_TEST_REQUIRE(::kill(pid_, SIGSTOP) == 0);
+    // kill returns before the stop took hold: each of the VM's threads stops only when it next
+    // enters the kernel, and on a loaded machine one of them answered a declare sent just after
+    // (a flake: "404 NOT_FOUND" where a timeout was expected). Wait until every thread is
+    // stopped.
+    BOOST_TEST_REQUIRE(all_threads_stopped(5s), "the broker did not stop within 5 s");
   }
   ~frozen_broker() {
     ::kill(pid_, SIGCONT);
@@ -83,6 +89,29 @@ class frozen_broker {
   frozen_broker& operator=(const frozen_broker&) = delete;
 
  private:
+  /// Whether every thread of the broker is in state T (stopped), polled for up to `bound`.
+  [[nodiscard]] bool all_threads_stopped(std::chrono::milliseconds bound) const {
+    const auto until = std::chrono::steady_clock::now() + bound;
+    const std::string tasks = "/proc/" + std::to_string(pid_) + "/task";
+    do {
+      bool all = true;
+      for (const auto& t : std::filesystem::directory_iterator(tasks)) {
+        std::ifstream stat(t.path() / "stat");
+        std::string line;
+        std::getline(stat, line);
+        // pid (comm) state ...: the state follows the last ')' (comm may hold spaces).
+        const auto close = line.rfind(')');
+        if (close == std::string::npos || close + 2 >= line.size() || line[close + 2] != 'T') {
+          all = false;
+          break;
+        }
+      }
+      if (all) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    } while (std::chrono::steady_clock::now() < until);
+    return false;
+  }
+
   pid_t pid_;
   pid_t watchdog_ = -1;
 };

@@ -3,6 +3,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cctype>
+#include <map>
 #include <random>
 #include <set>
 #include <string>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include <outbox/outbox.hpp>
+#include <outbox/testing/duplicating_receiver.hpp>
 #include <outbox/testing/faulty_transport.hpp>
 #include <outbox/testing/manual_clock.hpp>
 #include <outbox/testing/memory_transport.hpp>
@@ -602,6 +604,51 @@ BOOST_AUTO_TEST_CASE(relay_run_backs_off_from_every_error_but_misconfigured) {
   failing_store bad{outbox::errc::misconfigured, 1, &stop2};
   outbox::relay r2(bad, t, {.idle_poll_min = 1ms, .idle_poll_max = 2ms}, quick);
   BOOST_CHECK_THROW(r2.run(stop2.get_token()), outbox::error);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(testing_doubles)
+
+BOOST_AUTO_TEST_CASE(duplicating_receiver_storms_with_copies_an_inbox_absorbs) {
+  // An inbox that remembers: the storm's copies must come back as duplicates, never applied
+  // twice; their acks must not reach the transport (which owes nothing for them).
+  struct remembering_inbox : flaky_inbox {
+    std::set<std::string> seen;
+    std::vector<std::string> asked;  // every delivery's id, in order
+    bool record_delivery(std::string_view, const outbox::uuid& id, outbox::time_point) {
+      asked.push_back(id.to_string());
+      return seen.insert(id.to_string()).second;
+    }
+  };
+  remembering_inbox st;
+  outbox::testing::memory_transport t;
+  std::vector<outbox::message> batch;
+  for (int i = 0; i < 5; ++i) batch.push_back(one_message());
+  (void)t.publish(batch, std::chrono::steady_clock::now() + 1s);
+  outbox::testing::duplicating_receiver dup(t, 3);  // keeps the last 3
+  std::map<std::string, int> applied;
+  outbox::consumer c(st, dup, [&](int&, const outbox::message& m) { ++applied[m.id.to_string()]; },
+                     {.name = "c", .poll_timeout = 10ms});
+  using outcome = decltype(c)::outcome;
+  for (int i = 0; i < 5; ++i) BOOST_TEST((c.poll_once() == outcome::applied));
+  BOOST_TEST(!dup.last_was_copy());
+  dup.storm(4);
+  for (int i = 0; i < 12; ++i) {
+    BOOST_TEST((c.poll_once() == outcome::duplicate));
+    BOOST_TEST(dup.last_was_copy());
+  }
+  BOOST_TEST(dup.copies() == 12u);
+  BOOST_TEST((c.poll_once() == outcome::idle));  // the storm is over, the transport empty
+  BOOST_TEST(applied.size() == 5u);
+  for (const auto& [id, n] : applied) BOOST_TEST(n == 1);
+  // The copies were of the last 3, in their order, 4 rounds: the first 2 never came again.
+  BOOST_REQUIRE(st.asked.size() == 17u);
+  for (std::size_t i = 0; i < 12; ++i)
+    BOOST_TEST(st.asked[5 + i] == batch[2 + i % 3].id.to_string());
+  BOOST_TEST(c.stats().duplicates_skipped == 12u);
+  // Every real delivery was acked once; nothing is left unacked for a copy.
+  BOOST_TEST(t.unacked() == 0u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,82 @@
+#pragma once
+/// @file
+/// A fault-injecting receiver double: wrap any receiver and feed the consumer copies of what it
+/// delivered before (a duplicate storm), as a broker that redelivers, or a relay that resends
+/// after a crash, would. The consumer's inbox must absorb every copy.
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <optional>
+
+#include <outbox/concepts/transport.hpp>
+#include <outbox/message.hpp>
+
+namespace outbox::testing {
+
+/// Wraps `Inner` (a `concepts::receiver`) and keeps its last `keep` deliveries. After
+/// `storm(rounds)`, the next `receive` calls hand out copies of them, `rounds` times each in the
+/// order they came, before any new delivery. A copy is the delivery as it came (same message,
+/// marked `redelivered`) with a tag of its own (from `copy_tags` up); its ack and nack go nowhere,
+/// since the transport owes nothing for it.
+///
+/// Threading: as `Inner` (one consumer thread); `storm` may be called from any thread (or a
+/// signal handler: it only stores to a lock-free atomic).
+template <concepts::receiver Inner>
+class duplicating_receiver {
+ public:
+  /// Copies carry tags from here up, far above any tag a receiver of this library hands out
+  /// (they count up from 1).
+  static constexpr std::uint64_t copy_tags = std::uint64_t{1} << 62;
+
+  explicit duplicating_receiver(Inner& inner, std::size_t keep = 32)
+      : inner_(&inner), keep_(keep) {}
+
+  /// Arms a storm: the kept deliveries, `rounds` times each, before the next real one.
+  void storm(int rounds = 10) noexcept { pending_rounds_.store(rounds, std::memory_order_relaxed); }
+
+  std::optional<delivery> receive(std::chrono::milliseconds timeout) {
+    if (const int rounds = pending_rounds_.exchange(0, std::memory_order_relaxed); rounds > 0)
+      for (int r = 0; r < rounds; ++r) queue_.insert(queue_.end(), recent_.begin(), recent_.end());
+    if (!queue_.empty()) {
+      delivery d = std::move(queue_.front());
+      queue_.pop_front();
+      d.tag = copy_tags + copies_++;
+      d.redelivered = true;
+      last_was_copy_ = true;
+      return d;
+    }
+    last_was_copy_ = false;
+    auto d = inner_->receive(timeout);
+    if (d && keep_ > 0) {
+      recent_.push_back(*d);
+      if (recent_.size() > keep_) recent_.pop_front();
+    }
+    return d;
+  }
+  void ack(const delivery& d) {
+    if (!is_copy(d)) inner_->ack(d);
+  }
+  void nack(const delivery& d, bool requeue) {
+    if (!is_copy(d)) inner_->nack(d, requeue);
+  }
+
+  [[nodiscard]] static bool is_copy(const delivery& d) noexcept { return d.tag >= copy_tags; }
+  /// Whether the last delivery `receive` handed out was a copy.
+  [[nodiscard]] bool last_was_copy() const noexcept { return last_was_copy_; }
+  /// Copies handed out so far.
+  [[nodiscard]] std::uint64_t copies() const noexcept { return copies_; }
+
+ private:
+  Inner* inner_;
+  std::size_t keep_;
+  std::atomic<int> pending_rounds_{0};
+  std::deque<delivery> recent_;
+  std::deque<delivery> queue_;
+  std::uint64_t copies_ = 0;
+  bool last_was_copy_ = false;
+};
+
+}  // namespace outbox::testing
