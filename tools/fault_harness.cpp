@@ -1170,8 +1170,12 @@ int run_consumer(const args& a) {
         const std::string id = m.id.to_string();
         const std::string agg = body.at("agg").get<std::string>();
         const long long seq = body.at("seq").get<long long>();
-        s << "INSERT INTO harness_effect (event_id, aggregate, seq) VALUES (:e, :a, :s)",
-            soci::use(id), soci::use(agg), soci::use(seq);
+        const long long at = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::chrono::system_clock::now().time_since_epoch())
+                                 .count();
+        s << "INSERT INTO harness_effect (event_id, aggregate, seq, applied_ms) VALUES (:e, :a, "
+             ":s, :t)",
+            soci::use(id), soci::use(agg), soci::use(seq), soci::use(at);
         if (armed_usr2 != 0) die_here();  // inside the transaction
       },
       {.name = consumer_name, .poll_timeout = 50ms});
@@ -1300,6 +1304,35 @@ ledger read_ledger(soci::session& sql) {
   return l;
 }
 
+/// For an effect applied twice, what a reader needs to tell a late duplicate (one that came
+/// after the consumer's dedup window had purged its record) from a hole in the inbox: each
+/// application's order and time (ms after the first), and whether the inbox still holds the
+/// event's record. At most 10 events.
+void explain_applied_twice(soci::session& sql) {
+  std::vector<long long> firsts(10);
+  sql << "SELECT min(apply_order) FROM harness_effect GROUP BY event_id HAVING count(*) > 1",
+      soci::into(firsts);
+  for (const long long first : firsts) {
+    std::vector<long long> order(16), at(16);
+    sql << "SELECT f.apply_order, f.applied_ms FROM harness_effect f JOIN harness_effect g ON "
+           "f.event_id = g.event_id WHERE g.apply_order = :o ORDER BY f.apply_order",
+        soci::use(first), soci::into(order), soci::into(at);
+    std::string agg;
+    long long seq = 0, kept = 0;
+    sql << "SELECT aggregate, seq FROM harness_effect WHERE apply_order = :o", soci::use(first),
+        soci::into(agg), soci::into(seq);
+    sql << "SELECT count(*) FROM outbox_inbox i JOIN harness_effect g ON i.event_id = g.event_id "
+           "WHERE g.apply_order = :o",
+        soci::use(first), soci::into(kept);
+    std::cout << "applied twice: " << agg << " seq " << seq << ":";
+    for (std::size_t i = 0; i < order.size(); ++i)
+      std::cout << " #" << order[i] << " at +" << (at[i] - at[0]) << " ms";
+    std::cout << (kept > 0 ? "; its inbox record is there"
+                           : "; no inbox record (never made, or purged)")
+              << '\n';
+  }
+}
+
 void print_ledger(const ledger& l, long long wire_duplicates, long long storm_copies) {
   std::cout << "committed=" << l.committed << " rolled_back=" << l.rolled_back
             << " rolled_back_seen=" << l.rolled_back_seen << " outside_business=" << l.outside
@@ -1320,6 +1353,7 @@ int run_check(const args& a) {
   const ledger l = read_ledger(sql);
   print_ledger(l, count_lines_with(duplicates_log(a), "d"),
                count_lines_with(duplicates_log(a), "s"));
+  if (l.applied_twice > 0) explain_applied_twice(sql);
   return l.holds() ? exit_ok : exit_ledger;
 }
 
@@ -1341,7 +1375,8 @@ void prepare(const args& a) {
              " PRIMARY KEY, place TEXT NOT NULL)";
   // No unique key on event_id: an effect applied twice must show as two rows.
   sql << "CREATE TABLE harness_effect (apply_order " + std::string(S::order_key) + ", event_id " +
-             id + " NOT NULL, aggregate TEXT NOT NULL, seq " + seq + " NOT NULL)";
+             id + " NOT NULL, aggregate TEXT NOT NULL, seq " + seq +
+             " NOT NULL, applied_ms BIGINT NOT NULL)";
 }
 
 enum class fault_kind { kill, sharp_usr1, sharp_usr2, pause, clock_jump };
@@ -2216,6 +2251,7 @@ int run_orchestrator(args a) {
                               2LL * consumer_total + fenced;
   const bool dups_bounded = dups <= dup_bound;
   print_ledger(l, dups, storm_copies);
+  if (l.applied_twice > 0) explain_applied_twice(sql);
   std::printf(
       "| pair | events | relays | relay faults | consumer faults | db kills | storms | lost "
       "| applied twice | order violations | rolled-back seen | wire duplicates | dead-lettered "
