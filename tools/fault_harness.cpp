@@ -68,7 +68,9 @@
 // Duplicate storms (--storms K): at a threshold drawn from the seed the orchestrator signals a
 // consumer (SIGRTMIN+1), which feeds itself its last 32 deliveries again, 10 times each (copies
 // whose acks go nowhere), while it purges inbox records older than --dedup-window (20 s) every
-// 250 ms: the inbox must absorb every copy.
+// 250 ms: the inbox must absorb every copy. The window is raised to the longest redelivery path
+// the run's plan makes (clock jumps add up; printed when it is), as a service must keep its
+// records longer than that path.
 //
 // Soak (--soak SECONDS): events for that long at --rate, and at least a relay fault per 5 s, a
 // consumer fault per 15 s, a storm per 60 s (and a database kill per 20 s when --db-kills > 0).
@@ -187,6 +189,9 @@ constexpr std::size_t relay_batch = 50;
 /// The relay's lease; a pause lasts a second longer.
 constexpr auto relay_lease = 2500ms;
 constexpr auto pause_length = relay_lease + 1s;
+/// The relay's publish timeout and its longest retry delay (exponential_backoff's max_delay).
+constexpr auto relay_publish_timeout = 2000ms;
+constexpr auto relay_max_retry_delay = 500ms;
 
 struct args {
   std::string role = "orchestrator";
@@ -1073,10 +1078,11 @@ int run_relay(const args& a) {
       store, wire,
       {.batch_size = relay_batch,
        .lease = relay_lease,
-       .publish_timeout = 2000ms,
+       .publish_timeout = relay_publish_timeout,
        .idle_poll_min = 1ms,
        .idle_poll_max = 50ms},
-      outbox::exponential_backoff{.initial = 20ms, .max_delay = 500ms, .max_attempts = 1000},
+      outbox::exponential_backoff{
+          .initial = 20ms, .max_delay = relay_max_retry_delay, .max_attempts = 1000},
       jumping_clock{});
   std::exception_ptr failure;
   std::jthread worker([&](std::stop_token st) {
@@ -1947,6 +1953,30 @@ int run_orchestrator(args a) {
   const std::vector<storm> storms = schedule_storms(rng, a.events, a.storms, consumers.size());
   // Drawn after those (nothing without server faults): an old seed keeps its old schedule.
   server_fault_driver server{.plan = schedule_server_faults(rng, a, outage_kinds), .a = &a};
+  // The inbox keeps records for the dedup window, and exactly-once holds only for copies that
+  // come within it (README "Guarantees": longer than the longest redelivery path). The faults
+  // planned here make that path long: a relay whose clock jumped stamps leases and retry times
+  // that far ahead (the jumps add up, and a killed relay comes back at offset 0 while its rows
+  // keep those stamps), plus a lease, a publish timeout, a retry delay, a pause and the outages
+  // one after another. Seen: copies 22 s after their first application, in a 20 s window,
+  // applied again (3 jumps, one 4.5 s outage).
+  // So the window is raised to cover the plan (a copy later than that is a finding).
+  if (a.plant != "forget-window") {
+    long jumps = 0;
+    for (const fault& f : relay_faults) jumps += f.kind == fault_kind::clock_jump ? 1 : 0;
+    std::chrono::milliseconds away = pause_length;  // a pause, then every outage in a row
+    for (const server_fault& f : server.plan) away += f.down;
+    const auto path = jumps * std::chrono::milliseconds(pause_length) + relay_lease +
+                      relay_publish_timeout + relay_max_retry_delay + away + 5s;
+    const int needed = static_cast<int>(std::chrono::ceil<std::chrono::seconds>(path).count());
+    if (needed > a.dedup_window_s) {
+      std::cerr << "fault_harness: dedup window " << needed << " s, not " << a.dedup_window_s
+                << " s: the longest redelivery path this plan makes (" << jumps
+                << " clock jumps, a pause and the outages "
+                << std::chrono::duration<double>(away).count() << " s)" << std::endl;
+      a.dedup_window_s = needed;
+    }
+  }
   std::size_t next_db_kill = 0;
   steady::time_point db_kill_due{};      ///< The next one's threshold reached then (or none).
   std::map<std::string, int> db_killed;  ///< Database kills done, by target.
