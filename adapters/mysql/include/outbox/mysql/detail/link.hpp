@@ -136,8 +136,8 @@ inline long long whole_seconds(std::chrono::milliseconds d) {
 
 /// The session set-up of `store::configure`: utf8mb4 (told to the client library, which
 /// escapes by it), no silent reconnects (a reconnect inside a claim transaction would run the
-/// settle on a new session, in autocommit, on rows no longer locked), READ COMMITTED, the lock
-/// wait (sql/mysql/session_*.sql).
+/// settle on a new session, in autocommit, on rows no longer locked), READ COMMITTED, no
+/// NO_BACKSLASH_ESCAPES, the lock wait (sql/mysql/session_*.sql).
 inline void configure_connection(::soci::session& sql, MYSQL* c, const session_options& o) {
   if (mysql_set_character_set(c, "utf8mb4") != 0) throw_native(c, "configure: utf8mb4");
 #if defined(MARIADB_VERSION_ID) || defined(MARIADB_BASE_VERSION)
@@ -147,6 +147,7 @@ inline void configure_connection(::soci::session& sql, MYSQL* c, const session_o
 #endif
   mysql_options(c, MYSQL_OPT_RECONNECT, &off);
   exec(c, statements::session_isolation, "configure: isolation");
+  exec(c, statements::session_sql_mode, "configure: sql_mode");
   long long wait = whole_seconds(o.lock_timeout);
   translated("configure", [&] {
     sql << std::string(statements::session_lock_wait), ::soci::use(wait, "lock_wait");
