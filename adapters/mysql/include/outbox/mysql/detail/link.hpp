@@ -241,9 +241,12 @@ class link {
     return in_claim_ && claim_token_ == token;
   }
   void end_claim() noexcept { in_claim_ = false; }
+  /// Rolls back the open transaction. A ROLLBACK that fails without losing the connection (KILL
+  /// QUERY: 1317) leaves it open, and the next START TRANSACTION would commit it: the
+  /// connection is made again instead (the server rolls back what a closed one left).
   void rollback_claim(MYSQL* c) noexcept {
     in_claim_ = false;
-    if (mysql_real_query(c, "ROLLBACK", 8) != 0 && connection_lost(mysql_errno(c))) broken_ = true;
+    if (mysql_real_query(c, "ROLLBACK", 8) != 0) broken_ = true;
   }
 
   // ---- transactions --------------------------------------------------------------------------
@@ -269,9 +272,10 @@ class link {
     /// deadlock victim (1213), and DDL commits implicitly. A handler that caught such an error
     /// and carried on would otherwise see COMMIT succeed (committing nothing, or only what ran
     /// after the rollback, in autocommit).
-    /// @throws outbox::error `transient` (the connection was lost before COMMIT: nothing was
-    ///         committed), `in_doubt` (lost during COMMIT), `permanent` (the transaction was
-    ///         already gone: nothing of it is committed by this call).
+    /// @throws outbox::error `transient` (the connection was lost, or the check interrupted,
+    ///         before COMMIT: nothing was committed), `in_doubt` (lost during COMMIT, or COMMIT
+    ///         failed otherwise), `permanent` (the transaction was already gone: nothing of it
+    ///         is committed by this call).
     void commit() {
       link* s = std::exchange(l_, nullptr);
       if (s->generation_ != generation_ || s->broken_ || s->conn_ == nullptr) {
@@ -284,7 +288,13 @@ class link {
       try {
         open = in_transaction(c, "commit");
       } catch (const error& e) {
-        if (connection_lost(native_number(e))) s->broken_ = true;
+        // Interrupted (KILL QUERY: 1317): the transaction is still open, and the next
+        // START TRANSACTION on this connection would commit it. End it, so that the error's
+        // "nothing was committed" holds.
+        if (connection_lost(native_number(e)))
+          s->broken_ = true;
+        else
+          s->rollback_claim(c);
         throw;
       }
       if (!open)
@@ -299,7 +309,13 @@ class link {
           throw error(errc::in_doubt, "mysql", std::to_string(code),
                       "commit: the connection was lost during COMMIT; the outcome is unknown");
         }
-        throw_native(c, "commit");
+        // COMMIT itself failed (interrupted by KILL QUERY: 1317): the error does not say
+        // whether the commit happened. Whatever is left of the transaction is rolled back (not
+        // committed by the next START TRANSACTION), and the outcome is reported as unknown.
+        std::string why =
+            "commit: " + sanitize_text(mysql_error(c)) + "; COMMIT failed, the outcome is unknown";
+        s->rollback_claim(c);
+        throw error(errc::in_doubt, "mysql", std::to_string(code), why);
       }
     }
 
