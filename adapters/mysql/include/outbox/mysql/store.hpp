@@ -164,14 +164,36 @@ class store {
     /// 500 rows (fewer when their payloads pass 4 MiB, so a statement stays under the server's
     /// max_allowed_packet), every value bound, payloads as bytes.
     /// @throws outbox::error `misconfigured` when the session's character set is not utf8mb4
-    ///         (or utf8): the text would be stored converted, not as written.
+    ///         (the text would be stored converted, not as written: utf8mb3 turns a 4-byte
+    ///         character into '?' where sql_mode is not strict), or when its sql_mode has
+    ///         NO_BACKSLASH_ESCAPES and a payload holds a NUL byte (SOCI cuts its text at a
+    ///         NUL, which only backslash escaping keeps out of it); `invalid_input` for a text
+    ///         longer than its column (writer limits raised past them: a session whose sql_mode
+    ///         is not strict would store it cut).
     void append(session_type& sql, std::span<const outgoing> rows) {
       MYSQL* c = detail::handle(sql);
       const std::string_view charset = mysql_character_set_name(c);
-      if (charset != "utf8mb4" && charset != "utf8mb3" && charset != "utf8")
+      if (charset != "utf8mb4")
         throw error(errc::misconfigured, "mysql", {},
                     "append: the session's character set is " + std::string(charset) +
-                        "; connect with charset=utf8mb4 (outbox text is UTF-8)");
+                        "; connect with charset=utf8mb4 (outbox text is UTF-8, up to 4 bytes a "
+                        "character)");
+      const bool no_backslash_escapes =
+          (c->server_status & SERVER_STATUS_NO_BACKSLASH_ESCAPES) != 0;
+      for (const outgoing& r : rows) {
+        detail::check_fits("aggregate_type", r.source->aggregate_type);
+        detail::check_fits("aggregate_id", r.source->aggregate_id);
+        detail::check_fits("event_type", r.source->event_type);
+        if (r.headers_json.size() > detail::max_headers_bytes)
+          throw_invalid("headers", "take " + std::to_string(r.headers_json.size()) +
+                                       " bytes as JSON, the column holds " +
+                                       std::to_string(detail::max_headers_bytes));
+        if (no_backslash_escapes && r.source->payload.find('\0') != std::string::npos)
+          throw error(errc::misconfigured, "mysql", {},
+                      "append: the session's sql_mode has NO_BACKSLASH_ESCAPES, under which a "
+                      "payload with a NUL byte cannot be sent; remove it from the session's "
+                      "sql_mode");
+      }
       constexpr int per_row = 8;
       constexpr std::size_t max_rows = 500;
       constexpr std::size_t max_bytes = std::size_t{4} << 20;

@@ -127,6 +127,22 @@ inline void exec(MYSQL* c, std::string_view sql_text, std::string_view what) {
   return (c->server_status & SERVER_STATUS_IN_TRANS) != 0;
 }
 
+/// The outbox's name columns hold 255 characters (VARCHAR(255)), its headers 16 MiB - 1 bytes
+/// (MEDIUMTEXT).
+inline constexpr std::size_t max_name_characters = 255;
+inline constexpr std::size_t max_headers_bytes = (std::size_t{1} << 24) - 1;
+
+/// Refuses, as `invalid_input`, a name (valid UTF-8: the writer checked it) longer than its
+/// column: a session whose sql_mode is not strict would store it cut, with a warning only.
+inline void check_fits(std::string_view field, std::string_view value) {
+  std::size_t characters = 0;
+  for (const char ch : value) characters += (static_cast<unsigned char>(ch) & 0xC0) != 0x80;
+  if (characters > max_name_characters)
+    throw_invalid(std::string(field), "is " + std::to_string(characters) +
+                                          " characters, the column holds " +
+                                          std::to_string(max_name_characters));
+}
+
 /// Microseconds since the Unix epoch: the form of every time column. Read back clamped (a row
 /// another program wrote may hold any BIGINT).
 inline std::int64_t to_us(time_point t) { return to_unix<std::micro>(t); }

@@ -136,8 +136,8 @@ inline long long whole_seconds(std::chrono::milliseconds d) {
 
 /// The session set-up of `store::configure`: utf8mb4 (told to the client library, which
 /// escapes by it), no silent reconnects (a reconnect inside a claim transaction would run the
-/// settle on a new session, in autocommit, on rows no longer locked), READ COMMITTED, the lock
-/// wait (sql/mysql/session_*.sql).
+/// settle on a new session, in autocommit, on rows no longer locked), READ COMMITTED, no
+/// NO_BACKSLASH_ESCAPES, the lock wait (sql/mysql/session_*.sql).
 inline void configure_connection(::soci::session& sql, MYSQL* c, const session_options& o) {
   if (mysql_set_character_set(c, "utf8mb4") != 0) throw_native(c, "configure: utf8mb4");
 #if defined(MARIADB_VERSION_ID) || defined(MARIADB_BASE_VERSION)
@@ -147,6 +147,7 @@ inline void configure_connection(::soci::session& sql, MYSQL* c, const session_o
 #endif
   mysql_options(c, MYSQL_OPT_RECONNECT, &off);
   exec(c, statements::session_isolation, "configure: isolation");
+  exec(c, statements::session_sql_mode, "configure: sql_mode");
   long long wait = whole_seconds(o.lock_timeout);
   translated("configure", [&] {
     sql << std::string(statements::session_lock_wait), ::soci::use(wait, "lock_wait");
@@ -240,9 +241,12 @@ class link {
     return in_claim_ && claim_token_ == token;
   }
   void end_claim() noexcept { in_claim_ = false; }
+  /// Rolls back the open transaction. A ROLLBACK that fails without losing the connection (KILL
+  /// QUERY: 1317) leaves it open, and the next START TRANSACTION would commit it: the
+  /// connection is made again instead (the server rolls back what a closed one left).
   void rollback_claim(MYSQL* c) noexcept {
     in_claim_ = false;
-    if (mysql_real_query(c, "ROLLBACK", 8) != 0 && connection_lost(mysql_errno(c))) broken_ = true;
+    if (mysql_real_query(c, "ROLLBACK", 8) != 0) broken_ = true;
   }
 
   // ---- transactions --------------------------------------------------------------------------
@@ -268,9 +272,10 @@ class link {
     /// deadlock victim (1213), and DDL commits implicitly. A handler that caught such an error
     /// and carried on would otherwise see COMMIT succeed (committing nothing, or only what ran
     /// after the rollback, in autocommit).
-    /// @throws outbox::error `transient` (the connection was lost before COMMIT: nothing was
-    ///         committed), `in_doubt` (lost during COMMIT), `permanent` (the transaction was
-    ///         already gone: nothing of it is committed by this call).
+    /// @throws outbox::error `transient` (the connection was lost, or the check interrupted,
+    ///         before COMMIT: nothing was committed), `in_doubt` (lost during COMMIT, or COMMIT
+    ///         failed otherwise), `permanent` (the transaction was already gone: nothing of it
+    ///         is committed by this call).
     void commit() {
       link* s = std::exchange(l_, nullptr);
       if (s->generation_ != generation_ || s->broken_ || s->conn_ == nullptr) {
@@ -283,7 +288,13 @@ class link {
       try {
         open = in_transaction(c, "commit");
       } catch (const error& e) {
-        if (connection_lost(native_number(e))) s->broken_ = true;
+        // Interrupted (KILL QUERY: 1317): the transaction is still open, and the next
+        // START TRANSACTION on this connection would commit it. End it, so that the error's
+        // "nothing was committed" holds.
+        if (connection_lost(native_number(e)))
+          s->broken_ = true;
+        else
+          s->rollback_claim(c);
         throw;
       }
       if (!open)
@@ -298,7 +309,13 @@ class link {
           throw error(errc::in_doubt, "mysql", std::to_string(code),
                       "commit: the connection was lost during COMMIT; the outcome is unknown");
         }
-        throw_native(c, "commit");
+        // COMMIT itself failed (interrupted by KILL QUERY: 1317): the error does not say
+        // whether the commit happened. Whatever is left of the transaction is rolled back (not
+        // committed by the next START TRANSACTION), and the outcome is reported as unknown.
+        std::string why =
+            "commit: " + sanitize_text(mysql_error(c)) + "; COMMIT failed, the outcome is unknown";
+        s->rollback_claim(c);
+        throw error(errc::in_doubt, "mysql", std::to_string(code), why);
       }
     }
 
