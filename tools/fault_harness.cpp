@@ -1163,14 +1163,15 @@ int run_consumer(const args& a) {
   harness_store<S> store(sql, a, a.plant == "skip-inbox");
   auto rcv = T::receiver(a);
   outbox::testing::duplicating_receiver storming(rcv);
-  harness_receiver wire(storming, a.plant == "ack-before-commit");
+  const bool ack_early = a.plant == "ack-before-commit";
+  harness_receiver wire(storming, ack_early);
   const int log = ::open(duplicates_log(a).c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
   if (log < 0) throw std::runtime_error("cannot open " + duplicates_log(a));
   const auto window = a.plant == "forget-window" ? 0s : std::chrono::seconds(a.dedup_window_s);
   auto next_purge = steady::now();
   outbox::consumer consumer(
       store, wire,
-      [](soci::session& s, const outbox::message& m) {
+      [ack_early](soci::session& s, const outbox::message& m) {
         if (m.event_type == "poison") throw std::runtime_error("a poison event: always fails");
         const auto body = nlohmann::json::parse(m.payload);
         const std::string id = m.id.to_string();
@@ -1182,7 +1183,15 @@ int run_consumer(const args& a) {
         s << "INSERT INTO harness_effect (event_id, aggregate, seq, applied_ms) VALUES (:e, :a, "
              ":s, :t)",
             soci::use(id), soci::use(agg), soci::use(seq), soci::use(at);
-        if (armed_usr2 != 0) die_here();  // inside the transaction
+        if (armed_usr2 != 0) {  // inside the transaction
+          // The planted early ack must be on the wire before the kill, or the defect cannot
+          // show: a ZeroMQ send only queues the frames for the context's I/O thread, which the
+          // SIGKILL can beat (CI: 3 in-tx kills, none of their acks reached the relay, nothing
+          // lost, the plant not caught). A handler that runs a while after acking is the case
+          // the plant stands for.
+          if (ack_early) std::this_thread::sleep_for(300ms);
+          die_here();
+        }
       },
       {.name = consumer_name, .poll_timeout = 50ms});
   while (stop_requested == 0) {
