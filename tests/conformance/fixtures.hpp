@@ -97,6 +97,9 @@ concept transport_fixture =
       { F::redelivers_on_nack } -> std::convertible_to<bool>;  // nack(requeue) delivers again
       // A confirm is the consumer's ack, not the broker's: publish waits for a consumer.
       { F::confirms_on_consumer_ack } -> std::convertible_to<bool>;
+      // A receiver sees a batch in publish order across aggregates; false: per aggregate only
+      // (Kafka over several partitions).
+      { F::keeps_batch_order } -> std::convertible_to<bool>;
     };
 
 /// What the end-to-end tests also need of a transport fixture.

@@ -8,9 +8,13 @@
 //   static constexpr bool redelivers_on_nack    (capability: nack(requeue) delivers again)
 //   static constexpr bool confirms_on_consumer_ack  (capability: a confirm is the receiver's
 //       ack, not the broker's; publish waits for it, so the tests ack concurrently)
+//   static constexpr bool keeps_batch_order  (capability: a batch arrives in publish order
+//       across aggregates; false: in order per aggregate only)
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <set>
 #include <string>
 #include <thread>
@@ -69,6 +73,26 @@ std::vector<outbox::publish_result> send(Fixture& fx, const std::vector<outbox::
   return fx.publisher().publish(batch, deadline(Fixture::confirms_on_consumer_ack ? 100ms : 5s));
 }
 
+/// Checks that `got` holds `batch`'s messages in publish order, as the fixture's transport keeps
+/// it: across the whole batch, or (capability keeps_batch_order false, e.g. Kafka over several
+/// partitions) per aggregate, the aggregates' runs interleaving as they arrive. Then puts `got`
+/// in batch order, so the fields can be compared message by message.
+template <class Fixture>
+void to_batch_order(std::vector<outbox::delivery>& got, const std::vector<outbox::message>& batch) {
+  if constexpr (!Fixture::keeps_batch_order) {
+    std::map<std::string, std::vector<outbox::uuid>> sent;
+    std::map<std::string, std::vector<outbox::uuid>> seen;
+    for (const auto& m : batch) sent[m.aggregate_id].push_back(m.id);
+    for (const auto& d : got) seen[d.msg.aggregate_id].push_back(d.msg.id);
+    BOOST_TEST((seen == sent));
+    std::map<outbox::uuid, std::size_t> position;
+    for (std::size_t i = 0; i < batch.size(); ++i) position[batch[i].id] = i;
+    std::sort(got.begin(), got.end(), [&](const auto& a, const auto& b) {
+      return position[a.msg.id] < position[b.msg.id];
+    });
+  }
+}
+
 }  // namespace transport_conformance
 
 BOOST_AUTO_TEST_SUITE(transport_conformance)
@@ -114,6 +138,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(delivers_every_field_in_publish_order, Fixture, tr
   (void)transport_conformance::send(fx, batch);
   auto got = transport_conformance::receive_n(fx.receiver(), batch.size());
   BOOST_TEST_REQUIRE(got.size() == batch.size());
+  transport_conformance::to_batch_order<Fixture>(got, batch);
   for (std::size_t i = 0; i < batch.size(); ++i) {
     const auto& m = got[i].msg;
     BOOST_TEST(m.id == batch[i].id);
@@ -144,6 +169,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(carries_the_content_type_and_the_exact_payload_byt
   (void)transport_conformance::send(fx, batch);
   auto got = transport_conformance::receive_n(fx.receiver(), batch.size());
   BOOST_TEST_REQUIRE(got.size() == batch.size());
+  transport_conformance::to_batch_order<Fixture>(got, batch);
   for (std::size_t i = 0; i < batch.size(); ++i) {
     const auto& m = got[i].msg;
     BOOST_TEST(m.id == batch[i].id);

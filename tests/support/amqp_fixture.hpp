@@ -61,6 +61,8 @@ struct amqp_fixture {
   static constexpr bool confirms_on_consumer_ack = false;
   /// One connection per publisher, not thread-safe: concurrent relays share it through a lock.
   static constexpr bool thread_safe_publisher = false;
+  /// Capability: one queue, one consumer: the whole batch arrives in publish order.
+  static constexpr bool keeps_batch_order = true;
 
   static std::string url() { return service_address("OUTBOX_TEST_AMQP"); }
 

@@ -16,6 +16,8 @@ struct memory_transport_fixture {
   static constexpr bool confirms_on_consumer_ack = false;
   /// Capability: one publisher may be shared by concurrent relays.
   static constexpr bool thread_safe_publisher = true;
+  /// Capability: one queue, so the whole batch arrives in publish order.
+  static constexpr bool keeps_batch_order = true;
   outbox::testing::memory_transport transport{{.record = true}};
   outbox::testing::memory_transport& publisher() { return transport; }
   outbox::testing::memory_transport& receiver() { return transport; }

@@ -28,6 +28,8 @@ struct zeromq_fixture {
   static constexpr bool confirms_on_consumer_ack = true;
   /// Sockets are not thread-safe: concurrent relays share the publisher through a lock.
   static constexpr bool thread_safe_publisher = false;
+  /// Capability: one consumer, one pipe: the whole batch arrives in publish order.
+  static constexpr bool keeps_batch_order = true;
 
   // Publisher and receiver are moved into the fixture (they are move-only owners).
   zeromq_fixture() : pub_(outbox::zeromq::publisher(publisher_options())) {

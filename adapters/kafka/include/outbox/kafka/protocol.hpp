@@ -1,0 +1,258 @@
+#pragma once
+/// @file
+/// How an `outbox::message` travels as a Kafka record, both ways: the layout of Debezium's outbox
+/// event router (topic per aggregate type, key = aggregate_id, value = payload, the event's id,
+/// type and aggregate type as headers), the topic naming, the checks a record must pass before it
+/// is produced (`unsendable`), the record -> message mapping (`decode`) and the classification of
+/// delivery-report errors. The publisher and the receiver are siblings over this header, as the
+/// ZeroMQ and AMQP adapters' are over theirs; adapters/kafka/README.md shows the layout.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <ratio>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <librdkafka/rdkafka.h>
+
+#include <outbox/error.hpp>
+#include <outbox/message.hpp>
+#include <outbox/time.hpp>
+#include <outbox/uuid.hpp>
+#include <outbox/validate.hpp>
+
+namespace outbox::kafka {
+
+/// The record headers the transport itself writes, before the event's own headers. A user
+/// header of one of these names is refused (`unsendable`): Kafka allows repeated names, and a
+/// consumer reading the last `id` header would read the user's.
+inline constexpr std::string_view id_header = "id";  ///< The event id, a UUID as text.
+inline constexpr std::string_view event_type_header = "event_type";
+inline constexpr std::string_view aggregate_type_header = "aggregate_type";
+/// The payload's media type (`application/json` unless the writer was given another).
+inline constexpr std::string_view content_type_header = "content_type";
+
+/// True when `name` is one of the transport's own header names.
+[[nodiscard]] constexpr bool is_reserved_header(std::string_view name) noexcept {
+  return name == id_header || name == event_type_header || name == aggregate_type_header ||
+         name == content_type_header;
+}
+
+/// The default topic pattern: Debezium's outbox event router routes to
+/// `outbox.event.<aggregate type>`.
+inline constexpr std::string_view default_topic_pattern = "outbox.event.{aggregate_type}";
+
+/// The longest topic name Kafka accepts.
+inline constexpr std::size_t max_topic_length = 249;
+
+/// Why `topic` cannot be a Kafka topic name, or an empty string when it can: 1 to 249 of
+/// `[A-Za-z0-9._-]`, and not `.` or `..` (the broker's own rule).
+[[nodiscard]] inline std::string topic_problem(std::string_view topic) {
+  if (topic.empty()) return "is empty";
+  if (topic.size() > max_topic_length)
+    return "is " + std::to_string(topic.size()) + " characters, Kafka's limit is " +
+           std::to_string(max_topic_length);
+  if (topic == "." || topic == "..") return "may not be \".\" or \"..\"";
+  for (const char c : topic) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok) return "holds a character other than A-Z a-z 0-9 . _ -";
+  }
+  return {};
+}
+
+/// Maps a message to its topic: a pattern with `{aggregate_type}` and `{event_type}`
+/// placeholders (parsed once), or a function of the whole message.
+class topic_router {
+ public:
+  using function = std::function<std::string(const message&)>;
+
+  /// @throws outbox::error `misconfigured` for a pattern with an unknown `{...}` placeholder or
+  ///         an unclosed `{`, or one without placeholders that is not a valid topic name.
+  explicit topic_router(std::string_view pattern = default_topic_pattern, function f = {})
+      : function_(std::move(f)) {
+    if (function_) return;
+    std::size_t at = 0;
+    while (at < pattern.size()) {
+      const auto open = pattern.find('{', at);
+      if (open == std::string_view::npos) {
+        parts_.push_back({std::string(pattern.substr(at)), part::literal});
+        break;
+      }
+      if (open > at) parts_.push_back({std::string(pattern.substr(at, open - at)), part::literal});
+      const auto close = pattern.find('}', open);
+      if (close == std::string_view::npos)
+        throw error(errc::misconfigured, "kafka", {},
+                    "publisher_options::topic_pattern has a '{' without its '}'");
+      const auto name = pattern.substr(open + 1, close - open - 1);
+      if (name == "aggregate_type")
+        parts_.push_back({{}, part::aggregate_type});
+      else if (name == "event_type")
+        parts_.push_back({{}, part::event_type});
+      else
+        throw error(errc::misconfigured, "kafka", {},
+                    "publisher_options::topic_pattern: unknown placeholder {" + std::string(name) +
+                        "} (known: {aggregate_type}, {event_type})");
+      at = close + 1;
+    }
+    const bool fixed = parts_.size() <= 1 && (parts_.empty() || parts_[0].kind == part::literal);
+    if (fixed) {
+      const std::string topic = parts_.empty() ? std::string() : parts_[0].text;
+      if (const auto why = topic_problem(topic); !why.empty())
+        throw error(
+            errc::misconfigured, "kafka", {},
+            "publisher_options::topic_pattern \"" + sanitize_text(topic, 300) + "\" " + why);
+    }
+  }
+
+  /// The topic of `m` (not checked: see `unsendable`).
+  [[nodiscard]] std::string operator()(const message& m) const {
+    if (function_) return function_(m);
+    std::string t;
+    for (const auto& p : parts_)
+      t += p.kind == part::literal          ? std::string_view(p.text)
+           : p.kind == part::aggregate_type ? std::string_view(m.aggregate_type)
+                                            : std::string_view(m.event_type);
+    return t;
+  }
+
+ private:
+  struct part {
+    enum kind_type : std::uint8_t { literal, aggregate_type, event_type };
+    std::string text;
+    kind_type kind;
+  };
+  std::vector<part> parts_;
+  function function_;
+};
+
+/// The bytes librdkafka counts against `message.max.bytes` for a record of `m` (value, key and
+/// headers with their varint lengths), bounded from above.
+[[nodiscard]] inline std::size_t record_bytes(const message& m) noexcept {
+  const auto header = [](std::size_t name, std::size_t value) { return name + value + 10; };
+  std::size_t n = m.payload.size() + m.aggregate_id.size();
+  n += header(id_header.size(), 36) + header(event_type_header.size(), m.event_type.size()) +
+       header(aggregate_type_header.size(), m.aggregate_type.size()) +
+       header(content_type_header.size(), m.content_type.size());
+  for (const auto& [k, v] : m.headers) n += header(k.size(), v.size());
+  return n;
+}
+
+/// Why `m` (routed to `topic`) cannot be produced, or an empty string when it can. Checked
+/// before the record enters the producer, so a record that cannot be carried never takes a
+/// place in the partition's idempotent sequence: it fails `permanent` and the relay
+/// dead-letters it.
+[[nodiscard]] inline std::string unsendable(const message& m, std::string_view topic,
+                                            std::size_t max_record_bytes) {
+  if (const auto why = topic_problem(topic); !why.empty())
+    return "the topic \"" + sanitize_text(topic, 300) + "\" " + why +
+           " (route such aggregate types with publisher_options::topic)";
+  for (const auto& [k, v] : m.headers)
+    if (is_reserved_header(k))
+      return "a header is named \"" + k +
+             "\", a name the Kafka transport writes itself (id, event_type, aggregate_type, "
+             "content_type)";
+  if (const auto why = content_type_problem(m.content_type); !why.empty())
+    return "the content_type " + why;
+  if (to_unix<std::milli>(m.created_at) < 0)
+    return "created_at is before 1970: a Kafka timestamp counts milliseconds since 1970";
+  const std::size_t size = record_bytes(m);
+  if (size > max_record_bytes)
+    return "the record is " + std::to_string(size) +
+           " bytes (payload, key and headers): over the producer's message.max.bytes (" +
+           std::to_string(max_record_bytes) + ")";
+  return {};
+}
+
+/// The class of a delivery-report error (or an error `rd_kafka_producev` returned) for the one
+/// message it concerns: what no retry can fix in the message is `permanent` (too large, a
+/// record or topic the broker refuses), a configuration the relay must stop on is
+/// `misconfigured` (credentials, authorization), everything else `transient` (timeouts,
+/// possibly persisted messages, leader changes, a broker away), retried with backoff.
+[[nodiscard]] inline errc classify_delivery(rd_kafka_resp_err_t err) noexcept {
+  switch (err) {
+    case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
+    case RD_KAFKA_RESP_ERR_INVALID_MSG:
+    case RD_KAFKA_RESP_ERR_INVALID_MSG_SIZE:
+    case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
+    case RD_KAFKA_RESP_ERR_INVALID_RECORD:
+    case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
+    case RD_KAFKA_RESP_ERR_UNSUPPORTED_FOR_MESSAGE_FORMAT:
+    case RD_KAFKA_RESP_ERR_INVALID_TIMESTAMP:
+    case RD_KAFKA_RESP_ERR__BAD_MSG:
+    case RD_KAFKA_RESP_ERR__INVALID_ARG:
+      return errc::permanent;
+    case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_SASL_AUTHENTICATION_FAILED:
+    case RD_KAFKA_RESP_ERR__AUTHENTICATION:
+    case RD_KAFKA_RESP_ERR__SSL:
+      return errc::misconfigured;
+    default:
+      return errc::transient;
+  }
+}
+
+/// A record read back into `m` (the inverse of what the publisher writes); false when it is not
+/// an outbox event: no `id` header holding a UUID, no `event_type` or `aggregate_type` header or
+/// an empty one, no key (the aggregate id), a `content_type` that is not a media type, a
+/// timestamp `time_point` cannot represent. The value is the payload, byte for byte (a null
+/// value is an empty payload); a missing `content_type` means `application/json`; the other
+/// headers are the event's own (a null value reads as empty; of a repeated name the last wins).
+[[nodiscard]] inline bool decode(const rd_kafka_message_t& rec, message& m) {
+  rd_kafka_headers_t* hdrs = nullptr;
+  // Not the const overload: librdkafka parses the headers lazily into the message.
+  if (rd_kafka_message_headers(const_cast<rd_kafka_message_t*>(&rec), &hdrs) !=
+          RD_KAFKA_RESP_ERR_NO_ERROR ||
+      hdrs == nullptr)
+    return false;
+  if (rec.key == nullptr || rec.key_len == 0) return false;
+  m = message{};
+  m.aggregate_id.assign(static_cast<const char*>(rec.key), rec.key_len);
+  bool has_id = false;
+  bool has_content_type = false;
+  const char* name = nullptr;
+  const void* value = nullptr;
+  std::size_t size = 0;
+  for (std::size_t i = 0;
+       rd_kafka_header_get_all(hdrs, i, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR; ++i) {
+    const std::string_view k(name);
+    std::string v =
+        value != nullptr ? std::string(static_cast<const char*>(value), size) : std::string();
+    if (k == id_header && !has_id) {
+      const auto id = uuid::parse(v);
+      if (!id) return false;
+      m.id = *id;
+      has_id = true;
+    } else if (k == event_type_header && m.event_type.empty()) {
+      m.event_type = std::move(v);
+    } else if (k == aggregate_type_header && m.aggregate_type.empty()) {
+      m.aggregate_type = std::move(v);
+    } else if (k == content_type_header && !has_content_type) {
+      m.content_type = std::move(v);
+      has_content_type = true;
+    } else if (!is_reserved_header(k)) {
+      m.headers.insert_or_assign(std::string(k), std::move(v));
+    }
+  }
+  if (!has_id || m.event_type.empty() || m.aggregate_type.empty()) return false;
+  if (!has_content_type || m.content_type.empty()) m.content_type = std::string(json_content_type);
+  if (!content_type_problem(m.content_type).empty()) return false;
+  if (rec.payload != nullptr) m.payload.assign(static_cast<const char*>(rec.payload), rec.len);
+  rd_kafka_timestamp_type_t type = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
+  const std::int64_t ms = rd_kafka_message_timestamp(&rec, &type);
+  if (type != RD_KAFKA_TIMESTAMP_NOT_AVAILABLE) {
+    const auto t = from_unix<std::milli>(ms);
+    if (!t) return false;
+    m.created_at = *t;
+  }
+  return true;
+}
+
+}  // namespace outbox::kafka

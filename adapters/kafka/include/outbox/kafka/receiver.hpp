@@ -1,0 +1,465 @@
+#pragma once
+/// @file
+/// `outbox::kafka::receiver`: the consumer's side of the Kafka transport. A consumer-group member
+/// that never commits an offset on its own: an offset is committed only once every record before
+/// it in its partition was acked, i.e. after the consumer's transaction committed.
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <librdkafka/rdkafka.h>
+
+#include <outbox/concepts/transport.hpp>
+#include <outbox/error.hpp>
+#include <outbox/kafka/detail/client.hpp>
+#include <outbox/kafka/protocol.hpp>
+#include <outbox/message.hpp>
+
+namespace outbox::kafka {
+
+/// Options of a receiver. Fill with designated initialisers.
+struct receiver_options {
+  /// `host:port[,host:port...]` (librdkafka's `bootstrap.servers`; or give that in `config`).
+  std::string bootstrap_servers{};
+  /// Required: the consumer group (`group.id`). Every member of one consumer service uses the
+  /// same group; the partitions are shared among them.
+  std::string group_id{};
+  /// Topics to subscribe to: names, or regular expressions starting with `^`. The default
+  /// follows the publisher's default pattern (every `outbox.event.*` topic).
+  std::vector<std::string> topics{"^outbox\\.event\\..*"};
+  /// Any librdkafka consumer property, passed through (security, TLS, SASL, `session.timeout.ms`,
+  /// `partition.assignment.strategy`, ...); values never appear in errors. `auto.offset.reset`
+  /// defaults to `earliest` here (a new group starts with what the topic holds, not after it).
+  /// Refused (`misconfigured`): `enable.auto.commit` or `enable.auto.offset.store` other than
+  /// false (an offset committed before the transaction loses the event on a crash), and
+  /// `group.id` (set `group_id`).
+  properties config{};
+  /// How often acknowledged offsets are committed (asynchronously; and always synchronously when
+  /// partitions are revoked and on close). Longer: fewer commits, more redeliveries after a
+  /// crash (the inbox absorbs them). 0: synchronously at every ack.
+  std::chrono::milliseconds commit_interval{100};
+};
+
+/// Counters of one receiver.
+struct receiver_stats {
+  std::uint64_t received = 0;   ///< Records handed out (redeliveries of a requeue included).
+  std::uint64_t malformed = 0;  ///< Records that are not outbox events: skipped, offset passed.
+  std::uint64_t commits = 0;    ///< Offset commits sent.
+  std::uint64_t commit_failures = 0;  ///< Commits the group coordinator refused (redelivered).
+  std::uint64_t rebalances = 0;       ///< Assignments and revocations.
+  std::uint64_t dropped = 0;  ///< Deliveries held when their partition was revoked (redelivered).
+};
+
+namespace detail {
+/// The offsets of one assigned partition this member has seen.
+struct partition_offsets {
+  std::set<std::int64_t> outstanding{};  ///< Handed out, not yet acked.
+  std::int64_t next = -1;                ///< One past the highest offset seen (-1: none yet).
+  std::int64_t committed = -1;           ///< The last offset committed (or sent asynchronously).
+  std::uint64_t generation = 0;          ///< Bumped at each assignment: older tags are stale.
+
+  /// What may be committed: the first offset not yet acked, or `next` when all are.
+  [[nodiscard]] std::int64_t committable() const noexcept {
+    return outstanding.empty() ? next : *outstanding.begin();
+  }
+};
+
+/// What the rebalance and commit callbacks touch: at a stable address (the receiver moves).
+struct consumer_state {
+  using key = std::pair<std::string, std::int32_t>;
+  struct held {
+    key tp;
+    std::int64_t offset = 0;
+    std::uint64_t generation = 0;
+  };
+  std::map<key, partition_offsets> partitions{};
+  std::unordered_map<std::uint64_t, held> tags{};  ///< Deliveries handed out, by tag.
+  std::deque<std::pair<delivery, held>> requeued{};
+  std::uint64_t generation = 0;
+  std::size_t assigned = 0;
+  receiver_stats stats{};
+
+  /// Commits the committable offsets of `which` (every partition when null) that moved on.
+  /// Returns the first error.
+  rd_kafka_resp_err_t commit(rd_kafka_t* rk, const rd_kafka_topic_partition_list_t* which,
+                             bool async) {
+    partitions_ptr list(rd_kafka_topic_partition_list_new(4));
+    const auto add = [&](const key& k, partition_offsets& p) {
+      const auto at = p.committable();
+      if (at < 0 || at <= p.committed) return;
+      rd_kafka_topic_partition_list_add(list.get(), k.first.c_str(), k.second)->offset = at;
+      p.committed = at;
+    };
+    if (which == nullptr) {
+      for (auto& [k, p] : partitions) add(k, p);
+    } else {
+      for (int i = 0; i < which->cnt; ++i) {
+        const auto& e = which->elems[i];
+        auto it = partitions.find({e.topic, e.partition});
+        if (it != partitions.end()) add(it->first, it->second);
+      }
+    }
+    if (list->cnt == 0) return RD_KAFKA_RESP_ERR_NO_ERROR;
+    ++stats.commits;
+    const auto err = rd_kafka_commit(rk, list.get(), async ? 1 : 0);
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) ++stats.commit_failures;
+    return err;
+  }
+
+  void forget(const rd_kafka_topic_partition_list_t* revoked) {
+    for (int i = 0; i < revoked->cnt; ++i) {
+      const key k{revoked->elems[i].topic, revoked->elems[i].partition};
+      partitions.erase(k);
+      std::erase_if(tags, [&](const auto& t) { return t.second.tp == k; });
+      const auto before = requeued.size();
+      std::erase_if(requeued, [&](const auto& r) { return r.second.tp == k; });
+      stats.dropped += before - requeued.size();
+    }
+  }
+
+  static void on_rebalance(rd_kafka_t* rk, rd_kafka_resp_err_t err,
+                           rd_kafka_topic_partition_list_t* parts, void* self) noexcept {
+    auto* s = static_cast<consumer_state*>(self);
+    const bool cooperative = std::string_view(rd_kafka_rebalance_protocol(rk)) == "COOPERATIVE";
+    ++s->stats.rebalances;
+    try {
+      if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+        ++s->generation;
+        for (int i = 0; i < parts->cnt; ++i) {
+          auto& p = s->partitions[{parts->elems[i].topic, parts->elems[i].partition}];
+          p = partition_offsets{};
+          p.generation = s->generation;
+        }
+        if (cooperative)
+          error_ptr(rd_kafka_incremental_assign(rk, parts));
+        else
+          rd_kafka_assign(rk, parts);
+        s->assigned += static_cast<std::size_t>(parts->cnt);
+        return;
+      }
+      // Revoked (or an error): what was acked is committed before the partitions go, unless
+      // they are lost already (another member may own them); what was not is redelivered to
+      // their next owner, and the inbox absorbs what had committed.
+      if (err == RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS && !rd_kafka_assignment_lost(rk))
+        (void)s->commit(rk, parts, false);
+      s->forget(parts);
+      if (cooperative) {
+        error_ptr(rd_kafka_incremental_unassign(rk, parts));
+        s->assigned -= std::min(s->assigned, static_cast<std::size_t>(parts->cnt));
+      } else {
+        rd_kafka_assign(rk, nullptr);
+        s->assigned = 0;
+      }
+    } catch (...) {  // out of memory: give the partitions up, they are redelivered elsewhere
+      rd_kafka_assign(rk, nullptr);
+      s->assigned = 0;
+    }
+  }
+
+  static void on_commit(rd_kafka_t*, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t*,
+                        void* self) noexcept {
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR && err != RD_KAFKA_RESP_ERR__NO_OFFSET)
+      ++static_cast<consumer_state*>(self)->stats.commit_failures;
+  }
+};
+}  // namespace detail
+
+/// A `concepts::receiver` over a Kafka consumer group.
+///
+/// Offsets: a record's offset is committed only after it and every record before it in its
+/// partition were acked (per partition, in order; a later offset is never committed past an
+/// unacked earlier one). `nack(d, true)` keeps the record's offset uncommitted and delivers it
+/// again from here (marked redelivered) before anything newer; `nack(d, false)` passes it (Kafka
+/// has no dead-letter route of its own: keep `dead_letter_route::store`). A record that is not
+/// an outbox event is skipped and counted (`stats().malformed`), its offset passed.
+///
+/// Rebalances: when partitions are revoked, what was acked is committed synchronously and what
+/// was not is forgotten (an ack for it later is ignored): the partition's next owner reads it
+/// again from the committed offset, and the inbox absorbs whatever had been applied here.
+///
+/// Threading: one thread (the consumer's). Rebalances and commits are served inside `receive`.
+/// Move-only; the callbacks' state is on the heap.
+class receiver {
+ public:
+  /// Creates the consumer and subscribes; the group is joined inside the first `receive` calls
+  /// (or `wait_for_assignment`).
+  /// @throws outbox::error `misconfigured` (an unknown or refused property, no group, no topic).
+  explicit receiver(receiver_options options)
+      : options_(std::move(options)), state_(std::make_unique<detail::consumer_state>()) {
+    check_options();
+    properties forced{{"group.id", options_.group_id},
+                      {"enable.auto.commit", "false"},
+                      {"enable.auto.offset.store", "false"},
+                      {"enable.partition.eof", "false"}};
+    if (!options_.bootstrap_servers.empty())
+      forced.emplace("bootstrap.servers", options_.bootstrap_servers);
+    auto conf = detail::make_conf(options_.config, forced);
+    if (!options_.config.contains("auto.offset.reset"))
+      detail::set(conf.get(), "auto.offset.reset", "earliest");
+    rd_kafka_conf_set_opaque(conf.get(), state_.get());
+    rd_kafka_conf_set_rebalance_cb(conf.get(), &detail::consumer_state::on_rebalance);
+    rd_kafka_conf_set_offset_commit_cb(conf.get(), &detail::consumer_state::on_commit);
+    rk_ = detail::make_handle(RD_KAFKA_CONSUMER, std::move(conf));
+    rd_kafka_poll_set_consumer(rk_.get());
+    detail::partitions_ptr topics(
+        rd_kafka_topic_partition_list_new(static_cast<int>(options_.topics.size())));
+    for (const auto& t : options_.topics)
+      rd_kafka_topic_partition_list_add(topics.get(), t.c_str(), RD_KAFKA_PARTITION_UA);
+    if (const auto err = rd_kafka_subscribe(rk_.get(), topics.get()); err)
+      throw error(errc::misconfigured, "kafka", error_name(err),
+                  std::string("subscribe: ") + rd_kafka_err2str(err));
+  }
+
+  receiver(const receiver&) = delete;
+  receiver& operator=(const receiver&) = delete;
+  /// Moves the consumer and its state; a moved-from receiver may only be destroyed or assigned
+  /// to.
+  receiver(receiver&&) noexcept = default;
+  receiver& operator=(receiver&& other) noexcept {
+    if (this != &other) {
+      close();
+      options_ = std::move(other.options_);
+      next_tag_ = other.next_tag_;
+      last_commit_ = other.last_commit_;
+      state_ = std::move(other.state_);
+      rk_ = std::move(other.rk_);
+    }
+    return *this;
+  }
+  /// Commits what was acked and leaves the group (its partitions go to the other members at
+  /// once, instead of after the session timeout).
+  ~receiver() { close(); }
+
+  /// The next delivery, or `nullopt` after `timeout`. Serves rebalances and commits meanwhile.
+  /// @throws outbox::error `transient` for a consumer error librdkafka reports (a broker away,
+  ///         a subscribed topic that does not exist yet): the consumer's `run` backs off and
+  ///         polls again; `misconfigured` for credentials, TLS or authorization failures and a
+  ///         fatal consumer error.
+  std::optional<delivery> receive(std::chrono::milliseconds timeout) {
+    auto& st = *state_;
+    if (!st.requeued.empty()) return take_requeued();
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      commit_due();
+      const auto now = std::chrono::steady_clock::now();
+      detail::message_ptr rec(rd_kafka_consumer_poll(rk_.get(), detail::timeout_ms(until - now)));
+      if (!st.requeued.empty()) return take_requeued();  // cannot happen: no nack inside poll
+      if (!rec) {
+        if (std::chrono::steady_clock::now() >= until) return std::nullopt;
+        continue;
+      }
+      if (rec->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        if (rec->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) continue;
+        throw consumer_error(rec->err, rd_kafka_message_errstr(rec.get()));
+      }
+      if (auto d = accept(*rec)) return d;
+      if (std::chrono::steady_clock::now() >= until) return std::nullopt;
+    }
+  }
+
+  /// Marks `d` done: its offset becomes committable once every earlier one of its partition is.
+  /// Unknown or stale tags (a partition revoked meanwhile) are ignored.
+  /// @throws outbox::error `transient` when `commit_interval` is 0 and the commit failed (the
+  ///         delivery may come again; the inbox absorbs it).
+  void ack(const delivery& d) {
+    settle(d);
+    commit_due();
+  }
+
+  /// `requeue`: delivers `d` again from here, before anything newer (its offset stays
+  /// uncommitted). Otherwise passes it, as `ack` does.
+  void nack(const delivery& d, bool requeue) {
+    auto& st = *state_;
+    if (!requeue) return ack(d);
+    auto it = st.tags.find(d.tag);
+    if (it == st.tags.end()) return;
+    st.requeued.emplace_back(delivery{d.msg, 0, true}, it->second);
+    st.tags.erase(it);
+  }
+
+  /// Kafka has no dead-letter route of its own (`consumer` refuses `dead_letter_route::transport`).
+  [[nodiscard]] static constexpr bool has_dead_letter_route() noexcept { return false; }
+
+  /// Polls until this member has partitions assigned (the group joined) or `timeout` passes;
+  /// records fetched meanwhile wait for `receive`. For start-up readiness checks and tests.
+  bool wait_for_assignment(std::chrono::milliseconds timeout) {
+    auto& st = *state_;
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    while (st.assigned == 0 && std::chrono::steady_clock::now() < until) {
+      detail::message_ptr rec(rd_kafka_consumer_poll(rk_.get(), 20));
+      if (rec && rec->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        if (auto d = accept(*rec)) {
+          const auto held = st.tags.at(d->tag);
+          st.tags.erase(d->tag);
+          st.requeued.emplace_back(delivery{std::move(d->msg), 0, false}, held);
+        }
+      }
+    }
+    return st.assigned > 0;
+  }
+
+  /// Commits what is committable now, synchronously.
+  /// @throws outbox::error `transient` when the group coordinator refuses it.
+  void commit() {
+    last_commit_ = std::chrono::steady_clock::now();
+    if (const auto err = state_->commit(rk_.get(), nullptr, false); err)
+      throw error(errc::transient, "kafka", error_name(err),
+                  std::string("offset commit: ") + rd_kafka_err2str(err));
+  }
+
+  /// Records of the assigned partitions not yet acked here: each partition's high watermark
+  /// (asked of its leader) minus its committable offset (or its committed offset, for a
+  /// partition nothing was read from yet). For monitoring and tests.
+  /// @throws outbox::error `transient` when a broker does not answer within `timeout`.
+  [[nodiscard]] std::int64_t lag(std::chrono::milliseconds timeout) {
+    rd_kafka_topic_partition_list_t* raw = nullptr;
+    if (const auto err = rd_kafka_assignment(rk_.get(), &raw); err)
+      throw error(errc::transient, "kafka", error_name(err), "assignment");
+    detail::partitions_ptr parts(raw);
+    if (const auto err = rd_kafka_committed(rk_.get(), parts.get(), detail::timeout_ms(timeout));
+        err)
+      throw error(errc::transient, "kafka", error_name(err), "committed offsets");
+    std::int64_t lag = 0;
+    for (int i = 0; i < parts->cnt; ++i) {
+      const auto& e = parts->elems[i];
+      std::int64_t low = 0;
+      std::int64_t high = 0;
+      if (const auto err = rd_kafka_query_watermark_offsets(rk_.get(), e.topic, e.partition, &low,
+                                                            &high, detail::timeout_ms(timeout));
+          err)
+        throw error(errc::transient, "kafka", error_name(err), "watermark offsets");
+      std::int64_t from = e.offset >= 0 ? e.offset : low;
+      auto it = state_->partitions.find({e.topic, e.partition});
+      if (it != state_->partitions.end() && it->second.committable() >= 0)
+        from = it->second.committable();
+      lag += std::max<std::int64_t>(0, high - from);
+    }
+    return lag;
+  }
+
+  /// Deliveries handed out and not yet acked, plus those requeued here.
+  [[nodiscard]] std::size_t held() const noexcept {
+    return state_->tags.size() + state_->requeued.size();
+  }
+  /// Partitions assigned to this member now.
+  [[nodiscard]] std::size_t assigned() const noexcept { return state_->assigned; }
+  [[nodiscard]] receiver_stats stats() const noexcept { return state_->stats; }
+  /// The librdkafka consumer, for what this class does not wrap. Do not poll it.
+  [[nodiscard]] rd_kafka_t* handle() const noexcept { return rk_.get(); }
+
+ private:
+  void check_options() {
+    const auto& c = options_.config;
+    const auto is = [&](std::string_view k, std::string_view want) {
+      auto it = c.find(k);
+      return it == c.end() || it->second == want;
+    };
+    if (options_.group_id.empty())
+      throw error(errc::misconfigured, "kafka", {}, "receiver_options::group_id is required");
+    if (c.contains("group.id"))
+      throw error(errc::misconfigured, "kafka", {},
+                  "set receiver_options::group_id, not config[\"group.id\"]");
+    if (!is("enable.auto.commit", "false") || !is("enable.auto.offset.store", "false"))
+      throw error(errc::misconfigured, "kafka", {},
+                  "enable.auto.commit and enable.auto.offset.store must stay false: an offset "
+                  "committed before the consumer's transaction loses the event on a crash");
+    if (options_.topics.empty())
+      throw error(errc::misconfigured, "kafka", {}, "receiver_options::topics is empty");
+    if (c.contains("bootstrap.servers") && !options_.bootstrap_servers.empty())
+      throw error(errc::misconfigured, "kafka", {},
+                  "bootstrap servers given twice (receiver_options::bootstrap_servers and "
+                  "config[\"bootstrap.servers\"])");
+    if (options_.bootstrap_servers.empty() && !c.contains("bootstrap.servers") &&
+        !c.contains("metadata.broker.list") && !c.contains("test.mock.num.brokers"))
+      throw error(errc::misconfigured, "kafka", {}, "receiver_options::bootstrap_servers is empty");
+    if (options_.commit_interval.count() < 0)
+      throw error(errc::misconfigured, "kafka", {},
+                  "receiver_options::commit_interval is negative");
+  }
+
+  [[nodiscard]] error consumer_error(rd_kafka_resp_err_t err, const char* text) const {
+    char fatal[512] = "";
+    if (rd_kafka_fatal_error(rk_.get(), fatal, sizeof fatal) != RD_KAFKA_RESP_ERR_NO_ERROR)
+      return error(errc::misconfigured, "kafka", error_name(err),
+                   sanitize_text(std::string("the consumer raised a fatal error: ") + fatal));
+    return error(classify_client(err), "kafka", error_name(err),
+                 sanitize_text(std::string("consumer: ") + (text ? text : "")));
+  }
+
+  /// Registers a fetched record as handed out; nullopt (and its offset passed) when it is not an
+  /// outbox event.
+  std::optional<delivery> accept(const rd_kafka_message_t& rec) {
+    auto& st = *state_;
+    const detail::consumer_state::key k{rd_kafka_topic_name(rec.rkt), rec.partition};
+    auto& p = st.partitions[k];
+    if (p.generation == 0) p.generation = st.generation;
+    p.next = std::max(p.next, rec.offset + 1);
+    delivery d;
+    if (!decode(rec, d.msg)) {
+      ++st.stats.malformed;
+      return std::nullopt;
+    }
+    d.tag = ++next_tag_;
+    p.outstanding.insert(rec.offset);
+    st.tags.emplace(d.tag, detail::consumer_state::held{k, rec.offset, p.generation});
+    ++st.stats.received;
+    return d;
+  }
+
+  delivery take_requeued() {
+    auto& st = *state_;
+    auto [d, held] = std::move(st.requeued.front());
+    st.requeued.pop_front();
+    d.tag = ++next_tag_;
+    st.tags.emplace(d.tag, std::move(held));
+    ++st.stats.received;
+    return std::move(d);
+  }
+
+  void settle(const delivery& d) {
+    auto& st = *state_;
+    auto it = st.tags.find(d.tag);
+    if (it == st.tags.end()) return;
+    auto p = st.partitions.find(it->second.tp);
+    if (p != st.partitions.end() && p->second.generation == it->second.generation)
+      p->second.outstanding.erase(it->second.offset);
+    st.tags.erase(it);
+  }
+
+  void commit_due() {
+    const auto now = std::chrono::steady_clock::now();
+    if (options_.commit_interval.count() == 0) return commit();
+    if (now - last_commit_ < options_.commit_interval) return;
+    last_commit_ = now;
+    (void)state_->commit(rk_.get(), nullptr, true);
+  }
+
+  void close() noexcept {
+    if (!rk_) return;
+    // consumer_close serves the revocation (which commits what was acked) and leaves the group.
+    rd_kafka_consumer_close(rk_.get());
+    rk_.reset();
+  }
+
+  receiver_options options_;
+  std::uint64_t next_tag_ = 0;
+  std::chrono::steady_clock::time_point last_commit_{};
+  std::unique_ptr<detail::consumer_state> state_;
+  detail::handle_ptr rk_;  // after state_: destroyed first
+};
+
+static_assert(concepts::receiver<receiver>);
+
+}  // namespace outbox::kafka
