@@ -3,7 +3,7 @@
 // applied twice or applied out of order, and that nothing rolled back was seen anywhere.
 //
 // Pairs: every store x transport this build has (-DOUTBOX_HARNESS_<ADAPTER> from
-// tools/meson.build), chosen by --store sqlite|postgresql|mysql and --transport zeromq|amqp.
+// tools/meson.build), chosen by --store sqlite|postgresql|mysql and --transport zeromq|amqp|kafka.
 // SQLite: a file in the run's directory; PostgreSQL: a schema of its own (outbox_faults_<run>,
 // created and dropped by the orchestrator) in the database at --postgresql (default:
 // OUTBOX_TEST_POSTGRESQL), claim policy --policy locking|leasing; ZeroMQ: ipc:// in the run's
@@ -135,6 +135,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -147,6 +148,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include <soci/soci.h>
@@ -168,6 +170,9 @@
 #endif
 #ifdef OUTBOX_HARNESS_AMQP
 #include <outbox/amqp/amqp.hpp>
+#endif
+#ifdef OUTBOX_HARNESS_KAFKA
+#include <outbox/kafka/kafka.hpp>
 #endif
 
 using namespace std::chrono_literals;
@@ -202,6 +207,9 @@ struct args {
   std::string postgresql;  ///< libpq connect string; default OUTBOX_TEST_POSTGRESQL.
   std::string mysql;       ///< SOCI mysql connect string; default OUTBOX_TEST_MYSQL.
   std::string amqp;        ///< amqp:// URL; default OUTBOX_TEST_AMQP.
+  /// Kafka bootstrap servers; default OUTBOX_TEST_KAFKA; empty: the orchestrator starts a mock
+  /// cluster of the run's own.
+  std::string kafka;
   long events = 2000;
   std::uint64_t seed = 0;
   bool seed_given = false;
@@ -242,7 +250,7 @@ struct args {
 [[noreturn]] void usage(const std::string& why) {
   std::cerr
       << "fault_harness: " << why
-      << "\nusage: fault_harness [--store sqlite|postgresql|mysql] [--transport zeromq|amqp] "
+      << "\nusage: fault_harness [--store sqlite|postgresql|mysql] [--transport zeromq|amqp|kafka] "
          "[--policy locking|leasing] [--postgresql CONNSTR] [--mysql CONNSTR] [--amqp URL]\n"
          "       [--events N] [--seed S] [--relay-kills K] "
          "[--consumer-kills K] [--db-kills K] [--aggregates A] [--rate R] [--dir DIR] [--keep] "
@@ -292,6 +300,8 @@ args parse(int argc, char** argv) {
       a.mysql = text(i);
     else if (arg == "--amqp")
       a.amqp = text(i);
+    else if (arg == "--kafka")
+      a.kafka = text(i);
     else if (arg == "--events")
       a.events = static_cast<long>(number(i));
     else if (arg == "--seed") {
@@ -385,7 +395,10 @@ args parse(int argc, char** argv) {
     if (const char* v = std::getenv("OUTBOX_TEST_MYSQL")) a.mysql = v;
   if (a.amqp.empty())
     if (const char* v = std::getenv("OUTBOX_TEST_AMQP")) a.amqp = v;
-  if (a.role != "orchestrator" && a.run.empty() && (server_store || a.transport == "amqp"))
+  if (a.kafka.empty())
+    if (const char* v = std::getenv("OUTBOX_TEST_KAFKA")) a.kafka = v;
+  if (a.role != "orchestrator" && a.run.empty() &&
+      (server_store || a.transport == "amqp" || a.transport == "kafka"))
     usage("--role " + a.role + " needs --run for a store or transport on a server");
   return a;
 }
@@ -719,6 +732,77 @@ struct amqp_kind {
                          outbox::amqp::bytes(exchange(a)), 0);
     conn.check(amqp_get_rpc_reply(conn.state()), "exchange.delete");
   }
+};
+#endif
+
+#ifdef OUTBOX_HARNESS_KAFKA
+struct kafka_kind {
+  static constexpr const char* name = "kafka";
+  /// The confirm is the broker's delivery report: published is not applied.
+  static constexpr bool confirm_is_applied = false;
+  /// What --broker-outages can do: every broker of the cluster down, then up (the orchestrator's
+  /// own mock cluster; a cluster given by --kafka needs --broker-down-cmd/--broker-up-cmd).
+  static constexpr const char* outages = "node-restart";
+  /// The records a consumer fault may deliver again: the in-flight one, and those acked since
+  /// the last offset commit (every 20 ms here), at the pace of a consumer catching up.
+  static constexpr long long redelivered_per_consumer_fault = 50;
+  /// A consumer holds deliveries of its own (to copy in a storm) once it has joined the group
+  /// and has partitions: 3 s for a first join on the mock, up to a session timeout more when a
+  /// member left.
+  static constexpr std::chrono::milliseconds consumer_warmup{6000};
+  /// The producer's message.max.bytes here; an uncarriable event's record is larger.
+  static constexpr std::size_t max_record_bytes = 256 * 1024;
+  /// A mock cluster of the run's own in the orchestrator when no --kafka is given.
+  static const char* missing(const args&) { return nullptr; }
+  /// Two members of one consumer group, sharing the topic's four partitions: a consumer fault
+  /// is also a rebalance (the partitions of a killed member move after its session timeout).
+  /// Order per aggregate holds: a key is in one partition, a partition has one owner.
+  static int consumers(const args&) { return 2; }
+  static std::string topic(const args& a) { return "outbox-faults-" + a.run; }
+  static outbox::kafka::publisher publisher(const args& a) {
+    const std::string t = topic(a);
+    return outbox::kafka::publisher(
+        {.bootstrap_servers = a.kafka,
+         .config = {{"message.max.bytes", std::to_string(max_record_bytes)},
+                    {"linger.ms", "1"},
+                    {"reconnect.backoff.max.ms", std::to_string(reconnect_max.count())}},
+         .topic = [t](const outbox::message&) { return t; },
+         .delivery_timeout = relay_publish_timeout - 500ms});
+  }
+  /// The consumers' session timeout and librdkafka's longest reconnect backoff here.
+  static constexpr auto session = 3000ms;
+  static constexpr auto reconnect_max = 1000ms;
+  /// The longest a consumer waits for a synchronous commit (a revocation) here.
+  static constexpr auto commit_timeout = 1000ms;
+  /// How long a partition may go without an owner, so that records acked (applied) before it
+  /// and not yet committed come back that much later: a killed member is dropped after its
+  /// session timeout, the rebalance waits up to another; a broker outage adds the reconnect
+  /// backoff and a rebalance of every member (seen: 26 s with a 10 s backoff and two outages).
+  static std::chrono::milliseconds partition_stall(int outages) {
+    return 2 * session + commit_timeout + outages * (reconnect_max + commit_timeout + 3 * session);
+  }
+  /// A short session, so that a killed member's partitions move within seconds.
+  static outbox::kafka::receiver receiver(const args& a) {
+    return outbox::kafka::receiver(
+        {.bootstrap_servers = a.kafka,
+         .group_id = topic(a),
+         .topics = {topic(a)},
+         .config = {{"session.timeout.ms", std::to_string(session.count())},
+                    {"heartbeat.interval.ms", "300"},
+                    {"reconnect.backoff.max.ms", std::to_string(reconnect_max.count())},
+                    {"fetch.wait.max.ms", "10"}},
+         .commit_interval = 20ms,
+         .commit_timeout = commit_timeout});
+  }
+  /// A payload over the producer's message.max.bytes: refused `permanent` before it is
+  /// produced, and the relay dead-letters it.
+  static void make_uncarriable(outbox::event& e) {
+    e.payload.pop_back();  // the closing brace of the JSON object
+    e.payload += R"(,"pad":")" + std::string(max_record_bytes + 1024, 'x') + R"("})";
+  }
+  /// The run's own cluster goes with the orchestrator; on a cluster given by --kafka the topic
+  /// stays (deleting topics needs the Admin API and rights a test cluster may not grant).
+  static void drop(const args&) {}
 };
 #endif
 
@@ -1687,8 +1771,11 @@ struct server_fault_driver {
   pid_t cmd = -1;
   std::string cmd_text{};
   std::map<std::string, int> done{};  ///< By kind.
-  double longest_s = 0;               ///< The longest time a server (or the consumer) was away.
-  steady::time_point last_end{};      ///< When the last one ended (back up).
+  /// node-restart without commands: takes the broker down (true) or brings it up (false) in
+  /// this process (the orchestrator's own Kafka mock cluster).
+  std::function<void(bool)> power{};
+  double longest_s = 0;           ///< The longest time a server (or the consumer) was away.
+  steady::time_point last_end{};  ///< When the last one ended (back up).
   std::string failure{};
 
   [[nodiscard]] bool finished() const { return next >= plan.size(); }
@@ -1754,6 +1841,10 @@ struct server_fault_driver {
             c.restart_at = since + f.down;
           }
           step = 4;
+        } else if (f.kind == "node-restart" && power) {
+          power(true);
+          since = steady::now();  // down now
+          step = 2;
         } else if (f.kind == "node-restart") {
           start(a->broker_down_cmd, f.down);
           step = 1;
@@ -1773,6 +1864,11 @@ struct server_fault_driver {
         return;
       case 2:
         if (now - since < f.down) return;
+        if (power) {
+          power(false);
+          end(since, steady::now());
+          return;
+        }
         {
           const auto away = since;
           start(a->broker_up_cmd, f.down);
@@ -1860,6 +1956,25 @@ template <class S, class T>
 int run_orchestrator(args a) {
   for (const char* what : {S::missing(a), T::missing(a)})
     if (what != nullptr) return missing_service(what);
+  a.run = std::to_string(::getpid()) + "_" + std::to_string(a.seed);
+  // Kafka without --kafka: a mock cluster of the run's own, served by this process's librdkafka
+  // threads while the parts (other processes) use it; its outages are taken here, in process.
+  std::function<void(bool)> broker_power;
+#ifdef OUTBOX_HARNESS_KAFKA
+  std::optional<outbox::kafka::mock_cluster> kafka_cluster;
+  if constexpr (std::is_same_v<T, kafka_kind>) {
+    if (a.kafka.empty()) {
+      constexpr int brokers = 3;
+      kafka_cluster.emplace(brokers);
+      kafka_cluster->create_topic(T::topic(a), 4, 1);
+      a.kafka = kafka_cluster->bootstrap_servers();
+      broker_power = [&kafka_cluster](bool down) {
+        for (int id = 1; id <= brokers; ++id)
+          down ? kafka_cluster->set_broker_down(id) : kafka_cluster->set_broker_up(id);
+      };
+    }
+  }
+#endif
   std::vector<std::string> outage_kinds;  // server faults: what the pair can do, and how
   {
     std::string offered;
@@ -1883,7 +1998,7 @@ int run_orchestrator(args a) {
       usage(std::string("--db-restarts: ") + S::name + " has no server to restart");
     const bool broker_cmds =
         a.broker_outages > 0 && (listed(a.broker_outage_kinds, "close-connections") ||
-                                 listed(a.broker_outage_kinds, "node-restart"));
+                                 (listed(a.broker_outage_kinds, "node-restart") && !broker_power));
     const std::string no_way = server_commands(a, broker_cmds, db_server);
     if (!no_way.empty()) return missing_service(no_way.c_str(), "");
   }
@@ -1891,7 +2006,7 @@ int run_orchestrator(args a) {
   // password would show in ps).
   if (!a.postgresql.empty()) ::setenv("OUTBOX_TEST_POSTGRESQL", a.postgresql.c_str(), 1);
   if (!a.amqp.empty()) ::setenv("OUTBOX_TEST_AMQP", a.amqp.c_str(), 1);
-  a.run = std::to_string(::getpid()) + "_" + std::to_string(a.seed);
+  if (!a.kafka.empty()) ::setenv("OUTBOX_TEST_KAFKA", a.kafka.c_str(), 1);
   const std::string pair_name =
       std::string(S::name) + (a.policy.empty() ? "" : " (" + a.policy + ")") + " x " + T::name;
   bool made_dir = false;
@@ -1961,7 +2076,8 @@ int run_orchestrator(args a) {
       schedule_db_kills(rng, a.events, a.db_kills, a.db_kill_targets);
   const std::vector<storm> storms = schedule_storms(rng, a.events, a.storms, consumers.size());
   // Drawn after those (nothing without server faults): an old seed keeps its old schedule.
-  server_fault_driver server{.plan = schedule_server_faults(rng, a, outage_kinds), .a = &a};
+  server_fault_driver server{
+      .plan = schedule_server_faults(rng, a, outage_kinds), .a = &a, .power = broker_power};
   // The inbox keeps records for the dedup window, and exactly-once holds only for copies that
   // come within it (README "Guarantees": longer than the longest redelivery path). The faults
   // planned here make that path long: a relay whose clock jumped stamps leases and retry times
@@ -1975,8 +2091,12 @@ int run_orchestrator(args a) {
     for (const fault& f : relay_faults) jumps += f.kind == fault_kind::clock_jump ? 1 : 0;
     std::chrono::milliseconds away = pause_length;  // a pause, then every outage in a row
     for (const server_fault& f : server.plan) away += f.down;
-    const auto path = jumps * std::chrono::milliseconds(pause_length) + relay_lease +
-                      relay_publish_timeout + relay_max_retry_delay + away + 5s;
+    auto path = jumps * std::chrono::milliseconds(pause_length) + relay_lease +
+                relay_publish_timeout + relay_max_retry_delay + away + 5s;
+    // Where a consumer's acked records come back when their partition gets a new owner (Kafka:
+    // those acked since the last offset commit), the time a partition can stay without one.
+    if constexpr (requires { T::partition_stall(0); })
+      path += T::partition_stall(static_cast<int>(server.plan.size()));
     const int needed = static_cast<int>(std::chrono::ceil<std::chrono::seconds>(path).count());
     if (needed > a.dedup_window_s) {
       std::cerr << "fault_harness: dedup window " << needed << " s, not " << a.dedup_window_s
@@ -2037,7 +2157,9 @@ int run_orchestrator(args a) {
     last_fault = now;
   };
   // A storm goes to a consumer that has been up for a second (waiting up to 5 s for one, then
-  // counted missed).
+  // counted missed); on Kafka for 6 s, the group join and a rebalance (its session timeout).
+  std::chrono::milliseconds warmup = 1s;
+  if constexpr (requires { T::consumer_warmup; }) warmup = T::consumer_warmup;
   const auto drive_storms = [&](long applied) {
     if (next_storm >= storms.size()) return;
     const storm& st = storms[next_storm];
@@ -2049,8 +2171,8 @@ int run_orchestrator(args a) {
     // Up for a second at least: a consumer process keeps the deliveries it had itself, so a storm
     // sent as it (re)starts (one that fell due while it was down) would have nothing to copy.
     const bool sent =
-        c.pid > 0 && !c.armed && now - c.started >= 1s && ::kill(c.pid, sig_storm()) == 0;
-    if (!sent && now - storm_due < st.delay + 5s) return;
+        c.pid > 0 && !c.armed && now - c.started >= warmup && ::kill(c.pid, sig_storm()) == 0;
+    if (!sent && now - storm_due < st.delay + warmup + 4s) return;
     ++(sent ? storms_done : storms_missed);
     ++next_storm;
     storm_due = {};
@@ -2285,9 +2407,12 @@ int run_orchestrator(args a) {
         relay_kills += kill ? it->second : 0;
         relay_batches += kill || a.policy == "locking" ? it->second : 0;
       }
+  long long per_consumer_fault = 2;
+  if constexpr (requires { T::redelivered_per_consumer_fault; })
+    per_consumer_fault = T::redelivered_per_consumer_fault;
   const long long dup_bound = static_cast<long long>(relay_batch) *
                                   (relay_batches + db_total + server.total() * a.relays + 1) +
-                              2LL * consumer_total + fenced;
+                              per_consumer_fault * consumer_total + fenced;
   const bool dups_bounded = dups <= dup_bound;
   print_ledger(l, dups, storm_copies);
   if (l.applied_twice > 0) explain_applied_twice(sql);
@@ -2368,6 +2493,9 @@ int with_transport(const args& a) {
 #endif
 #ifdef OUTBOX_HARNESS_AMQP
   if (a.transport == "amqp") return run_pair<S, amqp_kind>(a);
+#endif
+#ifdef OUTBOX_HARNESS_KAFKA
+  if (a.transport == "kafka") return run_pair<S, kafka_kind>(a);
 #endif
   usage("transport " + a.transport + " is not in this build");
 }

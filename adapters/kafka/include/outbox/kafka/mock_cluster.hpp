@@ -71,8 +71,14 @@ class mock_cluster {
     check(rd_kafka_mock_broker_set_up(cluster_, id), "broker up");
   }
 
-  /// The next requests of Kafka API `api_key` (0 = Produce, 1 = Fetch, 8 = OffsetCommit, ...)
-  /// fail with `errors`, one each, in order.
+  /// Kafka API keys of the requests most worth failing.
+  static constexpr std::int16_t produce_api = 0;
+  static constexpr std::int16_t fetch_api = 1;
+  static constexpr std::int16_t offset_commit_api = 8;
+  static constexpr std::int16_t heartbeat_api = 12;
+
+  /// The next requests of Kafka API `api_key` (`produce_api`, `fetch_api`, ...) fail with
+  /// `errors`, one each, in order.
   void push_request_errors(std::int16_t api_key,
                            std::initializer_list<rd_kafka_resp_err_t> errors) {
     rd_kafka_mock_push_request_errors_array(cluster_, api_key, errors.size(), errors.begin());

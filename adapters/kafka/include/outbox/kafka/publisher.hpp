@@ -248,13 +248,15 @@ class publisher {
       }
       ready.clear();
       if (!st.done.empty()) continue;
-      if (open == 0) break;
+      // A fatal error fails what is produced after it at once: looked for before the loop may
+      // end for want of open messages.
       if (char buf[512] = "";
           rd_kafka_fatal_error(rk_.get(), buf, sizeof buf) != RD_KAFKA_RESP_ERR_NO_ERROR) {
         fatal = true;
         fatal_reason = buf;
         break;
       }
+      if (open == 0) break;
       const auto now = std::chrono::steady_clock::now();
       if (now >= until) break;
       rd_kafka_poll(rk_.get(), std::min(detail::timeout_ms(until - now), 50));

@@ -50,6 +50,12 @@ struct receiver_options {
   /// partitions are revoked and on close). Longer: fewer commits, more redeliveries after a
   /// crash (the inbox absorbs them). 0: synchronously at every ack.
   std::chrono::milliseconds commit_interval{100};
+  /// The longest a synchronous commit waits (when partitions are revoked, on close, `commit`):
+  /// a group coordinator that does not answer must not stall consumption. What could not be
+  /// committed is delivered again to the partition's next owner (the inbox absorbs it).
+  std::chrono::milliseconds commit_timeout{5000};
+  /// The longest the destructor waits to commit and leave the group.
+  std::chrono::milliseconds close_timeout{10000};
 };
 
 /// Counters of one receiver.
@@ -67,7 +73,7 @@ namespace detail {
 struct partition_offsets {
   std::set<std::int64_t> outstanding{};  ///< Handed out, not yet acked.
   std::int64_t next = -1;                ///< One past the highest offset seen (-1: none yet).
-  std::int64_t committed = -1;           ///< The last offset committed (or sent asynchronously).
+  std::int64_t committed = -1;           ///< The highest offset the coordinator confirmed.
   std::uint64_t generation = 0;          ///< Bumped at each assignment: older tags are stale.
 
   /// What may be committed: the first offset not yet acked, or `next` when all are.
@@ -89,21 +95,23 @@ struct consumer_state {
   std::deque<std::pair<delivery, held>> requeued{};
   std::uint64_t generation = 0;
   std::size_t assigned = 0;
+  std::chrono::milliseconds commit_timeout{5000};  ///< receiver_options::commit_timeout.
   receiver_stats stats{};
 
-  /// Commits the committable offsets of `which` (every partition when null) that moved on.
-  /// Returns the first error.
+  /// Commits the committable offsets of `which` (every partition when null) that are past what
+  /// the coordinator confirmed: a commit that failed (a rebalance in progress, the coordinator
+  /// away) is sent again by the next one, not only once another record is acked. Returns the
+  /// error of a synchronous commit (an asynchronous one's comes to `on_commit`).
   rd_kafka_resp_err_t commit(rd_kafka_t* rk, const rd_kafka_topic_partition_list_t* which,
                              bool async) {
     partitions_ptr list(rd_kafka_topic_partition_list_new(4));
-    const auto add = [&](const key& k, partition_offsets& p) {
+    const auto add = [&](const key& k, const partition_offsets& p) {
       const auto at = p.committable();
       if (at < 0 || at <= p.committed) return;
       rd_kafka_topic_partition_list_add(list.get(), k.first.c_str(), k.second)->offset = at;
-      p.committed = at;
     };
     if (which == nullptr) {
-      for (auto& [k, p] : partitions) add(k, p);
+      for (const auto& [k, p] : partitions) add(k, p);
     } else {
       for (int i = 0; i < which->cnt; ++i) {
         const auto& e = which->elems[i];
@@ -113,9 +121,44 @@ struct consumer_state {
     }
     if (list->cnt == 0) return RD_KAFKA_RESP_ERR_NO_ERROR;
     ++stats.commits;
-    const auto err = rd_kafka_commit(rk, list.get(), async ? 1 : 0);
+    if (async) {
+      (void)rd_kafka_commit(rk, list.get(), 1);
+      return RD_KAFKA_RESP_ERR_NO_ERROR;
+    }
+    // Waited for on a queue of its own, for at most commit_timeout: rd_kafka_commit's own wait
+    // lasts until socket.timeout.ms (a minute) when the coordinator is away, and a consumer
+    // stuck in it consumes nothing (seen: every partition of a group stalled 64 s after a
+    // broker outage). A commit that times out may still land; the coordinator refuses it
+    // should the group have moved on to another generation.
+    rd_kafka_queue_t* q = rd_kafka_queue_new(rk);
+    auto err = rd_kafka_commit_queue(rk, list.get(), q, nullptr, nullptr);
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+      rd_kafka_event_t* ev = rd_kafka_queue_poll(q, detail::timeout_ms(commit_timeout));
+      if (ev == nullptr) {
+        err = RD_KAFKA_RESP_ERR__TIMED_OUT;
+      } else {
+        err = rd_kafka_event_error(ev);
+        confirmed(rd_kafka_event_topic_partition_list(ev));
+        rd_kafka_event_destroy(ev);
+      }
+    }
+    rd_kafka_queue_destroy(q);
     if (err != RD_KAFKA_RESP_ERR_NO_ERROR) ++stats.commit_failures;
     return err;
+  }
+
+  /// Records what the coordinator confirmed (each partition of `offsets` has its own error).
+  void confirmed(const rd_kafka_topic_partition_list_t* offsets) noexcept {
+    if (offsets == nullptr) return;
+    for (int i = 0; i < offsets->cnt; ++i) {
+      const auto& e = offsets->elems[i];
+      if (e.err != RD_KAFKA_RESP_ERR_NO_ERROR || e.offset < 0) continue;
+      try {
+        auto it = partitions.find({e.topic, e.partition});
+        if (it != partitions.end()) it->second.committed = std::max(it->second.committed, e.offset);
+      } catch (...) {  // out of memory for the key: the offset is committed again later
+      }
+    }
   }
 
   void forget(const rd_kafka_topic_partition_list_t* revoked) {
@@ -168,10 +211,13 @@ struct consumer_state {
     }
   }
 
-  static void on_commit(rd_kafka_t*, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t*,
-                        void* self) noexcept {
+  /// The outcome of an asynchronous commit (served inside `receive`).
+  static void on_commit(rd_kafka_t*, rd_kafka_resp_err_t err,
+                        rd_kafka_topic_partition_list_t* offsets, void* self) noexcept {
+    auto* s = static_cast<consumer_state*>(self);
     if (err != RD_KAFKA_RESP_ERR_NO_ERROR && err != RD_KAFKA_RESP_ERR__NO_OFFSET)
-      ++static_cast<consumer_state*>(self)->stats.commit_failures;
+      ++s->stats.commit_failures;
+    s->confirmed(offsets);
   }
 };
 }  // namespace detail
@@ -208,6 +254,7 @@ class receiver {
     auto conf = detail::make_conf(options_.config, forced);
     if (!options_.config.contains("auto.offset.reset"))
       detail::set(conf.get(), "auto.offset.reset", "earliest");
+    state_->commit_timeout = options_.commit_timeout;
     rd_kafka_conf_set_opaque(conf.get(), state_.get());
     rd_kafka_conf_set_rebalance_cb(conf.get(), &detail::consumer_state::on_rebalance);
     rd_kafka_conf_set_offset_commit_cb(conf.get(), &detail::consumer_state::on_commit);
@@ -384,9 +431,11 @@ class receiver {
     if (options_.bootstrap_servers.empty() && !c.contains("bootstrap.servers") &&
         !c.contains("metadata.broker.list") && !c.contains("test.mock.num.brokers"))
       throw error(errc::misconfigured, "kafka", {}, "receiver_options::bootstrap_servers is empty");
-    if (options_.commit_interval.count() < 0)
+    if (options_.commit_interval.count() < 0 || options_.commit_timeout.count() <= 0 ||
+        options_.close_timeout.count() < 0)
       throw error(errc::misconfigured, "kafka", {},
-                  "receiver_options::commit_interval is negative");
+                  "receiver_options: commit_interval and close_timeout may not be negative, "
+                  "commit_timeout must be positive");
   }
 
   [[nodiscard]] error consumer_error(rd_kafka_resp_err_t err, const char* text) const {
@@ -446,11 +495,26 @@ class receiver {
     (void)state_->commit(rk_.get(), nullptr, true);
   }
 
+  /// Closes the consumer within `close_timeout`: the revocation (which commits what was acked,
+  /// within `commit_timeout`) and the leave of the group are served here; a coordinator that
+  /// does not answer by then is left to notice the member gone (its session timeout).
   void close() noexcept {
     if (!rk_) return;
-    // consumer_close serves the revocation (which commits what was acked) and leaves the group.
-    rd_kafka_consumer_close(rk_.get());
-    rk_.reset();
+    rd_kafka_queue_t* q = rd_kafka_queue_new(rk_.get());
+    if (detail::error_ptr failed(rd_kafka_consumer_close_queue(rk_.get(), q)); !failed) {
+      const auto until = std::chrono::steady_clock::now() + options_.close_timeout;
+      while (!rd_kafka_consumer_closed(rk_.get()) && std::chrono::steady_clock::now() < until) {
+        rd_kafka_event_t* ev = rd_kafka_queue_poll(q, 100);
+        if (ev == nullptr) continue;
+        if (rd_kafka_event_type(ev) == RD_KAFKA_EVENT_REBALANCE)
+          detail::consumer_state::on_rebalance(rk_.get(), rd_kafka_event_error(ev),
+                                               rd_kafka_event_topic_partition_list(ev),
+                                               state_.get());
+        rd_kafka_event_destroy(ev);
+      }
+    }
+    rd_kafka_queue_destroy(q);
+    rd_kafka_destroy_flags(rk_.release(), RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
   }
 
   receiver_options options_;
