@@ -28,8 +28,11 @@ class mock_cluster {
   /// @throws outbox::error `transient` when the cluster cannot be started.
   explicit mock_cluster(int brokers = 3) {
     // The cluster lives inside a client instance of its own. No bootstrap servers: it talks to
-    // nobody (warnings about that are not logged: log level 3).
-    auto conf = detail::make_conf({{"log_level", "3"}});
+    // nobody (warnings about that are not logged: log level 3). Its brokers' sockets take the
+    // host's socket options: without TCP_NODELAY (Nagle), a response behind an unacknowledged
+    // one waits for the client's delayed ACK, 40 ms a round (a producer waiting for each batch
+    // of 1,000 reached 23,000 messages/s; with it, 270,000). Real brokers set TCP_NODELAY.
+    auto conf = detail::make_conf({{"log_level", "3"}, {"socket.nagle.disable", "true"}});
     host_ = detail::make_handle(RD_KAFKA_PRODUCER, std::move(conf));
     cluster_ = rd_kafka_mock_cluster_new(host_.get(), brokers);
     if (cluster_ == nullptr)

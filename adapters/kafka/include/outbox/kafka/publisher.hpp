@@ -400,6 +400,17 @@ class publisher {
     // Keys land where a Java producer (and Debezium) puts them; librdkafka's own default,
     // consistent_random (CRC32), places them elsewhere.
     if (!options_.config.contains("partitioner")) defaults.emplace("partitioner", "murmur2_random");
+    // TCP_NODELAY, as the Java client sets it: a relay waits for a batch's reports, and the
+    // last segment of a request must not wait for an acknowledgement first.
+    if (!options_.config.contains("socket.nagle.disable"))
+      defaults.emplace("socket.nagle.disable", "true");
+    // No linger: a publish call produces its whole batch at once and then waits for the
+    // reports, so librdkafka's 5 ms wait for more messages only delays them. Measured on the
+    // mock, producing and awaiting 1,000 at a time: linger 0 350,000/s, 1 ms 510,000/s, 5 ms
+    // 156,000/s; one message at a time (a hot aggregate's waves): 3,800/s, 700/s, 180/s.
+    if (!options_.config.contains("linger.ms") &&
+        !options_.config.contains("queue.buffering.max.ms"))
+      defaults.emplace("linger.ms", "0");
     auto conf = detail::make_conf(options_.config, forced);
     for (const auto& [k, v] : defaults) detail::set(conf.get(), k, v);
     const auto max = detail::get(conf.get(), "message.max.bytes");

@@ -254,6 +254,8 @@ class receiver {
     auto conf = detail::make_conf(options_.config, forced);
     if (!options_.config.contains("auto.offset.reset"))
       detail::set(conf.get(), "auto.offset.reset", "earliest");
+    if (!options_.config.contains("socket.nagle.disable"))  // TCP_NODELAY, as the Java client
+      detail::set(conf.get(), "socket.nagle.disable", "true");
     state_->commit_timeout = options_.commit_timeout;
     rd_kafka_conf_set_opaque(conf.get(), state_.get());
     rd_kafka_conf_set_rebalance_cb(conf.get(), &detail::consumer_state::on_rebalance);

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# tools/kafka_mock_cluster as a user runs it: started in the background, its bootstrap address
+# read from its first line, kcat producing to and consuming from it, an outage by SIGUSR1 and
+# SIGUSR2, then SIGTERM ends it with status 0.
+#   mock_cluster_tool_test.sh TOOL
+set -euo pipefail
+tool=$1
+if ! command -v kcat >/dev/null 2>&1; then
+    if [[ ${OUTBOX_REQUIRE_SERVICES:-} == 1 ]]; then echo "kcat is not installed: FAIL" >&2; exit 1; fi
+    echo "kcat is not installed: SKIP" >&2
+    exit 77
+fi
+dir=$(mktemp -d)
+pid=""
+cleanup() {
+    [[ -n $pid ]] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+    rm -rf "$dir"
+}
+trap cleanup EXIT
+"$tool" --brokers 1 --topic demo:1 >"$dir/addr" 2>"$dir/log" &
+pid=$!
+for _ in $(seq 100); do [[ -s $dir/addr ]] && break; sleep 0.05; done
+addr=$(head -n 1 "$dir/addr")
+[[ $addr =~ ^127\.0\.0\.1:[0-9]+$ ]] || { echo "no bootstrap address: '$addr'" >&2; exit 1; }
+
+printf 'k1:one\nk2:two\n' | kcat -b "$addr" -P -t demo -K: 
+got=$(kcat -b "$addr" -C -t demo -o beginning -e -q -f '%k=%s\n')
+[[ $got == $'k1=one\nk2=two' ]] || { echo "read back: '$got'" >&2; exit 1; }
+
+kill -USR1 "$pid"
+for _ in $(seq 100); do grep -q 'every broker down' "$dir/log" && break; sleep 0.05; done
+grep -q 'every broker down' "$dir/log"
+if timeout 10 kcat -b "$addr" -L -m 2 >/dev/null 2>&1; then echo "the cluster answered while down" >&2; exit 1; fi
+kill -USR2 "$pid"
+for _ in $(seq 100); do grep -q 'every broker up' "$dir/log" && break; sleep 0.05; done
+got=$(kcat -b "$addr" -C -t demo -o beginning -e -q -f '%k=%s\n')
+[[ $got == $'k1=one\nk2=two' ]] || { echo "read back after the outage: '$got'" >&2; exit 1; }
+
+kill -TERM "$pid"
+status=0
+wait "$pid" || status=$?
+pid=""
+[[ $status == 0 ]] || { echo "exit status $status after SIGTERM" >&2; exit 1; }
+echo "kafka_mock_cluster: served kcat at $addr, an outage and back, ended on SIGTERM"
