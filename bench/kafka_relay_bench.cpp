@@ -140,8 +140,8 @@ template <class Wire>
 outbox::bench::result pg_run(long rows, long batch, outbox::retention retention, Wire& wire) {
   soci::session sql("postgresql", pg_connect_string());
   outbox::bench::reset_postgresql_outbox(sql);
-  outbox::postgresql::store st(
-      sql, {.policy = outbox::claim_policy::locking, .retention = retention});
+  outbox::postgresql::store st(sql,
+                               {.policy = outbox::claim_policy::locking, .retention = retention});
   return relay_run(st, rows, batch, wire);
 }
 #endif
@@ -263,9 +263,9 @@ int main(int argc, char** argv) try {
       } else if (with_pg) {
 #ifdef OUTBOX_BENCH_WITH_POSTGRESQL
         const bool keep = which == 2;
-        const auto r = pg_run(a.rows, a.batch,
-                              keep ? outbox::retention::keep : outbox::retention::delete_on_publish,
-                              pub);
+        const auto r =
+            pg_run(a.rows, a.batch,
+                   keep ? outbox::retention::keep : outbox::retention::delete_on_publish, pub);
         report(keep ? pg_keep_name : pg_delete_name, r);
         (keep ? pg_keep : pg_delete).add(r);
 #endif
