@@ -6,6 +6,9 @@
 // in a consumer group of its own, joined before the fixture is handed out.
 
 #include <chrono>
+#include <deque>
+#include <future>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -81,6 +84,57 @@ inline outbox::kafka::properties kafka_test_consumer_config() {
           {"fetch.wait.max.ms", "10"}};
 }
 
+/// A topic of its own and a receiver in a consumer group of its own that has joined it.
+struct joined_receiver {
+  std::string topic;
+  std::string group;
+  std::unique_ptr<outbox::kafka::receiver> receiver;
+};
+
+/// A new topic of `partitions` partitions and a receiver that joined a new group on it.
+inline joined_receiver join_new_group(int partitions) {
+  joined_receiver j{"outbox-test-" + make_uuid_v7().to_string(),
+                    "outbox-test-group-" + make_uuid_v7().to_string(), nullptr};
+  kafka_cluster::instance().create_topic(j.topic, partitions);
+  j.receiver = std::make_unique<outbox::kafka::receiver>(outbox::kafka::receiver_options{
+      .bootstrap_servers = kafka_cluster::instance().bootstrap_servers(),
+      .group_id = j.group,
+      .topics = {j.topic},
+      .config = kafka_test_consumer_config()});
+  if (!j.receiver->wait_for_assignment(std::chrono::seconds(30)))
+    throw std::runtime_error("kafka fixture: no partitions assigned within 30 s");
+  return j;
+}
+
+/// Receivers that joined their groups ahead of time. A consumer group's first join takes 3 s on
+/// the mock cluster (a fixed delay of its coordinator), which a fixture per test case would pay
+/// every time: instead, a few are joined in the background, concurrently, and each fixture
+/// takes one (a fresh topic and group all the same) and starts the next. Not a shared receiver:
+/// each is handed to one fixture, on one thread after the other.
+class warm_receivers {
+ public:
+  static warm_receivers& instance() {
+    static warm_receivers w;
+    return w;
+  }
+  joined_receiver take(int partitions) {
+    std::unique_lock lock(mutex_);
+    auto& pool = pools_[partitions];
+    while (pool.size() < depth + 1)
+      pool.push_back(std::async(std::launch::async, join_new_group, partitions));
+    auto next = std::move(pool.front());
+    pool.pop_front();
+    lock.unlock();
+    return next.get();
+  }
+
+ private:
+  static constexpr std::size_t depth = 3;  ///< Joining in the background at any time, per size.
+  warm_receivers() { (void)kafka_cluster::instance(); }  // destroyed after the joins are done
+  std::mutex mutex_;
+  std::map<int, std::deque<std::future<joined_receiver>>> pools_;
+};
+
 template <int Partitions>
 struct kafka_fixture_of {
   static constexpr const char* name = Partitions == 1 ? "kafka" : "kafka-partitions";
@@ -95,13 +149,13 @@ struct kafka_fixture_of {
   /// Over several partitions the order holds per aggregate (key), not across the batch.
   static constexpr bool keeps_batch_order = Partitions == 1;
 
-  kafka_fixture_of()
-      : topic_("outbox-test-" + make_uuid_v7().to_string()),
-        group_("outbox-test-group-" + make_uuid_v7().to_string()) {
-    kafka_cluster::instance().create_topic(topic_, Partitions);
+  kafka_fixture_of() {
+    auto joined = warm_receivers::instance().take(Partitions);
+    topic_ = std::move(joined.topic);
+    group_ = std::move(joined.group);
+    rcv_ = std::move(joined.receiver);
     pub_.emplace(publisher_options());
     pub_->connect(std::chrono::seconds(30));
-    restart_receiver();
   }
   kafka_fixture_of(const kafka_fixture_of&) = delete;
   kafka_fixture_of& operator=(const kafka_fixture_of&) = delete;
@@ -139,7 +193,7 @@ struct kafka_fixture_of {
   /// and waits until it has its partitions.
   void restart_receiver() {
     rcv_.reset();
-    rcv_.emplace(receiver_options());
+    rcv_ = std::make_unique<outbox::kafka::receiver>(receiver_options());
     if (!rcv_->wait_for_assignment(std::chrono::seconds(30)))
       throw std::runtime_error("kafka fixture: no partitions assigned within 30 s");
   }
@@ -148,7 +202,7 @@ struct kafka_fixture_of {
   std::string topic_;
   std::string group_;
   std::optional<outbox::kafka::publisher> pub_;
-  std::optional<outbox::kafka::receiver> rcv_;
+  std::unique_ptr<outbox::kafka::receiver> rcv_;
 };
 
 /// A topic of one partition: the whole batch in publish order.
