@@ -529,6 +529,42 @@ BOOST_AUTO_TEST_CASE(an_offset_is_committed_only_once_every_earlier_one_was_acke
   BOOST_TEST(net.outstanding() == 0u);
 }
 
+BOOST_AUTO_TEST_CASE(a_delivery_retried_past_max_poll_interval_keeps_its_member_in_the_group) {
+  outbox::test::kafka_fixture net;
+  auto options = net.receiver_options();
+  options.group_id = "slow-" + outbox::make_uuid_v7().to_string();
+  options.config.insert_or_assign("max.poll.interval.ms", "7000");
+  outbox::kafka::receiver r(options);
+  BOOST_TEST_REQUIRE(r.wait_for_assignment(30s));
+  outbox::message m;
+  m.id = outbox::make_uuid_v7();
+  m.aggregate_type = "order";
+  m.aggregate_id = "slow";
+  m.event_type = "placed";
+  m.payload = "{}";
+  BOOST_TEST_REQUIRE(net.publisher()
+                         .publish(std::span(&m, 1), std::chrono::steady_clock::now() + 10s)[0]
+                         .confirmed);
+  auto d = r.receive(5s);
+  BOOST_TEST_REQUIRE(d.has_value());
+  // A handler failing for 10 s (its database away): nacked and received again, over and over.
+  // The member stays in its group, past max.poll.interval.ms: no revocation, no rejoin.
+  for (const auto until = std::chrono::steady_clock::now() + 10s;
+       std::chrono::steady_clock::now() < until;) {
+    r.nack(*d, true);
+    std::this_thread::sleep_for(100ms);
+    d = r.receive(1s);
+    BOOST_TEST_REQUIRE(d.has_value());
+    BOOST_TEST_REQUIRE(d->msg.id == m.id);
+    BOOST_TEST_REQUIRE(d->redelivered);
+  }
+  r.ack(*d);
+  r.commit();
+  BOOST_TEST(r.stats().rebalances == 1u);  // the first assignment only
+  BOOST_TEST(r.assigned() == 1u);
+  BOOST_TEST(r.lag(10s) == 0);
+}
+
 BOOST_AUTO_TEST_CASE(a_record_that_is_not_an_event_is_skipped_counted_and_passed) {
   outbox::test::kafka_fixture net;
   auto conf = outbox::kafka::detail::make_conf({{"bootstrap.servers", net.bootstrap()}});

@@ -298,7 +298,17 @@ class receiver {
   ///         fatal consumer error.
   std::optional<delivery> receive(std::chrono::milliseconds timeout) {
     auto& st = *state_;
-    if (!st.requeued.empty()) return take_requeued();
+    if (!st.requeued.empty()) {
+      // The group is served even while requeued deliveries are retried (a handler failing for
+      // minutes while its database is away): a consumer that stops polling is dropped from the
+      // group after max.poll.interval.ms, and a revocation must reach it before it applies a
+      // record whose partition another member now owns (that member would apply the records
+      // after it first). A record fetched meanwhile queues behind the requeued ones.
+      commit_due();
+      detail::message_ptr rec(rd_kafka_consumer_poll(rk_.get(), 0));
+      if (rec) buffer(*rec);
+      if (!st.requeued.empty()) return take_requeued();
+    }
     const auto until = std::chrono::steady_clock::now() + timeout;
     for (;;) {
       commit_due();
@@ -348,13 +358,7 @@ class receiver {
     const auto until = std::chrono::steady_clock::now() + timeout;
     while (st.assigned == 0 && std::chrono::steady_clock::now() < until) {
       detail::message_ptr rec(rd_kafka_consumer_poll(rk_.get(), 20));
-      if (rec && rec->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-        if (auto d = accept(*rec)) {
-          const auto held = st.tags.at(d->tag);
-          st.tags.erase(d->tag);
-          st.requeued.emplace_back(delivery{std::move(d->msg), 0, false}, held);
-        }
-      }
+      if (rec && rec->err == RD_KAFKA_RESP_ERR_NO_ERROR) buffer(*rec);
     }
     return st.assigned > 0;
   }
@@ -467,6 +471,22 @@ class receiver {
     st.tags.emplace(d.tag, detail::consumer_state::held{k, rec.offset, p.generation});
     ++st.stats.received;
     return d;
+  }
+
+  /// Registers a record fetched outside `receive`'s own wait and queues it behind the requeued
+  /// deliveries (not marked redelivered). A consumer error is thrown as `receive` throws it.
+  void buffer(const rd_kafka_message_t& rec) {
+    auto& st = *state_;
+    if (rec.err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      if (rec.err == RD_KAFKA_RESP_ERR__PARTITION_EOF) return;
+      throw consumer_error(rec.err, rd_kafka_message_errstr(&rec));
+    }
+    if (auto d = accept(rec)) {
+      auto held = st.tags.at(d->tag);
+      st.tags.erase(d->tag);
+      --st.stats.received;  // counted when it is handed out
+      st.requeued.emplace_back(delivery{std::move(d->msg), 0, false}, std::move(held));
+    }
   }
 
   delivery take_requeued() {
