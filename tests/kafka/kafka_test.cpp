@@ -196,6 +196,13 @@ BOOST_AUTO_TEST_CASE(refuses_options_that_would_weaken_the_guarantees) {
   BOOST_TEST((kind_of([&] {
                 publisher({.bootstrap_servers = bs, .config = {{"no.such.property", "1"}}});
               }) == mis));
+  BOOST_TEST(
+      (kind_of([&] {
+         publisher({.bootstrap_servers = bs, .config = {{"delivery.report.only.error", "true"}}});
+       }) == mis));  // a report is every message's confirm
+  BOOST_TEST((kind_of([&] {
+                publisher({.bootstrap_servers = bs, .config = {{"partitioner", "random"}}});
+              }) == mis));  // ignores the key: an aggregate over several partitions
   BOOST_TEST((kind_of([&] { receiver({.bootstrap_servers = bs}); }) == mis));  // no group
   BOOST_TEST((kind_of([&] {
                 receiver({.bootstrap_servers = bs,
@@ -236,6 +243,30 @@ BOOST_AUTO_TEST_CASE(never_shows_a_property_value_in_an_error) {
     outbox::kafka::receiver r(
         {.bootstrap_servers = bs, .group_id = "g", .config = {{"session.timeout.ms", secret}}});
     BOOST_ERROR("expected an invalid session.timeout.ms to be refused");
+  } catch (const outbox::error& e) {
+    BOOST_TEST(std::string(e.what()).find(secret) == std::string::npos, e.what());
+  }
+  // A list whose one item is refused, a value longer than librdkafka's message, a value that
+  // only the client's creation refuses, and a password that a refused configuration quotes.
+  const std::string long_secret = secret + std::string(600, 'z');
+  const std::vector<std::pair<outbox::kafka::properties, std::string>> cases{
+      {{{"debug", "generic," + secret}}, secret},
+      {{{"linger.ms", long_secret}}, secret},
+      {{{"sasl.mechanisms", secret}, {"security.protocol", "SASL_PLAINTEXT"}}, secret},
+      {{{"sasl.password", secret}, {"ssl.key.password", secret}, {"acks", secret}}, secret}};
+  for (const auto& [config, hidden] : cases) {
+    try {
+      outbox::kafka::publisher p({.bootstrap_servers = bs, .config = config});
+      BOOST_ERROR("expected a refusal");
+    } catch (const outbox::error& e) {
+      BOOST_TEST(std::string(e.what()).find(hidden) == std::string::npos, e.what());
+    }
+  }
+  // User information in the bootstrap servers (Kafka has none: a mistake, but not to be shown).
+  try {
+    outbox::kafka::publisher p({.bootstrap_servers = "app:" + secret + "@127.0.0.1:1"});
+    p.connect(2s);
+    BOOST_ERROR("expected no broker to answer");
   } catch (const outbox::error& e) {
     BOOST_TEST(std::string(e.what()).find(secret) == std::string::npos, e.what());
   }
@@ -432,7 +463,7 @@ BOOST_AUTO_TEST_CASE(produce_errors_are_retried_or_failed_and_never_confirmed_ea
     m.aggregate_type = "order";
     m.aggregate_id = "retry";
     m.event_type = "placed";
-    m.payload = "{}";
+    m.payload = R"({"card":"4111-1111-1111-1111"})";
   }
   batch[1].aggregate_id = "other";
   // Retriable (a leader change, a timeout): librdkafka retries, and the report confirms.
@@ -451,12 +482,51 @@ BOOST_AUTO_TEST_CASE(produce_errors_are_retried_or_failed_and_never_confirmed_ea
   BOOST_TEST(!r[0].confirmed);
   BOOST_TEST((r[0].error_class == outbox::errc::permanent));
   BOOST_TEST(r[0].error.find("INVALID_RECORD") != std::string::npos, r[0].error);
+  // The error is the broker's, not the record (a delivery report's "error string" would be the
+  // payload, which a dead letter's last_error and the relay's logs must not carry).
+  BOOST_TEST(r[0].error.find("4111") == std::string::npos, r[0].error);
+  BOOST_TEST(r[0].error.find("other") == std::string::npos, r[0].error);
   // The producer goes on.
   r = net.publisher().publish(std::span(batch).subspan(2, 1),
                               std::chrono::steady_clock::now() + 10s);
   BOOST_TEST_REQUIRE(r.size() == 1u);
   BOOST_TEST(r[0].confirmed, r[0].error);
   mock.clear_request_errors(mock_cluster::produce_api);
+}
+
+BOOST_AUTO_TEST_CASE(a_refused_request_fails_for_good_only_the_records_refused_alone) {
+  auto& mock = require_mock();
+  outbox::test::kafka_fixture net;  // one partition: one request holds the whole batch
+  // Lingering, so that the 20 records of 20 aggregates go out in one produce request.
+  outbox::kafka::publisher pub({.bootstrap_servers = net.bootstrap(),
+                                .config = {{"linger.ms", "200"}},
+                                .topic = [t = net.topic()](const auto&) { return t; }});
+  pub.connect(10s);
+  std::vector<outbox::message> batch(20);
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    batch[i].id = outbox::make_uuid_v7();
+    batch[i].aggregate_type = "order";
+    batch[i].aggregate_id = "innocent-" + std::to_string(i);
+    batch[i].event_type = "placed";
+    batch[i].payload = "{}";
+  }
+  // The broker refuses one request for good: every record of it was refused with it, and each
+  // is tried again alone before it counts as permanent. Here the records are fine.
+  mock.push_request_errors(mock_cluster::produce_api, {RD_KAFKA_RESP_ERR_INVALID_RECORD});
+  auto r = pub.publish(batch, std::chrono::steady_clock::now() + 20s);
+  BOOST_TEST_REQUIRE(r.size() == batch.size());
+  for (const auto& x : r) BOOST_TEST(x.confirmed, x.error);
+  // Refused alone too: then each is at fault (permanent), and none was confirmed.
+  for (auto& m : batch) m.id = outbox::make_uuid_v7();
+  for (int i = 0; i < 30; ++i)
+    mock.push_request_errors(mock_cluster::produce_api, {RD_KAFKA_RESP_ERR_INVALID_RECORD});
+  r = pub.publish(batch, std::chrono::steady_clock::now() + 20s);
+  mock.clear_request_errors(mock_cluster::produce_api);
+  BOOST_TEST_REQUIRE(r.size() == batch.size());
+  for (const auto& x : r) {
+    BOOST_TEST(!x.confirmed);
+    BOOST_TEST((x.error_class == outbox::errc::permanent), x.error);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(a_fatal_producer_error_recreates_the_producer_and_the_batch_is_retried) {
@@ -574,6 +644,16 @@ BOOST_AUTO_TEST_CASE(a_record_that_is_not_an_event_is_skipped_counted_and_passed
       rd_kafka_producev(raw.get(), RD_KAFKA_V_TOPIC(net.topic().c_str()),
                         RD_KAFKA_V_VALUE(const_cast<char*>(junk.data()), junk.size()),
                         RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END) == 0);
+  // Every header of an event, but a nil id: its inbox key would be every such record's.
+  rd_kafka_headers_t* h = rd_kafka_headers_new(4);
+  const std::string nil = outbox::uuid{}.to_string();
+  rd_kafka_header_add(h, "id", -1, nil.data(), static_cast<ssize_t>(nil.size()));
+  rd_kafka_header_add(h, "event_type", -1, "placed", -1);
+  rd_kafka_header_add(h, "aggregate_type", -1, "order", -1);
+  BOOST_TEST_REQUIRE(
+      rd_kafka_producev(raw.get(), RD_KAFKA_V_TOPIC(net.topic().c_str()), RD_KAFKA_V_KEY("k", 1),
+                        RD_KAFKA_V_VALUE(const_cast<char*>("{}"), 2), RD_KAFKA_V_HEADERS(h),
+                        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END) == 0);
   BOOST_TEST_REQUIRE(rd_kafka_flush(raw.get(), 10'000) == 0);
   outbox::message m;
   m.id = outbox::make_uuid_v7();
@@ -587,9 +667,45 @@ BOOST_AUTO_TEST_CASE(a_record_that_is_not_an_event_is_skipped_counted_and_passed
   auto d = net.receiver().receive(5s);
   BOOST_TEST_REQUIRE(d.has_value());
   BOOST_TEST(d->msg.id == m.id);
-  BOOST_TEST(net.receiver().stats().malformed == 1u);
+  BOOST_TEST(net.receiver().stats().malformed == 2u);
   net.receiver().ack(*d);
   BOOST_TEST(net.outstanding() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_cluster_away_reaches_receive_and_the_destructor_keeps_its_close_timeout) {
+  // A cluster of its own: every broker goes down.
+  mock_cluster cluster(1);
+  cluster.create_topic("away", 1, 1);
+  outbox::kafka::receiver r({.bootstrap_servers = cluster.bootstrap_servers(),
+                             .group_id = "away",
+                             .topics = {"away"},
+                             .config = outbox::test::kafka_test_consumer_config(),
+                             .close_timeout = 2s});
+  BOOST_TEST_REQUIRE(r.wait_for_assignment(30s));
+  outbox::kafka::publisher pub({.bootstrap_servers = cluster.bootstrap_servers(),
+                                .topic = [](const auto&) { return std::string("away"); }});
+  outbox::message m;
+  m.id = outbox::make_uuid_v7();
+  m.aggregate_type = "order";
+  m.aggregate_id = "away";
+  m.event_type = "placed";
+  m.payload = "{}";
+  BOOST_TEST_REQUIRE(
+      pub.publish(std::span(&m, 1), std::chrono::steady_clock::now() + 10s)[0].confirmed);
+  auto d = r.receive(5s);
+  BOOST_TEST_REQUIRE(d.has_value());
+  r.ack(*d);  // committed later: the commit is still to be sent when the cluster goes
+  cluster.set_broker_down(1);
+  outbox::errc seen{};
+  for (const auto until = std::chrono::steady_clock::now() + 30s;
+       seen == outbox::errc{} && std::chrono::steady_clock::now() < until;)
+    seen = kind_of([&] { (void)r.receive(200ms); });
+  BOOST_TEST((seen == outbox::errc::transient));  // every broker away: the consumer's run hears it
+  // Destroyed with the coordinator away: within close_timeout (2 s), not session.timeout.ms.
+  const auto t0 = std::chrono::steady_clock::now();
+  { auto gone = std::move(r); }
+  BOOST_TEST((std::chrono::steady_clock::now() - t0 < 4s));
+  cluster.set_broker_up(1);
 }
 
 /// Two members of a group under load: the first alone, then both, then the second alone.

@@ -200,9 +200,11 @@ class topic_router {
 }
 
 /// A record read back into `m` (the inverse of what the publisher writes); false when it is not
-/// an outbox event: no `id` header holding a UUID, no `event_type` or `aggregate_type` header or
-/// an empty one, no key (the aggregate id), a `content_type` that is not a media type, a
-/// timestamp `time_point` cannot represent. The value is the payload, byte for byte (a null
+/// an outbox event: no `id` header holding a UUID (nil included), no `event_type` or
+/// `aggregate_type` header, no key (the aggregate id), what a relay would not publish
+/// (`unpublishable_reason`: empty or non-UTF-8 names, a content type that is not a media type, a
+/// JSON payload holding NUL or invalid UTF-8), a timestamp `time_point` cannot represent. Of a
+/// header the transport writes, the first counts. The value is the payload, byte for byte (a null
 /// value is an empty payload); a missing `content_type` means `application/json`; the other
 /// headers are the event's own (a null value reads as empty; of a repeated name the last wins).
 [[nodiscard]] inline bool decode(const rd_kafka_message_t& rec, message& m) {
@@ -216,6 +218,8 @@ class topic_router {
   m = message{};
   m.aggregate_id.assign(static_cast<const char*>(rec.key), rec.key_len);
   bool has_id = false;
+  bool has_event_type = false;
+  bool has_aggregate_type = false;
   bool has_content_type = false;
   const char* name = nullptr;
   const void* value = nullptr;
@@ -230,10 +234,12 @@ class topic_router {
       if (!id) return false;
       m.id = *id;
       has_id = true;
-    } else if (k == event_type_header && m.event_type.empty()) {
+    } else if (k == event_type_header && !has_event_type) {
       m.event_type = std::move(v);
-    } else if (k == aggregate_type_header && m.aggregate_type.empty()) {
+      has_event_type = true;
+    } else if (k == aggregate_type_header && !has_aggregate_type) {
       m.aggregate_type = std::move(v);
+      has_aggregate_type = true;
     } else if (k == content_type_header && !has_content_type) {
       m.content_type = std::move(v);
       has_content_type = true;
@@ -241,10 +247,12 @@ class topic_router {
       m.headers.insert_or_assign(std::string(k), std::move(v));
     }
   }
-  if (!has_id || m.event_type.empty() || m.aggregate_type.empty()) return false;
+  if (!has_id || !has_event_type || !has_aggregate_type) return false;
   if (!has_content_type || m.content_type.empty()) m.content_type = std::string(json_content_type);
-  if (!content_type_problem(m.content_type).empty()) return false;
   if (rec.payload != nullptr) m.payload.assign(static_cast<const char*>(rec.payload), rec.len);
+  // What a relay would not publish is not an event either: empty or non-UTF-8 names, a nil id,
+  // a content type that is not a media type, a JSON payload with NUL bytes or invalid UTF-8.
+  if (!unpublishable_reason(m).empty()) return false;
   rd_kafka_timestamp_type_t type = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
   const std::int64_t ms = rd_kafka_message_timestamp(&rec, &type);
   if (type != RD_KAFKA_TIMESTAMP_NOT_AVAILABLE) {

@@ -69,6 +69,7 @@ struct producer_state {
   struct slot {
     bool resolved = false;
     bool produced = false;  ///< Handed to the producer (else still waiting on its aggregate).
+    bool local = false;     ///< Failed before it was produced (`unsendable`, the producer's own).
     rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
     std::string reason{};
   };
@@ -100,7 +101,9 @@ struct producer_state {
     sl.err = rec->err;
     if (rec->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
       try {
-        sl.reason = rd_kafka_message_errstr(rec);
+        // The error's text, not rd_kafka_message_errstr: for a delivery report that returns
+        // the message's payload (no NUL at its end).
+        sl.reason = rd_kafka_err2str(rec->err);
         if (rd_kafka_message_status(rec) == RD_KAFKA_MSG_STATUS_POSSIBLY_PERSISTED)
           sl.reason += " (possibly persisted: retried, a duplicate is absorbed by the inbox)";
       } catch (...) {  // out of memory: the error name alone is reported
@@ -141,6 +144,7 @@ class publisher {
   ///         `topic_pattern`.
   explicit publisher(publisher_options options)
       : options_(std::move(options)),
+        secrets_(detail::secrets_of(options_.config, options_.bootstrap_servers)),
         router_(options_.topic_pattern, options_.topic),
         state_(std::make_unique<detail::producer_state>()) {
     check_options();
@@ -156,6 +160,7 @@ class publisher {
     if (this != &other) {
       close();
       options_ = std::move(other.options_);
+      secrets_ = std::move(other.secrets_);
       router_ = std::move(other.router_);
       max_record_bytes_ = other.max_record_bytes_;
       stats_ = other.stats_;
@@ -225,7 +230,7 @@ class publisher {
     for (const auto i : heads) produce(i);
 
     std::size_t open = batch.size();
-    bool fatal = false;
+    rd_kafka_resp_err_t fatal = RD_KAFKA_RESP_ERR_NO_ERROR;  // the underlying error, when fatal
     std::string fatal_reason;
     std::vector<std::size_t> ready;
     for (;;) {
@@ -250,9 +255,8 @@ class publisher {
       if (!st.done.empty()) continue;
       // A fatal error fails what is produced after it at once: looked for before the loop may
       // end for want of open messages.
-      if (char buf[512] = "";
-          rd_kafka_fatal_error(rk_.get(), buf, sizeof buf) != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        fatal = true;
+      if (char buf[512] = ""; (fatal = rd_kafka_fatal_error(rk_.get(), buf, sizeof buf)) !=
+                              RD_KAFKA_RESP_ERR_NO_ERROR) {
         fatal_reason = buf;
         break;
       }
@@ -261,11 +265,24 @@ class publisher {
       if (now >= until) break;
       rd_kafka_poll(rk_.get(), std::min(detail::timeout_ms(until - now), 50));
     }
-    if (fatal) {
+    // A message the broker refused for good along with others is tried again alone, one at a
+    // time (rare: each such message costs a round trip).
+    if (fatal == RD_KAFKA_RESP_ERR_NO_ERROR) {
+      std::size_t refused = 0;
+      for (const auto& sl : st.slots)
+        refused += sl.resolved && !sl.local && sl.err != RD_KAFKA_RESP_ERR_NO_ERROR &&
+                   classify_delivery(sl.err) == errc::permanent;
+      for (std::size_t i = 0; refused > 1 && i < batch.size(); ++i) {
+        const auto& sl = st.slots[i];
+        if (sl.resolved && !sl.local && sl.err != RD_KAFKA_RESP_ERR_NO_ERROR &&
+            classify_delivery(sl.err) == errc::permanent)
+          produce_alone(batch, i, until);
+      }
+    }
+    if (fatal != RD_KAFKA_RESP_ERR_NO_ERROR) {
       // The producer can do nothing more: a new one takes its place, and what it had not
       // confirmed is retried (the relay's next attempt; a copy may be on the topic already).
-      const std::string why = "the producer raised a fatal error (" +
-                              error_name(rd_kafka_fatal_error(rk_.get(), nullptr, 0)) + ": " +
+      const std::string why = "the producer raised a fatal error (" + error_name(fatal) + ": " +
                               fatal_reason + "); it was recreated and the message is retried";
       close();
       rk_ = create();
@@ -314,15 +331,17 @@ class publisher {
     }
     st.slots.clear();
     if (!any_confirmed && all_transient) {
-      std::string why = results.front().error;
-      if (st.last_client_error != RD_KAFKA_RESP_ERR_NO_ERROR)
-        why += "; last client error: " + error_name(st.last_client_error) + ": " +
-               st.last_client_reason;
-      throw error(errc::transient, "kafka",
-                  error_name(st.last_client_error != RD_KAFKA_RESP_ERR_NO_ERROR
-                                 ? st.last_client_error
-                                 : RD_KAFKA_RESP_ERR__MSG_TIMED_OUT),
-                  "no message of the batch was confirmed (" + sanitize_text(why) + ")");
+      // Back-pressure: the relay releases the batch. Credentials or rights refused are not,
+      // and stop it (the same reason connect() gives).
+      const auto client = st.last_client_error;
+      std::string why = results.front().error + " (topic " + topic_of(batch.front()) + ")";
+      if (client != RD_KAFKA_RESP_ERR_NO_ERROR)
+        why += "; last client error: " + error_name(client) + ": " + st.last_client_reason;
+      throw error(
+          client != RD_KAFKA_RESP_ERR_NO_ERROR ? classify_client(client) : errc::transient, "kafka",
+          error_name(client != RD_KAFKA_RESP_ERR_NO_ERROR ? client
+                                                          : RD_KAFKA_RESP_ERR__MSG_TIMED_OUT),
+          "no message of the batch was confirmed: " + sanitize_text(scrub(why)));
     }
     st.last_client_error = RD_KAFKA_RESP_ERR_NO_ERROR;
     return results;
@@ -341,10 +360,10 @@ class publisher {
       auto& st = *state_;
       const auto cause =
           st.last_client_error != RD_KAFKA_RESP_ERR_NO_ERROR ? st.last_client_error : err;
-      throw error(
-          classify_client(cause), "kafka", error_name(cause),
-          sanitize_text("no broker answered: " + std::string(rd_kafka_err2str(err)) +
-                        (st.last_client_reason.empty() ? "" : "; " + st.last_client_reason)));
+      throw error(classify_client(cause), "kafka", error_name(cause),
+                  sanitize_text(
+                      scrub("no broker answered: " + std::string(rd_kafka_err2str(err)) +
+                            (st.last_client_reason.empty() ? "" : "; " + st.last_client_reason))));
     }
   }
 
@@ -385,6 +404,14 @@ class publisher {
         !value("metadata.broker.list") && !value("test.mock.num.brokers"))
       throw error(errc::misconfigured, "kafka", {},
                   "publisher_options::bootstrap_servers is empty");
+    if (const auto* v = value("delivery.report.only.error"); v && *v != "false")
+      throw error(errc::misconfigured, "kafka", {},
+                  "delivery.report.only.error must stay false: a delivery report is the confirm "
+                  "of each message");
+    if (const auto* v = value("partitioner"); v && *v == "random")
+      throw error(errc::misconfigured, "kafka", {},
+                  "partitioner random ignores the key: an aggregate's events would spread over "
+                  "partitions and lose their order (the default is murmur2_random)");
     if (options_.delivery_timeout.count() <= 0)
       throw error(errc::misconfigured, "kafka", {},
                   "publisher_options::delivery_timeout must be positive");
@@ -418,7 +445,10 @@ class publisher {
     rd_kafka_conf_set_opaque(conf.get(), state_.get());
     rd_kafka_conf_set_dr_msg_cb(conf.get(), &detail::producer_state::on_delivery);
     rd_kafka_conf_set_error_cb(conf.get(), &detail::producer_state::on_error);
-    return detail::make_handle(RD_KAFKA_PRODUCER, std::move(conf));
+    properties given = options_.config;
+    if (!options_.bootstrap_servers.empty())
+      given.emplace("bootstrap.servers", options_.bootstrap_servers);
+    return detail::make_handle(RD_KAFKA_PRODUCER, std::move(conf), given);
   }
 
   /// Produces `m` as slot `i` of the current call, or resolves the slot with why it cannot be.
@@ -428,6 +458,7 @@ class publisher {
     const auto fail = [&](rd_kafka_resp_err_t err, std::string reason) {
       auto& sl = st.slots[i];
       sl.resolved = true;
+      sl.local = true;
       sl.err = err;
       sl.reason = std::move(reason);
       st.done.push_back(i);
@@ -475,6 +506,36 @@ class publisher {
     }
   }
 
+  /// `text` without the values of the secret properties (see detail::secrets_of).
+  [[nodiscard]] std::string scrub(std::string text) const {
+    return detail::scrub(std::move(text), secrets_);
+  }
+
+  /// The topic of `m` for an error text ("?" when the topic function throws).
+  [[nodiscard]] std::string topic_of(const message& m) const {
+    try {
+      return router_(m);
+    } catch (...) {
+      return "?";
+    }
+  }
+
+  /// Produces message `i` of `batch` again, alone, and waits for its report (or `until`): a
+  /// broker refuses a whole request for good (too large a batch, a record it cannot take, a
+  /// timestamp out of its range), so a message refused with others may be innocent. Refused
+  /// alone, it is at fault. The rest of its aggregate stays held back, whatever the outcome.
+  void produce_alone(std::span<const message> batch, std::size_t i,
+                     std::chrono::steady_clock::time_point until) {
+    auto& st = *state_;
+    st.slots[i] = {};
+    std::string topic;
+    produce_one(batch[i], i, topic, until);
+    while (!st.slots[i].resolved && std::chrono::steady_clock::now() < until)
+      rd_kafka_poll(rk_.get(),
+                    std::min(detail::timeout_ms(until - std::chrono::steady_clock::now()), 50));
+    st.done.clear();
+  }
+
   /// Ends the producer without waiting: what it still holds was not confirmed (the relay
   /// publishes it again), so it is purged rather than flushed.
   void close() noexcept {
@@ -485,6 +546,7 @@ class publisher {
   }
 
   publisher_options options_;
+  std::vector<std::string> secrets_;  ///< What no error text may show (detail::secrets_of).
   topic_router router_;
   std::size_t max_record_bytes_ = 1'000'000;
   publisher_stats stats_{};

@@ -15,6 +15,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -96,6 +97,8 @@ struct consumer_state {
   std::uint64_t generation = 0;
   std::size_t assigned = 0;
   std::chrono::milliseconds commit_timeout{5000};  ///< receiver_options::commit_timeout.
+  rd_kafka_resp_err_t client_error = RD_KAFKA_RESP_ERR_NO_ERROR;  ///< See on_error.
+  std::string client_reason{};
   receiver_stats stats{};
 
   /// Commits the committable offsets of `which` (every partition when null) that are past what
@@ -211,6 +214,31 @@ struct consumer_state {
     }
   }
 
+  /// A client error (served inside `receive`): kept when it is one the consumer's `run` must
+  /// hear of (librdkafka reports these only here, and retries on its own): every broker away,
+  /// credentials, TLS or rights refused, a fatal error. Disconnects it rides out are not kept.
+  static void on_error(rd_kafka_t*, int code, const char* reason, void* self) noexcept {
+    auto* s = static_cast<consumer_state*>(self);
+    switch (const auto err = static_cast<rd_kafka_resp_err_t>(code)) {
+      case RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN:
+      case RD_KAFKA_RESP_ERR__AUTHENTICATION:
+      case RD_KAFKA_RESP_ERR__SSL:
+      case RD_KAFKA_RESP_ERR_SASL_AUTHENTICATION_FAILED:
+      case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+      case RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED:
+      case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
+      case RD_KAFKA_RESP_ERR__FATAL:
+        s->client_error = err;
+        try {
+          s->client_reason = reason ? reason : "";
+        } catch (...) {
+        }
+        break;
+      default:
+        break;
+    }
+  }
+
   /// The outcome of an asynchronous commit (served inside `receive`).
   static void on_commit(rd_kafka_t*, rd_kafka_resp_err_t err,
                         rd_kafka_topic_partition_list_t* offsets, void* self) noexcept {
@@ -260,6 +288,7 @@ class receiver {
     rd_kafka_conf_set_opaque(conf.get(), state_.get());
     rd_kafka_conf_set_rebalance_cb(conf.get(), &detail::consumer_state::on_rebalance);
     rd_kafka_conf_set_offset_commit_cb(conf.get(), &detail::consumer_state::on_commit);
+    rd_kafka_conf_set_error_cb(conf.get(), &detail::consumer_state::on_error);
     rk_ = detail::make_handle(RD_KAFKA_CONSUMER, std::move(conf));
     rd_kafka_poll_set_consumer(rk_.get());
     detail::partitions_ptr topics(
@@ -316,6 +345,12 @@ class receiver {
       detail::message_ptr rec(rd_kafka_consumer_poll(rk_.get(), detail::timeout_ms(until - now)));
       if (!st.requeued.empty()) return take_requeued();  // cannot happen: no nack inside poll
       if (!rec) {
+        // Idle: a client error librdkafka only reports to the error callback (every broker
+        // away, credentials or rights refused) is the reason, and the consumer's run hears it.
+        if (st.client_error != RD_KAFKA_RESP_ERR_NO_ERROR) {
+          const auto err = std::exchange(st.client_error, RD_KAFKA_RESP_ERR_NO_ERROR);
+          throw consumer_error(err, st.client_reason.c_str());
+        }
         if (std::chrono::steady_clock::now() >= until) return std::nullopt;
         continue;
       }
@@ -535,8 +570,23 @@ class receiver {
         rd_kafka_event_destroy(ev);
       }
     }
+    const bool closed = rd_kafka_consumer_closed(rk_.get()) != 0;
     rd_kafka_queue_destroy(q);
-    rd_kafka_destroy_flags(rk_.release(), RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+    rd_kafka_t* rk = rk_.release();
+    if (closed) return rd_kafka_destroy_flags(rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+    // The coordinator did not answer within close_timeout, and librdkafka's teardown would wait
+    // for it for up to session.timeout.ms more (45 s by default, seen): it finishes on a thread
+    // of its own, which owns the callbacks' state until then (a process may end first).
+    detail::consumer_state* state = state_.release();
+    try {
+      std::thread([rk, state] {
+        rd_kafka_destroy_flags(rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+        delete state;
+      }).detach();
+    } catch (...) {  // no thread to be had: wait here
+      rd_kafka_destroy_flags(rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+      delete state;
+    }
   }
 
   receiver_options options_;

@@ -5,6 +5,7 @@
 /// (a property may be a password), and the translation of librdkafka's error codes into
 /// `outbox::error` classes. Shared by the publisher, the receiver and the mock cluster.
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <map>
@@ -12,6 +13,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include <librdkafka/rdkafka.h>
 
@@ -81,31 +83,85 @@ struct error_deleter {
 /// An error object returned by the newer librdkafka calls (incremental assign, ...).
 using error_ptr = std::unique_ptr<rd_kafka_error_t, error_deleter>;
 
-/// `text` with every occurrence of `secret` replaced by `***`: librdkafka's messages about an
-/// invalid property repeat its value, which may be a password.
-[[nodiscard]] inline std::string redact(std::string text, std::string_view secret) {
-  if (secret.empty()) return text;
-  for (auto at = text.find(secret); at != std::string::npos; at = text.find(secret, at + 3))
-    text.replace(at, secret.size(), "***");
+/// `text` with what it shows of `value` replaced by `***`: the whole value, each of its list
+/// items (a list property's message names the one it refuses), and its longest prefix of 8 or
+/// more characters (librdkafka cuts long values off at the end of its 512-byte message).
+[[nodiscard]] inline std::string redact(std::string text, std::string_view value) {
+  const auto replace_all = [&](std::string_view piece) {
+    if (piece.size() < 3) return;
+    for (auto at = text.find(piece); at != std::string::npos; at = text.find(piece, at + 3))
+      text.replace(at, piece.size(), "***");
+  };
+  replace_all(value);
+  std::size_t from = 0;
+  while (from < value.size()) {
+    const auto to = std::min(value.find_first_of(",; \t", from), value.size());
+    if (to - from < value.size()) replace_all(value.substr(from, to - from));
+    from = to + 1;
+  }
+  for (std::size_t n = std::min(value.size(), text.size()); n >= 8; --n)
+    if (text.find(value.substr(0, n)) != std::string::npos) {
+      replace_all(value.substr(0, n));
+      break;
+    }
+  return text;
+}
+
+/// Whether the value of property `name` is a secret: passwords, keys, tokens, JAAS and OAuth
+/// settings, the SASL user name.
+[[nodiscard]] inline bool is_secret_property(std::string_view name) noexcept {
+  for (const std::string_view part :
+       {"password", "secret", "token", "jaas", "credential", "sasl.username", "oauthbearer.config",
+        "key.pem", "ssl_key", "private"})
+    if (name.find(part) != std::string_view::npos) return true;
+  return false;
+}
+
+/// What no error text of a client may show: the values of its secret properties, and any user
+/// information (`user:password@`) in its bootstrap servers.
+[[nodiscard]] inline std::vector<std::string> secrets_of(const properties& props,
+                                                         std::string_view bootstrap = {}) {
+  std::vector<std::string> out;
+  for (const auto& [k, v] : props)
+    if (is_secret_property(k) && !v.empty()) out.push_back(v);
+  std::string servers(bootstrap);
+  if (auto it = props.find("bootstrap.servers"); it != props.end()) servers += "," + it->second;
+  std::size_t from = 0;
+  while (from < servers.size()) {
+    const auto to = std::min(servers.find(',', from), servers.size());
+    const auto server = std::string_view(servers).substr(from, to - from);
+    if (const auto at = server.rfind('@'); at != std::string_view::npos)
+      out.emplace_back(server.substr(0, at));
+    from = to + 1;
+  }
+  return out;
+}
+
+/// `text` with every secret of `secrets` redacted (see `redact`).
+[[nodiscard]] inline std::string scrub(std::string text, const std::vector<std::string>& secrets) {
+  for (const auto& s : secrets) text = redact(std::move(text), s);
   return text;
 }
 
 /// Sets `name` = `value` on `conf`.
-/// @throws outbox::error `misconfigured` naming the property (never its value).
-inline void set(rd_kafka_conf_t* conf, const std::string& name, const std::string& value) {
+/// @throws outbox::error `misconfigured` naming the property, with librdkafka's reason less the
+///         value and `secrets`.
+inline void set(rd_kafka_conf_t* conf, const std::string& name, const std::string& value,
+                const std::vector<std::string>& secrets = {}) {
   char err[512] = "";
   if (rd_kafka_conf_set(conf, name.c_str(), value.c_str(), err, sizeof err) != RD_KAFKA_CONF_OK)
     throw error(errc::misconfigured, "kafka", {},
-                "configuration property \"" + name + "\": " + redact(err, value));
+                "configuration property \"" + name + "\": " + scrub(redact(err, value), secrets));
 }
 
 /// A new configuration holding `props` (then `forced`, which the adapter needs and which the
 /// caller checked do not contradict `props`).
 /// @throws outbox::error `misconfigured` for an unknown property or an invalid value.
 [[nodiscard]] inline conf_ptr make_conf(const properties& props, const properties& forced = {}) {
+  const auto secrets = secrets_of(props);
   conf_ptr conf(rd_kafka_conf_new());
-  for (const auto& [k, v] : props) set(conf.get(), k, v);
-  for (const auto& [k, v] : forced) set(conf.get(), k, v);
+  for (const auto& [k, v] : props) set(conf.get(), k, v, secrets);
+  for (const auto& [k, v] : forced) set(conf.get(), k, v, secrets);
   return conf;
 }
 
@@ -127,14 +183,21 @@ using handle_ptr = std::unique_ptr<rd_kafka_t, handle_deleter>;
 
 /// A new client of `type` on `conf` (which it takes, also when it fails).
 /// @throws outbox::error `misconfigured` (librdkafka refuses the configuration as a whole,
-///         e.g. idempotence with acks other than all).
-[[nodiscard]] inline handle_ptr make_handle(rd_kafka_type_t type, conf_ptr conf) {
+///         e.g. idempotence with acks other than all), its reason less every value of `given`
+///         (the properties the caller set: librdkafka's reason may quote any of them).
+[[nodiscard]] inline handle_ptr make_handle(rd_kafka_type_t type, conf_ptr conf,
+                                            const properties& given = {}) {
   char err[512] = "";
   rd_kafka_t* rk = rd_kafka_new(type, conf.get(), err, sizeof err);
-  if (rk == nullptr)
+  if (rk == nullptr) {
+    std::string reason = err;
+    for (const auto& [k, v] : given)
+      if (v.size() >= 4) reason = redact(std::move(reason), v);
     throw error(errc::misconfigured, "kafka", {},
                 std::string("cannot create the ") +
-                    (type == RD_KAFKA_PRODUCER ? "producer" : "consumer") + ": " + err);
+                    (type == RD_KAFKA_PRODUCER ? "producer" : "consumer") + ": " +
+                    scrub(std::move(reason), secrets_of(given)));
+  }
   (void)conf.release();  // rd_kafka_new took it
   return handle_ptr(rk);
 }
