@@ -97,6 +97,9 @@ struct consumer_state {
   std::uint64_t generation = 0;
   std::size_t assigned = 0;
   std::chrono::milliseconds commit_timeout{5000};  ///< receiver_options::commit_timeout.
+  /// While closing: synchronous commits end by then too (close_timeout).
+  std::chrono::steady_clock::time_point commit_deadline =
+      std::chrono::steady_clock::time_point::max();
   rd_kafka_resp_err_t client_error = RD_KAFKA_RESP_ERR_NO_ERROR;  ///< See on_error.
   std::string client_reason{};
   receiver_stats stats{};
@@ -136,7 +139,9 @@ struct consumer_state {
     rd_kafka_queue_t* q = rd_kafka_queue_new(rk);
     auto err = rd_kafka_commit_queue(rk, list.get(), q, nullptr, nullptr);
     if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-      rd_kafka_event_t* ev = rd_kafka_queue_poll(q, detail::timeout_ms(commit_timeout));
+      const auto wait = std::min<std::chrono::steady_clock::duration>(
+          commit_timeout, commit_deadline - std::chrono::steady_clock::now());
+      rd_kafka_event_t* ev = rd_kafka_queue_poll(q, detail::timeout_ms(wait));
       if (ev == nullptr) {
         err = RD_KAFKA_RESP_ERR__TIMED_OUT;
       } else {
@@ -358,6 +363,7 @@ class receiver {
         if (rec->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) continue;
         throw consumer_error(rec->err, rd_kafka_message_errstr(rec.get()));
       }
+      st.client_error = RD_KAFKA_RESP_ERR_NO_ERROR;  // records come: whatever was away is back
       if (auto d = accept(*rec)) return d;
       if (std::chrono::steady_clock::now() >= until) return std::nullopt;
     }
@@ -558,8 +564,9 @@ class receiver {
   void close() noexcept {
     if (!rk_) return;
     rd_kafka_queue_t* q = rd_kafka_queue_new(rk_.get());
+    const auto until = std::chrono::steady_clock::now() + options_.close_timeout;
+    state_->commit_deadline = until;  // the revocation's commit too
     if (detail::error_ptr failed(rd_kafka_consumer_close_queue(rk_.get(), q)); !failed) {
-      const auto until = std::chrono::steady_clock::now() + options_.close_timeout;
       while (!rd_kafka_consumer_closed(rk_.get()) && std::chrono::steady_clock::now() < until) {
         rd_kafka_event_t* ev = rd_kafka_queue_poll(q, 100);
         if (ev == nullptr) continue;
