@@ -740,9 +740,14 @@ struct kafka_kind {
   static constexpr const char* name = "kafka";
   /// The confirm is the broker's delivery report: published is not applied.
   static constexpr bool confirm_is_applied = false;
-  /// What --broker-outages can do: every broker of the cluster down, then up (the orchestrator's
-  /// own mock cluster; a cluster given by --kafka needs --broker-down-cmd/--broker-up-cmd).
+  /// What --broker-outages can do: the brokers that lead the topic's partitions down, then up
+  /// (the orchestrator's own mock cluster; producers and fetches find no leader). The group's
+  /// coordinator is a broker of its own that stays up: librdkafka 2.0.2's mock aborts
+  /// (rdkafka_mock_cgrp.c: "Assertion `!member->resp' failed") when a member joins again across
+  /// its coordinator's outage, which took the orchestrator and the run with it. A cluster given
+  /// by --kafka: node-restart, by --broker-down-cmd/--broker-up-cmd.
   static constexpr const char* outages = "node-restart";
+  static constexpr const char* own_cluster_outages = "leaders-down";
   /// The records a consumer fault may deliver again: the in-flight one, and those acked since
   /// the last offset commit (every 20 ms here), at the pace of a consumer catching up.
   static constexpr long long redelivered_per_consumer_fault = 50;
@@ -765,13 +770,17 @@ struct kafka_kind {
         {.bootstrap_servers = a.kafka,
          .config = {{"message.max.bytes", std::to_string(max_record_bytes)},
                     {"linger.ms", "1"},
-                    {"reconnect.backoff.max.ms", std::to_string(reconnect_max.count())}},
+                    {"reconnect.backoff.max.ms", std::to_string(reconnect_max.count())},
+                    {"socket.timeout.ms", std::to_string(request_timeout.count())}},
          .topic = [t](const outbox::message&) { return t; },
          .delivery_timeout = relay_publish_timeout - 500ms});
   }
-  /// The consumers' session timeout and librdkafka's longest reconnect backoff here.
+  /// The consumers' session timeout, librdkafka's longest reconnect backoff and its request
+  /// timeout (socket.timeout.ms) here. The mock left fetch requests unanswered after an outage
+  /// until the request timeout, 60 s by default: every partition of a member stalled for it.
   static constexpr auto session = 3000ms;
   static constexpr auto reconnect_max = 1000ms;
+  static constexpr auto request_timeout = 5000ms;
   /// The longest a consumer waits for a synchronous commit (a revocation) here.
   static constexpr auto commit_timeout = 1000ms;
   /// How long a partition may go without an owner, so that records acked (applied) before it
@@ -779,7 +788,8 @@ struct kafka_kind {
   /// session timeout, the rebalance waits up to another; a broker outage adds the reconnect
   /// backoff and a rebalance of every member (seen: 26 s with a 10 s backoff and two outages).
   static std::chrono::milliseconds partition_stall(int outages) {
-    return 2 * session + commit_timeout + outages * (reconnect_max + commit_timeout + 3 * session);
+    return 2 * session + commit_timeout + request_timeout +
+           outages * (reconnect_max + commit_timeout + request_timeout + 3 * session);
   }
   /// A short session, so that a killed member's partitions move within seconds.
   static outbox::kafka::receiver receiver(const args& a) {
@@ -790,6 +800,7 @@ struct kafka_kind {
          .config = {{"session.timeout.ms", std::to_string(session.count())},
                     {"heartbeat.interval.ms", "300"},
                     {"reconnect.backoff.max.ms", std::to_string(reconnect_max.count())},
+                    {"socket.timeout.ms", std::to_string(request_timeout.count())},
                     {"fetch.wait.max.ms", "10"}},
          .commit_interval = 20ms,
          .commit_timeout = commit_timeout});
@@ -1686,10 +1697,11 @@ std::vector<server_fault> schedule_server_faults(std::mt19937_64& rng, const arg
     f.threshold = at(rng);
     f.delay = std::chrono::milliseconds(rng() % 300);
     const auto draw = rng();
-    if (f.kind == "consumer-away" || (f.kind == "node-restart" && !long_one)) {
+    const bool away = f.kind == "node-restart" || f.kind == "leaders-down";
+    if (f.kind == "consumer-away" || (away && !long_one)) {
       f.down = std::chrono::milliseconds(2600 + draw % 1900);  // 2.6 to 4.5 s
       long_one = true;
-    } else if (f.kind == "node-restart") {
+    } else if (away) {
       f.down = std::chrono::milliseconds(200 + draw % 3800);
     }
     out.push_back(f);
@@ -1841,7 +1853,7 @@ struct server_fault_driver {
             c.restart_at = since + f.down;
           }
           step = 4;
-        } else if (f.kind == "node-restart" && power) {
+        } else if (f.kind == "leaders-down") {
           power(true);
           since = steady::now();  // down now
           step = 2;
@@ -1900,7 +1912,9 @@ struct server_fault_driver {
       if (failure.empty() && (!WIFEXITED(status) || WEXITSTATUS(status) != 0))
         failure = "server fault command failed (" + status_text(status) + "): " + cmd_text;
     }
-    if (!finished() && plan[next].kind == "node-restart" && (step == 1 || step == 2)) {
+    if (!finished() && power && step == 2) {
+      power(false);
+    } else if (!finished() && plan[next].kind == "node-restart" && (step == 1 || step == 2)) {
       start(a->broker_up_cmd, 0ms);
       reap(cmd, 60s);
       cmd = -1;
@@ -1964,12 +1978,14 @@ int run_orchestrator(args a) {
   std::optional<outbox::kafka::mock_cluster> kafka_cluster;
   if constexpr (std::is_same_v<T, kafka_kind>) {
     if (a.kafka.empty()) {
-      constexpr int brokers = 3;
-      kafka_cluster.emplace(brokers);
+      // Brokers 1 and 2 lead the partitions, broker 3 coordinates the group (see outages).
+      kafka_cluster.emplace(3);
       kafka_cluster->create_topic(T::topic(a), 4, 1);
+      for (int p = 0; p < 4; ++p) kafka_cluster->set_partition_leader(T::topic(a), p, 1 + p % 2);
+      kafka_cluster->set_group_coordinator(T::topic(a), 3);
       a.kafka = kafka_cluster->bootstrap_servers();
       broker_power = [&kafka_cluster](bool down) {
-        for (int id = 1; id <= brokers; ++id)
+        for (int id = 1; id <= 2; ++id)
           down ? kafka_cluster->set_broker_down(id) : kafka_cluster->set_broker_up(id);
       };
     }
@@ -1979,6 +1995,8 @@ int run_orchestrator(args a) {
   {
     std::string offered;
     if constexpr (requires { T::outages; }) offered = T::outages;
+    if constexpr (requires { T::own_cluster_outages; })
+      if (broker_power) offered = T::own_cluster_outages;  // taken in process, no command
     const char* db_server = nullptr;
     if constexpr (requires { S::server; }) db_server = S::server;
     if (a.broker_outage_kinds.empty()) a.broker_outage_kinds = offered;
@@ -1998,7 +2016,7 @@ int run_orchestrator(args a) {
       usage(std::string("--db-restarts: ") + S::name + " has no server to restart");
     const bool broker_cmds =
         a.broker_outages > 0 && (listed(a.broker_outage_kinds, "close-connections") ||
-                                 (listed(a.broker_outage_kinds, "node-restart") && !broker_power));
+                                 listed(a.broker_outage_kinds, "node-restart"));
     const std::string no_way = server_commands(a, broker_cmds, db_server);
     if (!no_way.empty()) return missing_service(no_way.c_str(), "");
   }

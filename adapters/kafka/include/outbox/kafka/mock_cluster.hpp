@@ -66,6 +66,16 @@ class mock_cluster {
           "create topic");
   }
 
+  /// Makes broker `broker` the leader of `partition` of `topic`.
+  void set_partition_leader(const std::string& topic, std::int32_t partition, std::int32_t broker) {
+    check(rd_kafka_mock_partition_set_leader(cluster_, topic.c_str(), partition, broker),
+          "partition leader");
+  }
+  /// Makes broker `broker` the coordinator of the consumer group `group`.
+  void set_group_coordinator(const std::string& group, std::int32_t broker) {
+    check(rd_kafka_mock_coordinator_set(cluster_, "group", group.c_str(), broker), "coordinator");
+  }
+
   /// Takes broker `id` down (its connections are closed and it accepts none) or up again.
   void set_broker_down(std::int32_t id) {
     check(rd_kafka_mock_broker_set_down(cluster_, id), "broker down");
