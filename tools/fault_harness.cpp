@@ -1275,9 +1275,10 @@ int run_consumer(const args& a) {
         const long long at = std::chrono::duration_cast<std::chrono::milliseconds>(
                                  std::chrono::system_clock::now().time_since_epoch())
                                  .count();
-        s << "INSERT INTO harness_effect (event_id, aggregate, seq, applied_ms) VALUES (:e, :a, "
-             ":s, :t)",
-            soci::use(id), soci::use(agg), soci::use(seq), soci::use(at);
+        const int by = static_cast<int>(::getpid());
+        s << "INSERT INTO harness_effect (event_id, aggregate, seq, applied_ms, applied_by) "
+             "VALUES (:e, :a, :s, :t, :b)",
+            soci::use(id), soci::use(agg), soci::use(seq), soci::use(at), soci::use(by);
         if (armed_usr2 != 0) {  // inside the transaction
           // The planted early ack must be on the wire before the kill, or the defect cannot
           // show: a ZeroMQ send only queues the frames for the context's I/O thread, which the
@@ -1443,6 +1444,45 @@ void explain_applied_twice(soci::session& sql) {
   }
 }
 
+/// For an order violation, what a reader needs to tell which side made it (a relay that
+/// published a later event first, or two consumers applying one partition at once): the
+/// aggregate's applications around it, each with its sequence, time (ms after the first shown)
+/// and the consumer process that applied it. At most 5 violations.
+void explain_order_violations(soci::session& sql) {
+  std::vector<std::string> aggs(1000);
+  std::vector<long long> seqs(1000), orders(1000);
+  std::map<std::string, std::pair<long long, long long>> last;  // aggregate: seq, apply order
+  std::vector<std::pair<std::string, long long>> found;         // aggregate, apply order
+  soci::statement st = (sql.prepare << "SELECT aggregate, seq, apply_order FROM harness_effect "
+                                       "ORDER BY apply_order",
+                        soci::into(aggs), soci::into(seqs), soci::into(orders));
+  st.execute();
+  while (st.fetch() && found.size() < 5) {
+    for (std::size_t i = 0; i < aggs.size() && found.size() < 5; ++i) {
+      auto [it, fresh] = last.try_emplace(aggs[i], seqs[i], orders[i]);
+      if (fresh) continue;
+      if (seqs[i] <= it->second.first) found.emplace_back(aggs[i], orders[i]);
+      if (seqs[i] > it->second.first) it->second = {seqs[i], orders[i]};
+    }
+    aggs.resize(1000);
+    seqs.resize(1000);
+    orders.resize(1000);
+  }
+  for (const auto& [agg, at_order] : found) {
+    std::vector<long long> order(12), seq(12), at(12), by(12);
+    sql << "SELECT apply_order, seq, applied_ms, applied_by FROM (SELECT apply_order, seq, "
+           "applied_ms, applied_by FROM harness_effect WHERE aggregate = :a AND apply_order <= :o "
+           "ORDER BY apply_order DESC LIMIT 8) x ORDER BY apply_order",
+        soci::use(agg), soci::use(at_order), soci::into(order), soci::into(seq), soci::into(at),
+        soci::into(by);
+    std::cout << "order violation: " << agg << ":";
+    for (std::size_t i = 0; i < order.size(); ++i)
+      std::cout << " seq " << seq[i] << " (#" << order[i] << " +" << (at[i] - at[0]) << " ms by "
+                << by[i] << ")";
+    std::cout << '\n';
+  }
+}
+
 void print_ledger(const ledger& l, long long wire_duplicates, long long storm_copies) {
   std::cout << "committed=" << l.committed << " rolled_back=" << l.rolled_back
             << " rolled_back_seen=" << l.rolled_back_seen << " outside_business=" << l.outside
@@ -1464,6 +1504,7 @@ int run_check(const args& a) {
   print_ledger(l, count_lines_with(duplicates_log(a), "d"),
                count_lines_with(duplicates_log(a), "s"));
   if (l.applied_twice > 0) explain_applied_twice(sql);
+  if (l.order_violations > 0) explain_order_violations(sql);
   return l.holds() ? exit_ok : exit_ledger;
 }
 
@@ -1486,7 +1527,7 @@ void prepare(const args& a) {
   // No unique key on event_id: an effect applied twice must show as two rows.
   sql << "CREATE TABLE harness_effect (apply_order " + std::string(S::order_key) + ", event_id " +
              id + " NOT NULL, aggregate TEXT NOT NULL, seq " + seq +
-             " NOT NULL, applied_ms BIGINT NOT NULL)";
+             " NOT NULL, applied_ms BIGINT NOT NULL, applied_by INTEGER NOT NULL)";
 }
 
 enum class fault_kind { kill, sharp_usr1, sharp_usr2, pause, clock_jump };
@@ -2434,6 +2475,7 @@ int run_orchestrator(args a) {
   const bool dups_bounded = dups <= dup_bound;
   print_ledger(l, dups, storm_copies);
   if (l.applied_twice > 0) explain_applied_twice(sql);
+  if (l.order_violations > 0) explain_order_violations(sql);
   std::printf(
       "| pair | events | relays | relay faults | consumer faults | db kills | storms | lost "
       "| applied twice | order violations | rolled-back seen | wire duplicates | dead-lettered "

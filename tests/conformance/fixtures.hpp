@@ -100,6 +100,9 @@ concept transport_fixture =
       // A receiver sees a batch in publish order across aggregates; false: per aggregate only
       // (Kafka over several partitions).
       { F::keeps_batch_order } -> std::convertible_to<bool>;
+      // A delivery nacked with requeue comes again before any later one of its aggregate,
+      // however often it is nacked (false: AMQP, whose prefetch hands the later ones out).
+      { F::redelivers_in_place } -> std::convertible_to<bool>;
     };
 
 /// What the end-to-end tests also need of a transport fixture.

@@ -10,6 +10,8 @@
 //       ack, not the broker's; publish waits for it, so the tests ack concurrently)
 //   static constexpr bool keeps_batch_order  (capability: a batch arrives in publish order
 //       across aggregates; false: in order per aggregate only)
+//   static constexpr bool redelivers_in_place  (capability: a requeued delivery comes again
+//       before the later ones of its aggregate, however often it is nacked)
 
 #include <algorithm>
 #include <atomic>
@@ -206,6 +208,39 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_nacked_delivery_comes_again_marked_redelivered, 
     BOOST_TEST(!fx.receiver().receive(50ms).has_value());
   } else {
     BOOST_TEST_MESSAGE(Fixture::name << " does not redeliver on nack (capability)");
+  }
+}
+
+// The consumer nacks a delivery whose handler failed (its database away) as often as it fails;
+// the later events of its aggregate, fetched meanwhile, must wait behind it each time. A
+// receiver that appended the retried delivery behind them applied event 101 before 100.
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_delivery_nacked_again_and_again_keeps_its_place, Fixture,
+                              transport_fixtures) {
+  if constexpr (Fixture::redelivers_on_nack && Fixture::redelivers_in_place) {
+    Fixture fx;
+    auto batch = transport_conformance::make_messages(4);
+    for (auto& m : batch) m.aggregate_id = "a0";
+    (void)transport_conformance::send(fx, batch);
+    auto d = fx.receiver().receive(2s);
+    BOOST_TEST_REQUIRE(d.has_value());
+    BOOST_TEST_REQUIRE(d->msg.id == batch[0].id);
+    for (int round = 0; round < 3; ++round) {
+      std::this_thread::sleep_for(50ms);  // the later ones reach the receiver meanwhile
+      fx.receiver().nack(*d, true);
+      d = fx.receiver().receive(2s);
+      BOOST_TEST_REQUIRE(d.has_value());
+      BOOST_TEST(d->msg.id == batch[0].id, "round " << round << ": a later event came first");
+      BOOST_TEST(d->redelivered);
+    }
+    fx.receiver().ack(*d);
+    const auto rest = transport_conformance::receive_n(fx.receiver(), 3);
+    BOOST_TEST_REQUIRE(rest.size() == 3u);
+    for (std::size_t i = 0; i < rest.size(); ++i) {
+      BOOST_TEST(rest[i].msg.id == batch[i + 1].id);
+      fx.receiver().ack(rest[i]);
+    }
+  } else {
+    BOOST_TEST_MESSAGE(Fixture::name << " hands later deliveries out before a requeued one");
   }
 }
 

@@ -63,6 +63,9 @@ struct amqp_fixture {
   static constexpr bool thread_safe_publisher = false;
   /// Capability: one queue, one consumer: the whole batch arrives in publish order.
   static constexpr bool keeps_batch_order = true;
+  /// The broker requeues a nacked delivery at its place in the queue, but the later ones are
+  /// out already under the receiver's prefetch: they come first (README, Order per aggregate).
+  static constexpr bool redelivers_in_place = false;
 
   static std::string url() { return service_address("OUTBOX_TEST_AMQP"); }
 

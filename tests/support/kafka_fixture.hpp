@@ -148,6 +148,8 @@ struct kafka_fixture_of {
   static constexpr bool thread_safe_publisher = false;
   /// Over several partitions the order holds per aggregate (key), not across the batch.
   static constexpr bool keeps_batch_order = Partitions == 1;
+  /// Capability: a requeued delivery comes again before the later records of its partition.
+  static constexpr bool redelivers_in_place = true;
 
   kafka_fixture_of() {
     auto joined = warm_receivers::instance().take(Partitions);

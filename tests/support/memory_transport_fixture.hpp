@@ -18,6 +18,8 @@ struct memory_transport_fixture {
   static constexpr bool thread_safe_publisher = true;
   /// Capability: one queue, so the whole batch arrives in publish order.
   static constexpr bool keeps_batch_order = true;
+  /// Capability: a requeued delivery comes again before anything later.
+  static constexpr bool redelivers_in_place = true;
   outbox::testing::memory_transport transport{{.record = true}};
   outbox::testing::memory_transport& publisher() { return transport; }
   outbox::testing::memory_transport& receiver() { return transport; }

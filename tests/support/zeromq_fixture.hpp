@@ -30,6 +30,8 @@ struct zeromq_fixture {
   static constexpr bool thread_safe_publisher = false;
   /// Capability: one consumer, one pipe: the whole batch arrives in publish order.
   static constexpr bool keeps_batch_order = true;
+  /// Capability: a requeued delivery comes again before anything later.
+  static constexpr bool redelivers_in_place = true;
 
   // Publisher and receiver are moved into the fixture (they are move-only owners).
   zeromq_fixture() : pub_(outbox::zeromq::publisher(publisher_options())) {

@@ -385,7 +385,15 @@ class receiver {
     if (!requeue) return ack(d);
     auto it = st.tags.find(d.tag);
     if (it == st.tags.end()) return;
-    st.requeued.emplace_back(delivery{d.msg, 0, true}, it->second);
+    // Back in its partition's offset order: ahead of the records of its partition fetched
+    // meanwhile (`buffer`), or requeued before it, that come after it. Appended, a delivery
+    // nacked twice went behind the record fetched while it was retried, and the consumer
+    // applied an aggregate's event 101 before its 100 (the fault harness, CI).
+    const auto& held = it->second;
+    const auto at = std::find_if(st.requeued.begin(), st.requeued.end(), [&](const auto& r) {
+      return r.second.tp == held.tp && r.second.offset > held.offset;
+    });
+    st.requeued.emplace(at, delivery{d.msg, 0, true}, held);
     st.tags.erase(it);
   }
 
