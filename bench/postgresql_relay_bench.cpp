@@ -6,8 +6,12 @@
 //            row publish one, wait for its confirm, UPDATE that row; COMMIT.
 // Every run starts from the same 100,000 pending rows (copied back from a pristine table);
 // relay and bare run twice each, in ABBA order, and the best of each is compared.
+// Then the hot aggregate: `--hot-rows` events over `--aggregates` aggregates (1: one hot
+// aggregate) against the same count over as many aggregates as events, the relay of each
+// policy (keep), twice each in ABBA order; prints `ratio hot/many (<policy>)`.
 //
-// Usage: postgresql_relay_bench [--rows N] [--batch N] [--latency-us N]
+// Usage: postgresql_relay_bench [--rows N] [--batch N] [--latency-us N] [--hot-rows N]
+//                               [--aggregates N]
 // Server: OUTBOX_TEST_POSTGRESQL (libpq conninfo). Uses (and drops) the schema outbox_bench.
 
 #include <sys/prctl.h>
@@ -40,6 +44,8 @@ struct args {
   long rows = 100'000;
   long batch = 500;
   long latency_us = 100;
+  long hot_rows = 20'000;
+  long aggregates = 1;
 };
 
 std::string connect_string() {
@@ -156,10 +162,14 @@ result run_naive(soci::session& check, const args& a) {
 
 int main(int argc, char** argv) try {
   args a;
-  outbox::bench::flags("postgresql_relay_bench [--rows N] [--batch N] [--latency-us N]")
+  outbox::bench::flags(
+      "postgresql_relay_bench [--rows N] [--batch N] [--latency-us N] [--hot-rows N] "
+      "[--aggregates N]")
       .on("--rows", a.rows)
       .on("--batch", a.batch)
       .on("--latency-us", a.latency_us)
+      .on("--hot-rows", a.hot_rows)
+      .on("--aggregates", a.aggregates)
       .parse(argc, argv);
   ::prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);  // keep simulated round trips honest
   soci::session sql("postgresql", connect_string());
@@ -197,6 +207,28 @@ int main(int argc, char** argv) try {
       line(name + " bare SQL", bare);
       std::printf("ratio %s relay/bare-sql %.2f\n", name.c_str(), relay.rate() / bare.rate());
       std::printf("ratio %s relay/naive %.2f\n", name.c_str(), relay.rate() / naive.rate());
+    }
+  }
+
+  // The hot aggregate: the same events over --aggregates aggregates, and over one each.
+  if (a.hot_rows > 0) {
+    args h = a;
+    h.rows = a.hot_rows;
+    const auto best = [](const result& x, const result& y) { return x.rate() >= y.rate() ? x : y; };
+    for (auto p : {pg::claim_policy::locking, pg::claim_policy::leasing}) {
+      const std::string name = p == pg::claim_policy::locking ? "locking" : "leasing";
+      result hot, many;
+      for (int round = 0; round < 2; ++round) {
+        for (const bool is_hot : round == 0 ? std::vector{true, false} : std::vector{false, true}) {
+          outbox::bench::build_postgresql_pristine(sql, "outbox_bench", h.rows,
+                                                   is_hot ? a.aggregates : 0);
+          const result r = run_relay(sql, h, p, pg::retention::keep);
+          (is_hot ? hot : many) = round == 0 ? r : best(is_hot ? hot : many, r);
+        }
+      }
+      line(name + " hot (" + std::to_string(a.aggregates) + " aggregates)", hot);
+      line(name + " many aggregates", many);
+      std::printf("ratio hot/many (%s) %.4f\n", name.c_str(), hot.rate() / many.rate());
     }
   }
   sql << "DROP SCHEMA outbox_bench CASCADE";

@@ -57,6 +57,10 @@ struct relay_stats {
   std::uint64_t released = 0;
   std::uint64_t fenced = 0;  ///< Confirmed but no longer ours to settle (lease lost).
   std::uint64_t errors = 0;  ///< Errors the run loop backed off from (see `relay::run`).
+  /// Messages confirmed although an earlier message of their aggregate in the same call had
+  /// failed (and follows after its retry): only a transport that breaks its
+  /// `keeps_publish_order` promise makes these; 0 otherwise.
+  std::uint64_t reordered = 0;
 };
 
 /// Claims batches from `Store`, publishes them through `Transport`, and settles each message by
@@ -64,7 +68,11 @@ struct relay_stats {
 ///
 /// Guarantees: a message is marked published only after its confirm; messages of one aggregate
 /// are put on the wire in store order, and a message is not sent while an earlier message of its
-/// aggregate in the same batch has failed (it is released and follows after the retry).
+/// aggregate in the same batch has failed (it is released and follows after the retry). On a
+/// transport that keeps publish order (`concepts::order_keeping_transport`) a batch goes out in
+/// one call, its aggregates' runs pipelined: the transport confirms a message only after the
+/// earlier ones of the call, so a failure fails the rest of its run too. Elsewhere the batch goes
+/// in waves, the k-th message of an aggregate after the (k-1)-th was confirmed.
 ///
 /// @tparam Store a `concepts::claiming_store`.
 /// @tparam Transport a `concepts::transport`.
@@ -123,7 +131,13 @@ class relay {
                        " attempts that never settled (a relay stopped or crashed while "
                        "publishing it)";
     }
-    const auto waves = arrange_waves(batch.messages, sendable);
+    const auto waves = [&] {
+      if constexpr (concepts::order_keeping_transport<Transport>)
+        return sendable == 0 ? std::vector<std::pair<std::size_t, std::size_t>>{}
+                             : std::vector<std::pair<std::size_t, std::size_t>>{{0, sendable}};
+      else
+        return arrange_waves(batch.messages, sendable);
+    }();
     const auto until = publish_deadline(batch);
     std::unordered_set<std::string> failed_aggregates;
 
@@ -159,6 +173,9 @@ class relay {
       }
     }
 
+    if constexpr (concepts::order_keeping_transport<Transport>)
+      reordered_.fetch_add(count_reordered(batch.messages, fates, sendable),
+                           std::memory_order_relaxed);
     const settle_result r = settle_with_retries(batch, fates);
     batches_.fetch_add(1, std::memory_order_relaxed);
     published_.fetch_add(r.published, std::memory_order_relaxed);
@@ -219,7 +236,7 @@ class relay {
 
   [[nodiscard]] relay_stats stats() const noexcept {
     return {batches_.load(),  published_.load(), retried_.load(), dead_.load(),
-            released_.load(), fenced_.load(),    errors_.load()};
+            released_.load(), fenced_.load(),    errors_.load(),  reordered_.load()};
   }
   [[nodiscard]] const relay_options& options() const noexcept { return options_; }
 
@@ -302,6 +319,23 @@ class relay {
     return ranges;
   }
 
+  /// Of a batch sent in one call: the messages confirmed after an earlier message of their
+  /// aggregate failed and will be retried (a dead letter does not hold its aggregate back).
+  static std::size_t count_reordered(const std::vector<message>& msgs,
+                                     std::span<const settlement> fates, std::size_t count) {
+    std::unordered_set<std::string> failed;
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      const auto what = fates[i].what;
+      if (what == settlement::kind::retry || what == settlement::kind::release)
+        failed.insert(aggregate_key(msgs[i]));
+      else if (what == settlement::kind::published && !failed.empty() &&
+               failed.contains(aggregate_key(msgs[i])))
+        ++n;
+    }
+    return n;
+  }
+
   void apply_results(std::span<const message> wave, std::size_t offset,
                      const std::vector<publish_result>& results, std::vector<settlement>& fates,
                      std::unordered_set<std::string>* failed_aggregates) {
@@ -379,7 +413,7 @@ class relay {
   bool woken_ = false;
 
   std::atomic<std::uint64_t> batches_{0}, published_{0}, retried_{0}, dead_{0}, released_{0},
-      fenced_{0}, errors_{0};
+      fenced_{0}, errors_{0}, reordered_{0};
 };
 
 }  // namespace outbox

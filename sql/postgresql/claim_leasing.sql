@@ -1,7 +1,9 @@
 -- The leasing claim, one autocommit statement: the candidates of the locking claim
 -- (claim_locking.sql explains the filters), kept only if every earlier pending row of their
--- aggregate is a candidate too, are stamped with lease expiry, owner, fencing token and one
--- more attempt, and returned (in no particular order: the store sorts by seq).
+-- aggregate is a candidate too (checked link by link, as there), are stamped with lease expiry, owner, fencing token and one
+-- more attempt, and returned (in no particular order: the store sorts by seq). The rows are
+-- updated by primary key (= ANY of an array): joined to `ok` instead, a skewed table's
+-- estimates made the planner hash the whole outbox for each claim.
 -- $1 lease expiry (Unix us), $2 owner, $3 fencing token, $4 now (Unix us), $5 limit.
 -- Columns: the message columns of outbox::store::column.
 WITH c AS (
@@ -16,14 +18,26 @@ WITH c AS (
                AND w.aggregate_type = o.aggregate_type AND w.aggregate_id = o.aggregate_id
                AND w.seq < o.seq AND w.available_at > outbox_ts($4::bigint) LIMIT 1) IS NULL)
   ORDER BY o.seq LIMIT $5 FOR UPDATE SKIP LOCKED),
+l AS (
+  SELECT c.seq, c.aggregate_type, c.aggregate_id,
+         lag(c.seq) OVER (PARTITION BY c.aggregate_type, c.aggregate_id ORDER BY c.seq) AS prev
+  FROM c),
+k AS (
+  SELECT l.seq, l.aggregate_type, l.aggregate_id,
+         (SELECT p.seq FROM outbox p
+          WHERE p.state = 0 AND p.aggregate_type = l.aggregate_type
+            AND p.aggregate_id = l.aggregate_id AND p.seq < l.seq
+          ORDER BY p.seq DESC LIMIT 1)
+           IS NOT DISTINCT FROM l.prev AS linked
+  FROM l),
 ok AS (
-  SELECT c.seq FROM c
-  WHERE (SELECT p.seq FROM outbox p
-         WHERE p.state = 0 AND p.aggregate_type = c.aggregate_type
-           AND p.aggregate_id = c.aggregate_id AND p.seq < c.seq
-           AND NOT EXISTS (SELECT 1 FROM c c2 WHERE c2.seq = p.seq) LIMIT 1) IS NULL)
+  SELECT z.seq FROM (
+    SELECT k.seq, bool_and(k.linked) OVER (PARTITION BY k.aggregate_type, k.aggregate_id
+                                           ORDER BY k.seq ROWS UNBOUNDED PRECEDING) AS passed
+    FROM k) z
+  WHERE z.passed)
 UPDATE outbox o SET available_at = outbox_ts($1::bigint), lease_owner = $2, lease_token = $3,
                     attempts = least(o.attempts, 2147483646) + 1
-FROM ok WHERE o.seq = ok.seq
+WHERE o.seq = ANY (ARRAY(SELECT ok.seq FROM ok))
 RETURNING o.seq, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload_bytes,
           o.headers::text, o.attempts, outbox_us(o.created_at), o.content_type

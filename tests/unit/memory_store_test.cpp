@@ -6,12 +6,14 @@
 #include <boost/test/unit_test.hpp>
 
 #include <chrono>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <outbox/outbox.hpp>
+#include <outbox/testing/faulty_transport.hpp>
 #include <outbox/testing/manual_clock.hpp>
 #include <outbox/testing/memory_store.hpp>
 #include <outbox/testing/memory_transport.hpp>
@@ -386,6 +388,131 @@ BOOST_AUTO_TEST_CASE(faults_hit_only_the_operations_named_until_healed) {
   db.fail_next(1, outbox::errc::transient, memory_operation::claim | memory_operation::settle);
   BOOST_TEST((kind_of([&] { (void)store.claim(req(now)); }) == outbox::errc::transient));
   BOOST_TEST(store.claim(req(now)).empty());  // one failure, as asked
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---- an aggregate's run in one call, on a transport that keeps publish order ------------------
+
+namespace {
+
+/// Counts publish calls; declares keeps_publish_order as told.
+template <bool KeepsOrder>
+struct counting_transport {
+  static constexpr bool keeps_publish_order = KeepsOrder;
+  outbox::testing::memory_transport* inner;
+  int calls = 0;
+  std::vector<outbox::publish_result> publish(std::span<const outbox::message> batch,
+                                              std::chrono::steady_clock::time_point until) {
+    ++calls;
+    return inner->publish(batch, until);
+  }
+};
+static_assert(outbox::concepts::order_keeping_transport<counting_transport<true>>);
+static_assert(!outbox::concepts::order_keeping_transport<counting_transport<false>>);
+static_assert(outbox::concepts::order_keeping_transport<outbox::testing::memory_transport>);
+
+/// 200 events of one aggregate ("hot"), their ids in commit order.
+std::vector<outbox::uuid> enqueue_hot(memory_database& db, int n = 200) {
+  memory_session app(db);
+  memory_store store(app);
+  outbox::writer writer(store);
+  std::vector<outbox::uuid> ids;
+  memory_session::transaction tx(app);
+  for (int i = 0; i < n; ++i) ids.push_back(writer.enqueue(app, order_event("hot")));
+  tx.commit();
+  return ids;
+}
+
+std::vector<outbox::uuid> ids_of(const std::vector<outbox::message>& wire) {
+  std::vector<outbox::uuid> ids;
+  for (const auto& m : wire) ids.push_back(m.id);
+  return ids;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(aggregate_runs)
+
+BOOST_AUTO_TEST_CASE(a_hot_aggregates_batch_is_one_call_where_the_transport_keeps_order) {
+  for (const bool keeps : {true, false}) {
+    memory_database db;
+    const auto ids = enqueue_hot(db);
+    memory_session relay_sql(db);
+    memory_store store(relay_sql);
+    outbox::testing::memory_transport broker({.record = true});
+    int calls = 0;
+    if (keeps) {
+      counting_transport<true> t{&broker};
+      outbox::relay relay(store, t, {.batch_size = 500});
+      BOOST_TEST(relay.run_once() == 200u);
+      calls = t.calls;
+    } else {
+      counting_transport<false> t{&broker};
+      outbox::relay relay(store, t, {.batch_size = 500});
+      BOOST_TEST(relay.run_once() == 200u);
+      calls = t.calls;
+    }
+    // One confirm round trip for the batch, or one per message (waves).
+    BOOST_TEST(calls == (keeps ? 1 : 200));
+    BOOST_TEST((ids_of(broker.wire()) == ids));
+    BOOST_TEST(store.stats(std::chrono::system_clock::now()).pending == 0);
+  }
+}
+
+// A transport that promises to keep order and then fails one message in the middle of a run
+// while confirming the later ones (a broker that nacks one message and takes the next): the
+// later ones are on the wire ahead of the failed one, which follows after its retry. The relay
+// cannot take them back; it settles each by its own confirm and counts them (reordered). With
+// waves (no promise) the rest of the run is held back instead, and the order holds.
+BOOST_AUTO_TEST_CASE(a_failure_in_the_middle_of_a_run_is_counted_or_holds_the_rest_back) {
+  const auto run = [](auto& faulty, outbox::testing::memory_transport& broker,
+                      memory_store<>& store, const std::vector<outbox::uuid>& ids) {
+    const auto failing = ids[49];
+    faulty.fail_when([&](const outbox::message& m) { return m.id == failing; },
+                     outbox::errc::transient);
+    outbox::relay relay(store, faulty, {.batch_size = 500},
+                        outbox::exponential_backoff{.initial = 1ms, .max_delay = 1ms});
+    BOOST_TEST(relay.run_once() == 200u);
+    faulty.heal();
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (store.stats(std::chrono::system_clock::now()).pending > 0 &&
+           std::chrono::steady_clock::now() < until) {
+      relay.run_once();
+      std::this_thread::sleep_for(2ms);
+    }
+    BOOST_TEST(store.stats(std::chrono::system_clock::now()).pending == 0);
+    BOOST_TEST(relay.stats().retried == 1u);
+    (void)broker;
+    return relay.stats();
+  };
+  {
+    memory_database db;
+    const auto ids = enqueue_hot(db);
+    memory_session relay_sql(db);
+    memory_store store(relay_sql);
+    outbox::testing::memory_transport broker({.record = true});
+    outbox::testing::faulty_transport<outbox::testing::memory_transport, true> faulty(broker);
+    const auto stats = run(faulty, broker, store, ids);
+    BOOST_TEST(stats.reordered == 150u);
+    BOOST_TEST(stats.released == 0u);
+    auto expected = ids;
+    expected.erase(expected.begin() + 49);
+    expected.push_back(ids[49]);  // after its retry
+    BOOST_TEST((ids_of(broker.wire()) == expected));
+  }
+  {
+    memory_database db;
+    const auto ids = enqueue_hot(db);
+    memory_session relay_sql(db);
+    memory_store store(relay_sql);
+    outbox::testing::memory_transport broker({.record = true});
+    outbox::testing::faulty_transport<outbox::testing::memory_transport> faulty(broker);
+    const auto stats = run(faulty, broker, store, ids);
+    BOOST_TEST(stats.reordered == 0u);
+    BOOST_TEST(stats.released == 150u);
+    BOOST_TEST((ids_of(broker.wire()) == ids));  // the order holds
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -28,6 +28,19 @@ concept transport = requires(T& t, std::span<const message> batch,
   { t.publish(batch, until) } -> std::same_as<std::vector<publish_result>>;
 };
 
+/// Capability: a transport whose publish calls keep the order of an aggregate's run: the
+/// messages of one call reach the receiver in call order, and a message is confirmed only
+/// after every earlier message of the call was confirmed or failed for good (`permanent`: it
+/// is dead-lettered, and a dead letter does not hold its aggregate back). The relay then sends
+/// all of an aggregate's messages in a batch in one call (one confirm round trip for the
+/// batch, however hot the aggregate), instead of one wave per message that waits for the
+/// previous one's confirm. Declared by the transport: `static constexpr bool
+/// keeps_publish_order = true;`.
+template <class T>
+concept order_keeping_transport = transport<T> && requires {
+  requires T::keeps_publish_order;
+};
+
 /// The receiving side a consumer reads from.
 ///
 /// | operation            | returns                    | guarantees | errors |

@@ -23,9 +23,16 @@ namespace outbox::testing {
 /// Wraps `Inner` (a `concepts::transport`). A message that fails is not handed to `Inner` (it
 /// never reaches the wire) and gets a failed `publish_result` of the configured class.
 /// Thread-safe; the faults can be changed while a relay runs.
-template <concepts::transport Inner>
+///
+/// `KeepsOrder`: declares `keeps_publish_order` (concepts::order_keeping_transport), so the
+/// relay sends a batch in one call; an injected transient failure in the middle of an
+/// aggregate's run then breaks that promise, as a broker that nacks one message and takes the
+/// next would (the relay counts it, `relay_stats::reordered`). Off: the relay sends waves.
+template <concepts::transport Inner, bool KeepsOrder = false>
 class faulty_transport {
  public:
+  static constexpr bool keeps_publish_order = KeepsOrder;
+
   explicit faulty_transport(Inner& inner) : inner_(&inner) {}
 
   /// The next `n` messages fail with `cls` (transient by default), then all is well again.

@@ -39,6 +39,10 @@ class memory_transport {
  public:
   explicit memory_transport(memory_transport_options options = {}) : options_(options) {}
 
+  /// Capability (concepts::order_keeping_transport): one queue, and a call's confirms come all
+  /// together or not at all.
+  static constexpr bool keeps_publish_order = true;
+
   std::vector<publish_result> publish(std::span<const message> batch,
                                       std::chrono::steady_clock::time_point until) {
     const auto start = std::chrono::steady_clock::now();
