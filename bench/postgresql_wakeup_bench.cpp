@@ -1,8 +1,10 @@
 // Commit-to-confirm latency on PostgreSQL at a steady 500 events/s (one transaction per event):
 // the relay woken by LISTEN/NOTIFY against the same relay polling every second, as the seed
-// articles do. Prints p50 and p99 of each, in one run.
+// articles do. Prints p50 and p99 of each, in one run, and `p50_ms`/`p99_ms` lines (LISTEN/
+// NOTIFY) for scripts. `--confirm-us` sets the simulated confirm round trip (100 us: a local
+// sink; about 1,000-2,000 us: RabbitMQ publisher confirms on this machine).
 //
-// Usage: postgresql_wakeup_bench [--seconds N] [--rate N]
+// Usage: postgresql_wakeup_bench [--seconds N] [--rate N] [--confirm-us N]
 // Server: OUTBOX_TEST_POSTGRESQL (libpq conninfo); uses (and drops) the schema outbox_lbench.
 
 #include <algorithm>
@@ -38,6 +40,9 @@ std::string connect_string() {
 /// The in-memory transport, noting when each message was confirmed.
 class timing_transport {
  public:
+  explicit timing_transport(std::chrono::microseconds confirm)
+      : inner_({.confirm_latency = confirm, .deliver = false, .record = false}) {}
+
   std::vector<outbox::publish_result> publish(std::span<const outbox::message> batch,
                                               steady::time_point until) {
     auto results = inner_.publish(batch, until);
@@ -53,8 +58,7 @@ class timing_transport {
   }
 
  private:
-  outbox::testing::memory_transport inner_{
-      {.confirm_latency = 100us, .deliver = false, .record = false}};
+  outbox::testing::memory_transport inner_;
   std::mutex mutex_;
   std::unordered_map<outbox::uuid, steady::time_point> confirmed_at_;
 };
@@ -64,14 +68,14 @@ struct percentiles {
   std::size_t n = 0;
 };
 
-percentiles run(bool listen, double seconds, int rate) {
+percentiles run(bool listen, double seconds, int rate, std::chrono::microseconds confirm) {
   {
     soci::session admin("postgresql", connect_string());
     admin << "TRUNCATE outbox";
   }
   soci::session relay_sql("postgresql", connect_string());
   pg::store relay_store(relay_sql, {.listen = listen});
-  timing_transport transport;
+  timing_transport transport(confirm);
   // Polling as the seed articles do: every second. With LISTEN/NOTIFY the idle polls are only a
   // fallback (library defaults).
   outbox::relay_options options;
@@ -127,12 +131,15 @@ percentiles run(bool listen, double seconds, int rate) {
 int main(int argc, char** argv) try {
   double seconds = 6;
   int rate = 500;
+  long confirm_us = 100;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string_view k = argv[i];
     if (k == "--seconds")
       seconds = std::strtod(argv[i + 1], nullptr);
     else if (k == "--rate")
       rate = std::atoi(argv[i + 1]);
+    else if (k == "--confirm-us")
+      confirm_us = std::atol(argv[i + 1]);
   }
   {
     soci::session admin("postgresql", connect_string());
@@ -141,14 +148,16 @@ int main(int argc, char** argv) try {
     pg::migrate(admin);
   }
   std::cout << "postgresql wake-up benchmark: " << rate << " events/s for " << seconds
-            << " s, one transaction per event, commit to confirm\n";
-  const auto notify = run(true, seconds, rate);
-  const auto poll = run(false, seconds, rate);
+            << " s, one transaction per event, commit to confirm (" << confirm_us
+            << " us confirm)\n";
+  const auto notify = run(true, seconds, rate, std::chrono::microseconds(confirm_us));
+  const auto poll = run(false, seconds, rate, std::chrono::microseconds(confirm_us));
   std::printf("listen/notify   p50 %7.2f ms  p99 %7.2f ms  max %7.2f ms  (%zu events)\n",
               notify.p50, notify.p99, notify.max, notify.n);
   std::printf("poll every 1 s  p50 %7.2f ms  p99 %7.2f ms  max %7.2f ms  (%zu events)\n", poll.p50,
               poll.p99, poll.max, poll.n);
   std::printf("ratio p99 poll/notify %.1f\n", poll.p99 / notify.p99);
+  std::printf("p50_ms %.2f\np99_ms %.2f\n", notify.p50, notify.p99);
   soci::session admin("postgresql", connect_string());
   admin << "DROP SCHEMA outbox_lbench CASCADE";
   return 0;

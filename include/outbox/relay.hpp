@@ -187,8 +187,10 @@ class relay {
     return n + batch.unreadable;
   }
 
-  /// Runs until `stop` is requested: never sleeps after a full batch, sleeps adaptively (from
-  /// `idle_poll_min` doubling to `idle_poll_max`) when idle. `wake()` cuts a sleep short.
+  /// Runs until `stop` is requested: never sleeps after a batch that claimed anything (it looks
+  /// again at once: what was committed meanwhile goes next), sleeps adaptively (from
+  /// `idle_poll_min` doubling to `idle_poll_max`) after an empty claim. `wake()` cuts a sleep
+  /// short.
   ///
   /// Errors: every `outbox::error` except `misconfigured` is reported to
   /// `relay_options::on_error`, counted in `stats().errors`, and backed off from (the relay's
@@ -214,13 +216,17 @@ class relay {
         sleep_for(stop, std::max(retry_.delay(++failures, rng_), options_.idle_poll_min));
         continue;
       }
-      if (n >= options_.batch_size) {
+      if (n > 0) {
+        // A full batch, or a partial one: look again at once. Rows committed while a batch was
+        // in flight may have sent no wake-up (PostgreSQL's trigger stays silent while older
+        // rows are pending, and rows in flight are), so sleeping now left them waiting for the
+        // idle poll (commit to confirm at 500 events/s with a 1.5 ms confirm: p50 5.6 ms).
+        // An empty claim ends the look; then the relay sleeps until woken or polled.
         idle = options_.idle_poll_min;
         continue;
       }
-      if (n > 0) idle = options_.idle_poll_min;
       sleep_for(stop, idle);
-      if (n == 0) idle = std::min(idle * 2, options_.idle_poll_max);
+      idle = std::min(idle * 2, options_.idle_poll_max);
     }
   }
 

@@ -20,6 +20,8 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
@@ -182,6 +184,32 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(carries_the_content_type_and_the_exact_payload_byt
   }
   BOOST_TEST(got[2].msg.content_type == "application/json");
   BOOST_TEST(!fx.receiver().receive(50ms).has_value());
+}
+
+// A transport that declares keeps_publish_order gets an aggregate's whole run in one call from
+// the relay: it must put it on the wire in call order and confirm it (or fail what follows a
+// failure; the fault doubles cover that side).
+BOOST_AUTO_TEST_CASE_TEMPLATE(an_order_keeping_transport_carries_a_run_in_call_order, Fixture,
+                              transport_fixtures) {
+  using transport_type = std::remove_reference_t<decltype(std::declval<Fixture&>().publisher())>;
+  if constexpr (outbox::concepts::order_keeping_transport<transport_type>) {
+    Fixture fx;
+    auto batch = transport_conformance::make_messages(50);
+    for (auto& m : batch) m.aggregate_id = "run";
+    const auto results = transport_conformance::send(fx, batch);
+    if constexpr (!Fixture::confirms_on_consumer_ack) {
+      BOOST_TEST(results.size() == batch.size());
+      for (const auto& r : results) BOOST_TEST(r.confirmed);
+    }
+    const auto got = transport_conformance::receive_n(fx.receiver(), batch.size());
+    BOOST_TEST_REQUIRE(got.size() == batch.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      BOOST_TEST(got[i].msg.id == batch[i].id);
+      fx.receiver().ack(got[i]);
+    }
+  } else {
+    BOOST_TEST_MESSAGE(Fixture::name << " does not declare keeps_publish_order (waves)");
+  }
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(receive_times_out_with_no_delivery, Fixture, transport_fixtures) {
