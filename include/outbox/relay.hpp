@@ -110,6 +110,7 @@ class relay {
   /// @throws outbox::error from the store or the transport; a claimed batch is released (or
   ///         left to its lease) first.
   std::size_t run_once(std::stop_token stop = {}) {
+    released_only_ = false;
     claimed_batch batch = store_->claim(
         claim_request{options_.owner, options_.batch_size, clock_.now(), options_.lease});
     dead_.fetch_add(batch.unreadable, std::memory_order_relaxed);
@@ -174,7 +175,7 @@ class relay {
     }
 
     if constexpr (concepts::order_keeping_transport<Transport>)
-      reordered_.fetch_add(count_reordered(batch.messages, fates, sendable),
+      reordered_.fetch_add(hold_back_after_failures(batch.messages, fates, sendable),
                            std::memory_order_relaxed);
     const settle_result r = settle_with_retries(batch, fates);
     batches_.fetch_add(1, std::memory_order_relaxed);
@@ -183,6 +184,11 @@ class relay {
     dead_.fetch_add(r.dead, std::memory_order_relaxed);
     released_.fetch_add(r.released, std::memory_order_relaxed);
     fenced_.fetch_add(r.fenced, std::memory_order_relaxed);
+    // Nothing settled but releases (the publish deadline had passed before the first wave:
+    // a claim slower than its lease): `run` sleeps before the next claim, not at once.
+    released_only_ = batch.unreadable == 0 &&
+                     std::all_of(fates.begin(), fates.end(),
+                                 [](const auto& f) { return f.what == settlement::kind::release; });
     if (transport_failure) std::rethrow_exception(transport_failure);
     return n + batch.unreadable;
   }
@@ -216,7 +222,7 @@ class relay {
         sleep_for(stop, std::max(retry_.delay(++failures, rng_), options_.idle_poll_min));
         continue;
       }
-      if (n > 0) {
+      if (n > 0 && !std::exchange(released_only_, false)) {
         // A full batch, or a partial one: look again at once. Rows committed while a batch was
         // in flight may have sent no wake-up (PostgreSQL's trigger stays silent while older
         // rows are pending, and rows in flight are), so sleeping now left them waiting for the
@@ -226,7 +232,7 @@ class relay {
         continue;
       }
       sleep_for(stop, idle);
-      idle = std::min(idle * 2, options_.idle_poll_max);
+      if (n == 0) idle = std::min(idle * 2, options_.idle_poll_max);
     }
   }
 
@@ -325,21 +331,28 @@ class relay {
     return ranges;
   }
 
-  /// Of a batch sent in one call: the messages confirmed after an earlier message of their
-  /// aggregate failed and will be retried (a dead letter does not hold its aggregate back).
-  static std::size_t count_reordered(const std::vector<message>& msgs,
-                                     std::span<const settlement> fates, std::size_t count) {
+  /// Of a batch sent in one call: after the first message of an aggregate that failed and will
+  /// be retried, its later messages that were not confirmed are released (they follow after
+  /// the retry, their attempt given back: they did not fail on their own account), as the
+  /// waves do. Returns how many later messages were confirmed all the same (a transport that
+  /// broke its keeps_publish_order promise; a dead letter does not hold its aggregate back).
+  static std::size_t hold_back_after_failures(const std::vector<message>& msgs,
+                                              std::span<settlement> fates, std::size_t count) {
     std::unordered_set<std::string> failed;
-    std::size_t n = 0;
+    std::size_t reordered = 0;
     for (std::size_t i = 0; i < count; ++i) {
-      const auto what = fates[i].what;
-      if (what == settlement::kind::retry || what == settlement::kind::release)
+      auto& fate = fates[i];
+      if (fate.what == settlement::kind::dead) continue;
+      const bool behind = !failed.empty() && failed.contains(aggregate_key(msgs[i]));
+      if (fate.what == settlement::kind::published) {
+        reordered += behind ? 1 : 0;
+      } else if (behind) {
+        fate = settlement{};  // release
+      } else {
         failed.insert(aggregate_key(msgs[i]));
-      else if (what == settlement::kind::published && !failed.empty() &&
-               failed.contains(aggregate_key(msgs[i])))
-        ++n;
+      }
     }
-    return n;
+    return reordered;
   }
 
   void apply_results(std::span<const message> wave, std::size_t offset,
@@ -418,6 +431,7 @@ class relay {
   std::condition_variable_any wake_cv_;
   bool woken_ = false;
 
+  bool released_only_ = false;  ///< The last run_once released all it claimed (see there).
   std::atomic<std::uint64_t> batches_{0}, published_{0}, retried_{0}, dead_{0}, released_{0},
       fenced_{0}, errors_{0}, reordered_{0};
 };

@@ -6,6 +6,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <chrono>
+#include <set>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -513,6 +514,39 @@ BOOST_AUTO_TEST_CASE(a_failure_in_the_middle_of_a_run_is_counted_or_holds_the_re
     BOOST_TEST(stats.released == 150u);
     BOOST_TEST((ids_of(broker.wire()) == ids));  // the order holds
   }
+}
+
+// A transport that keeps its promise fails the rest of an aggregate's run after a failure
+// (here: everything from the 50th on, the first time): the relay releases the rest, their
+// attempts given back (they did not fail on their own), and they follow after the retry, in
+// order; only the first failure is charged an attempt.
+BOOST_AUTO_TEST_CASE(after_a_failure_the_rest_of_a_run_is_released_not_charged) {
+  memory_database db;
+  const auto ids = enqueue_hot(db);
+  memory_session relay_sql(db);
+  memory_store store(relay_sql);
+  outbox::testing::memory_transport broker({.record = true});
+  outbox::testing::faulty_transport<outbox::testing::memory_transport, true> faulty(broker);
+  std::set<outbox::uuid> from_50th(ids.begin() + 49, ids.end());
+  faulty.fail_when([&](const outbox::message& m) { return from_50th.contains(m.id); },
+                   outbox::errc::transient);
+  outbox::relay relay(store, faulty, {.batch_size = 500},
+                      outbox::exponential_backoff{.initial = 1ms, .max_delay = 1ms});
+  BOOST_TEST(relay.run_once() == 200u);
+  BOOST_TEST(relay.stats().retried == 1u);
+  BOOST_TEST(relay.stats().released == 150u);
+  BOOST_TEST(relay.stats().reordered == 0u);
+  faulty.heal();
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (store.stats(std::chrono::system_clock::now()).pending > 0 &&
+         std::chrono::steady_clock::now() < until) {
+    relay.run_once();
+    std::this_thread::sleep_for(2ms);
+  }
+  BOOST_TEST(store.stats(std::chrono::system_clock::now()).pending == 0);
+  BOOST_TEST((ids_of(broker.wire()) == ids));  // the order holds
+  // Attempts: the 50th was charged twice (the failure, the publish), the others once.
+  for (const auto& row : db.outbox()) BOOST_TEST(row.attempts == (row.id == ids[49] ? 2 : 1));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -29,9 +29,10 @@ concept transport = requires(T& t, std::span<const message> batch,
 };
 
 /// Capability: a transport whose publish calls keep the order of an aggregate's run: the
-/// messages of one call reach the receiver in call order, and a message is confirmed only
-/// after every earlier message of the call was confirmed or failed for good (`permanent`: it
-/// is dead-lettered, and a dead letter does not hold its aggregate back). The relay then sends
+/// messages of one call reach the receiver in call order, and once a message failed other than
+/// for good, no later message of its aggregate in the call reaches the receiver or is confirmed
+/// (failed for good, `permanent`, it is dead-lettered, and a dead letter does not hold its
+/// aggregate back). The relay releases the later ones; they follow after the retry. The relay then sends
 /// all of an aggregate's messages in a batch in one call (one confirm round trip for the
 /// batch, however hot the aggregate), instead of one wave per message that waits for the
 /// previous one's confirm. Declared by the transport: `static constexpr bool
