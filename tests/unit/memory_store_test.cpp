@@ -425,6 +425,18 @@ std::vector<outbox::uuid> enqueue_hot(memory_database& db, int n = 200) {
   return ids;
 }
 
+/// Runs `relay` until `store` has nothing pending (bounded: 10 s), waiting out retry delays.
+template <class Relay>
+void drain(Relay& relay, memory_store<>& store) {
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (store.stats(std::chrono::system_clock::now()).pending > 0 &&
+         std::chrono::steady_clock::now() < until) {
+    relay.run_once();
+    std::this_thread::sleep_for(2ms);
+  }
+  BOOST_TEST(store.stats(std::chrono::system_clock::now()).pending == 0);
+}
+
 std::vector<outbox::uuid> ids_of(const std::vector<outbox::message>& wire) {
   std::vector<outbox::uuid> ids;
   for (const auto& m : wire) ids.push_back(m.id);
@@ -476,13 +488,7 @@ BOOST_AUTO_TEST_CASE(a_failure_in_the_middle_of_a_run_is_counted_or_holds_the_re
                         outbox::exponential_backoff{.initial = 1ms, .max_delay = 1ms});
     BOOST_TEST(relay.run_once() == 200u);
     faulty.heal();
-    const auto until = std::chrono::steady_clock::now() + 10s;
-    while (store.stats(std::chrono::system_clock::now()).pending > 0 &&
-           std::chrono::steady_clock::now() < until) {
-      relay.run_once();
-      std::this_thread::sleep_for(2ms);
-    }
-    BOOST_TEST(store.stats(std::chrono::system_clock::now()).pending == 0);
+    drain(relay, store);
     BOOST_TEST(relay.stats().retried == 1u);
     (void)broker;
     return relay.stats();
@@ -537,13 +543,7 @@ BOOST_AUTO_TEST_CASE(after_a_failure_the_rest_of_a_run_is_released_not_charged) 
   BOOST_TEST(relay.stats().released == 150u);
   BOOST_TEST(relay.stats().reordered == 0u);
   faulty.heal();
-  const auto until = std::chrono::steady_clock::now() + 10s;
-  while (store.stats(std::chrono::system_clock::now()).pending > 0 &&
-         std::chrono::steady_clock::now() < until) {
-    relay.run_once();
-    std::this_thread::sleep_for(2ms);
-  }
-  BOOST_TEST(store.stats(std::chrono::system_clock::now()).pending == 0);
+  drain(relay, store);
   BOOST_TEST((ids_of(broker.wire()) == ids));  // the order holds
   // Attempts: the 50th was charged twice (the failure, the publish), the others once.
   for (const auto& row : db.outbox()) BOOST_TEST(row.attempts == (row.id == ids[49] ? 2 : 1));
