@@ -28,8 +28,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <functional>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -82,22 +85,32 @@ void build(const fs::path& path, long rows) {
   outbox::bench::build_sqlite_pristine(path, rows, 1000);
 }
 
-/// The library's relay from `st` over `pub` until `rows` are published.
+/// The library's relay from `st` (and `second`, when given) over `pub`, running `relay::run` on
+/// its own thread (pipelined unless `pipeline` is false), until `rows` are published.
 template <class Store>
-outbox::bench::result relay_run(Store& st, long rows, long batch, outbox::amqp::publisher& pub) {
-  outbox::relay relay(st, pub,
-                      {.batch_size = static_cast<std::size_t>(batch),
-                       .lease = 120s,
-                       .publish_timeout = 60s,
-                       .idle_poll_min = 1ms,
-                       .idle_poll_max = 10ms});
+outbox::bench::result relay_run(Store& st, Store* second, long rows, long batch,
+                                outbox::amqp::publisher& pub, bool pipeline = true) {
+  const outbox::relay_options o{.batch_size = static_cast<std::size_t>(batch),
+                                .lease = 120s,
+                                .publish_timeout = 60s,
+                                .idle_poll_min = 1ms,
+                                .idle_poll_max = 10ms,
+                                .pipeline = pipeline};
+  std::optional<outbox::relay<Store, outbox::amqp::publisher>> relay;
+  if (second)
+    relay.emplace(st, *second, pub, o);
+  else
+    relay.emplace(st, pub, o);
+  const auto target = static_cast<std::uint64_t>(rows);
   const auto t0 = std::chrono::steady_clock::now();
-  while (relay.stats().published < static_cast<std::uint64_t>(rows) &&
-         std::chrono::steady_clock::now() - t0 < 600s)
-    relay.run_once();
+  {
+    std::jthread runner([&](std::stop_token stop) { relay->run(stop); });
+    while (relay->stats().published < target && std::chrono::steady_clock::now() - t0 < 600s)
+      std::this_thread::sleep_for(200us);
+  }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (relay.stats().published != static_cast<std::uint64_t>(rows)) {
-    std::cerr << "bench: " << relay.stats().published << " of " << rows
+  if (relay->stats().published != target) {
+    std::cerr << "bench: " << relay->stats().published << " of " << rows
               << " published: the run is invalid\n";
     std::exit(1);
   }
@@ -106,13 +119,13 @@ outbox::bench::result relay_run(Store& st, long rows, long batch, outbox::amqp::
 
 /// The relay from a fresh copy of the SQLite outbox `pristine`.
 outbox::bench::result sqlite_run(const fs::path& pristine, const std::string& name, long rows,
-                                 long batch, outbox::amqp::publisher& pub) {
+                                 long batch, outbox::amqp::publisher& pub, bool pipeline = true) {
   const fs::path db = outbox::bench::fresh_copy(pristine, name);
   outbox::bench::result r;
   {
     soci::session sql(soci::sqlite3, "db=" + db.string());
     outbox::sqlite::store st(sql);
-    r = relay_run(st, rows, batch, pub);
+    r = relay_run<outbox::sqlite::store>(st, nullptr, rows, batch, pub, pipeline);
   }
   outbox::bench::remove_sqlite_db(db);
   return r;
@@ -125,12 +138,26 @@ std::string pg_connect_string() {
   return outbox::bench::postgresql_connect_string("amqp_relay_bench", "outbox_amqp_bench");
 }
 
+/// How the PostgreSQL relay runs.
+enum class pg_mode {
+  locking_serial,     ///< locking claim, one session, one batch at a time (pipeline off)
+  locking_two,        ///< locking claim, two sessions, pipelined
+  leasing_pipelined,  ///< leasing claim, one session, pipelined
+};
+
 /// The relay from the PostgreSQL outbox, refilled from the pristine rows first.
-outbox::bench::result pg_run(long rows, long batch, outbox::amqp::publisher& pub) {
+outbox::bench::result pg_run(long rows, long batch, outbox::amqp::publisher& pub, pg_mode mode) {
   soci::session sql("postgresql", pg_connect_string());
   outbox::bench::reset_postgresql_outbox(sql);
-  pg::store st(sql);
-  return relay_run(st, rows, batch, pub);
+  const outbox::store_options o{.policy = mode == pg_mode::leasing_pipelined
+                                              ? outbox::claim_policy::leasing
+                                              : outbox::claim_policy::locking};
+  pg::store st(sql, o);
+  if (mode != pg_mode::locking_two)
+    return relay_run<pg::store>(st, nullptr, rows, batch, pub, mode != pg_mode::locking_serial);
+  soci::session sql2("postgresql", pg_connect_string());
+  pg::store second(sql2, o);
+  return relay_run<pg::store>(st, &second, rows, batch, pub);
 }
 
 void pg_drop() {
@@ -138,6 +165,17 @@ void pg_drop() {
   sql << "DROP SCHEMA outbox_amqp_bench CASCADE";
 }
 #endif
+
+/// The machine's busy and total CPU time so far (all cores, /proc/stat ticks), to tell a run
+/// bound by the CPU (busy / total near 1) from one bound by waiting.
+std::pair<double, double> cpu_ticks() {
+  std::ifstream in("/proc/stat");
+  std::string cpu;
+  double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  in >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal;
+  const double busy = user + nice + system + irq + softirq + steal;
+  return {busy, busy + idle + iowait};
+}
 
 /// The rates of one contender over the rounds.
 struct rates {
@@ -291,36 +329,48 @@ int main(int argc, char** argv) try {
   }
 
   const std::string batch = std::to_string(a.batch);
-  const std::string sqlite_name = "SQLite -> relay (batch " + batch + ") -> RabbitMQ";
-  const std::string pg_name = "PostgreSQL -> relay (batch " + batch + ") -> RabbitMQ";
-  const std::string bare_name = "bare rabbitmq-c publisher, window 1000, no database";
-  const std::string tls_name = "SQLite -> relay (batch " + batch + ") -> RabbitMQ over TLS";
-  rates bare_rates, sqlite_rates, pg_rates, tls_rates;
-  for (long round = 0; round < a.rounds; ++round) {
-    // bare, SQLite, PostgreSQL, SQLite over TLS; reversed every other round
-    std::vector<int> order{0, 1, 2, 3};
-    if (round % 2 == 1) order = {3, 2, 1, 0};
-    for (int which : order) {
-      purge(url, queue);
-      if (which == 0) {
-        const auto r = bare_run(url, exchange, a.rows, 1000);
-        report(bare_name, r);
-        bare_rates.add(r);
-      } else if (which == 1) {
-        const auto r = sqlite_run(pristine, "relay", a.rows, a.batch, pub);
-        report(sqlite_name, r);
-        sqlite_rates.add(r);
-      } else if (which == 2 && with_pg) {
+  // The contenders, each run every round on an emptied queue, in an order reversed every other
+  // round. `run` empty: not available in this build or environment.
+  struct contender {
+    std::string name;
+    std::function<outbox::bench::result()> run;
+    rates r{};
+  };
+  std::vector<contender> cs;
+  cs.push_back({"bare rabbitmq-c publisher, window 1000, no database",
+                [&] { return bare_run(url, exchange, a.rows, 1000); }});
+  cs.push_back({"SQLite -> relay (batch " + batch + ", pipelined) -> RabbitMQ",
+                [&] { return sqlite_run(pristine, "relay", a.rows, a.batch, pub); }});
+  cs.push_back({"SQLite -> relay (batch " + batch + ", one batch at a time)",
+                [&] { return sqlite_run(pristine, "serial", a.rows, a.batch, pub, false); }});
+  const auto pg_contender = [&](const std::string& what, [[maybe_unused]] int mode) {
+    contender c{"PostgreSQL (" + what + ") -> relay (batch " + batch + ") -> RabbitMQ", {}};
 #ifdef OUTBOX_BENCH_WITH_POSTGRESQL
-        const auto r = pg_run(a.rows, a.batch, pub);
-        report(pg_name, r);
-        pg_rates.add(r);
+    if (with_pg)
+      c.run = [&, mode] { return pg_run(a.rows, a.batch, pub, static_cast<pg_mode>(mode)); };
 #endif
-      } else if (which == 3 && tls_pub) {
-        const auto r = sqlite_run(pristine, "tls", a.rows, a.batch, *tls_pub);
-        report(tls_name, r);
-        tls_rates.add(r);
-      }
+    return c;
+  };
+  cs.push_back(pg_contender("locking, one batch at a time", 0));
+  cs.push_back(pg_contender("locking, two sessions, pipelined", 1));
+  cs.push_back(pg_contender("leasing, pipelined", 2));
+  cs.push_back({"SQLite -> relay (batch " + batch + ", pipelined) -> RabbitMQ over TLS", {}});
+  if (tls_pub)
+    cs.back().run = [&] { return sqlite_run(pristine, "tls", a.rows, a.batch, *tls_pub); };
+  for (long round = 0; round < a.rounds; ++round) {
+    std::vector<std::size_t> order(cs.size());
+    for (std::size_t i = 0; i < order.size(); ++i)
+      order[i] = round % 2 == 0 ? i : order.size() - 1 - i;
+    for (const std::size_t which : order) {
+      if (!cs[which].run) continue;
+      purge(url, queue);
+      const auto before = cpu_ticks();
+      const auto r = cs[which].run();
+      const auto after = cpu_ticks();
+      report(cs[which].name, r);
+      std::printf("    machine CPU busy %.0f%%\n",
+                  100 * (after.first - before.first) / (after.second - before.second));
+      cs[which].r.add(r);
     }
   }
   purge(url, queue);
@@ -343,21 +393,24 @@ int main(int argc, char** argv) try {
   if (with_pg) pg_drop();
 #endif
   std::printf("%ld rounds, events/s (best, median):\n", a.rounds);
-  const auto summary = [](const std::string& name, const rates& r) {
-    std::printf("%-56s %10.0f %10.0f\n", name.c_str(), r.best(), r.median());
+  for (const auto& c : cs)
+    if (c.run) std::printf("%-72s %10.0f %10.0f\n", c.name.c_str(), c.r.best(), c.r.median());
+  const auto& bare = cs[0].r;
+  const auto ratio = [&](const std::string& name, const contender& num, const rates& den) {
+    if (num.run)
+      std::printf("ratio %s best %.2f, median %.2f\n", name.c_str(), num.r.best() / den.best(),
+                  num.r.median() / den.median());
   };
-  const auto ratio = [](const std::string& name, const rates& num, const rates& den) {
-    std::printf("ratio %s best %.2f, median %.2f\n", name.c_str(), num.best() / den.best(),
-                num.median() / den.median());
-  };
-  summary(bare_name, bare_rates);
-  summary(sqlite_name, sqlite_rates);
-  if (with_pg) summary(pg_name, pg_rates);
-  if (tls_pub) summary(tls_name, tls_rates);
-  std::printf("ratio relay/batch-1 (SQLite) %.2f\n", sqlite_rates.best() / single.rate());
-  ratio("relay/bare-publisher (SQLite)", sqlite_rates, bare_rates);
-  if (with_pg) ratio("relay/bare-publisher (PostgreSQL)", pg_rates, bare_rates);
-  if (tls_pub) ratio("TLS/plain (SQLite relay)", tls_rates, sqlite_rates);
+  std::printf("ratio relay/batch-1 (SQLite) %.2f\n", cs[1].r.best() / single.rate());
+  ratio("relay/bare-publisher (SQLite, pipelined)", cs[1], bare);
+  ratio("relay/bare-publisher (SQLite, one batch at a time)", cs[2], bare);
+  ratio("relay/bare-publisher (PostgreSQL locking, one batch at a time)", cs[3], bare);
+  ratio("relay/bare-publisher (PostgreSQL locking, two sessions)", cs[4], bare);
+  ratio("relay/bare-publisher (PostgreSQL leasing)", cs[5], bare);
+  ratio("TLS/plain (SQLite relay)", cs[6], cs[1].r);
+  // The row, for scripts: the pipelined PostgreSQL relay (two sessions, locking: the
+  // store's default policy) against the bare publisher, medians.
+  if (cs[4].run) std::printf("ratio pg-amqp/bare %.2f\n", cs[4].r.median() / bare.median());
   return 0;
 } catch (const std::exception& e) {
   std::cerr << "bench: " << e.what() << "\n";

@@ -21,8 +21,10 @@
 #include <cstdlib>
 #include <functional>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include <soci/soci.h>
@@ -46,6 +48,11 @@ struct args {
   long latency_us = 100;
   long hot_rows = 20'000;
   long aggregates = 1;
+  long pipeline_latency_ms = 60;
+  std::string sections = "policies,hot,pipeline";  ///< which parts run
+  [[nodiscard]] bool runs(std::string_view section) const {
+    return sections.find(section) != std::string::npos;
+  }
 };
 
 std::string connect_string() {
@@ -81,6 +88,28 @@ result run_relay(soci::session& check, const args& a, pg::claim_policy p, pg::re
   return timed(check, a.rows, [&] {
     while (relay.run_once() > 0) {
     }
+  });
+}
+
+/// `relay::run` on its own thread (one store, or two when `two_sessions`) over the in-memory
+/// transport at `latency` per publish call, until the outbox is drained.
+result run_relay_thread(soci::session& check, const args& a, pg::claim_policy p, bool pipeline,
+                        bool two_sessions, std::chrono::microseconds latency) {
+  soci::session sql("postgresql", connect_string());
+  soci::session sql2("postgresql", connect_string());
+  pg::store st(sql, {.policy = p}), second(sql2, {.policy = p});
+  outbox::testing::memory_transport t({.confirm_latency = latency, .deliver = false});
+  const outbox::relay_options o{
+      .batch_size = static_cast<std::size_t>(a.batch), .idle_poll_min = 1ms, .pipeline = pipeline};
+  std::optional<outbox::relay<pg::store, outbox::testing::memory_transport>> relay;
+  if (two_sessions)
+    relay.emplace(st, second, t, o);
+  else
+    relay.emplace(st, t, o);
+  return timed(check, a.rows, [&] {
+    std::jthread runner([&](std::stop_token stop) { relay->run(stop); });
+    while (relay->stats().published < static_cast<std::uint64_t>(a.rows))
+      std::this_thread::sleep_for(200us);
   });
 }
 
@@ -164,12 +193,14 @@ int main(int argc, char** argv) try {
   args a;
   outbox::bench::flags(
       "postgresql_relay_bench [--rows N] [--batch N] [--latency-us N] [--hot-rows N] "
-      "[--aggregates N]")
+      "[--aggregates N] [--pipeline-latency-ms N] [--sections policies,hot,pipeline]")
       .on("--rows", a.rows)
       .on("--batch", a.batch)
       .on("--latency-us", a.latency_us)
       .on("--hot-rows", a.hot_rows)
       .on("--aggregates", a.aggregates)
+      .on("--pipeline-latency-ms", a.pipeline_latency_ms)
+      .on("--sections", a.sections)
       .parse(argc, argv);
   ::prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);  // keep simulated round trips honest
   soci::session sql("postgresql", connect_string());
@@ -182,11 +213,11 @@ int main(int argc, char** argv) try {
   const auto line = [](const std::string& name, const result& r) {
     std::printf("%-34s %10.0f events/s  (%.2f s)\n", name.c_str(), r.rate(), r.seconds);
   };
-  outbox::bench::reset_postgresql_outbox(sql);
-  const result naive = run_naive(sql, a);
-  line("naive (select 100, publish+update one)", naive);
-
   for (auto p : {pg::claim_policy::locking, pg::claim_policy::leasing}) {
+    if (!a.runs("policies")) break;
+    outbox::bench::reset_postgresql_outbox(sql);
+    static const result naive = run_naive(sql, a);
+    if (p == pg::claim_policy::locking) line("naive (select 100, publish+update one)", naive);
     for (auto r : {pg::retention::keep, pg::retention::delete_on_publish}) {
       const std::string name = std::string(p == pg::claim_policy::locking ? "locking" : "leasing") +
                                "/" + (r == pg::retention::keep ? "keep" : "delete");
@@ -211,7 +242,7 @@ int main(int argc, char** argv) try {
   }
 
   // The hot aggregate: the same events over --aggregates aggregates, and over one each.
-  if (a.hot_rows > 0) {
+  if (a.hot_rows > 0 && a.runs("hot")) {
     args h = a;
     h.rows = a.hot_rows;
     const auto best = [](const result& x, const result& y) { return x.rate() >= y.rate() ? x : y; };
@@ -229,6 +260,38 @@ int main(int argc, char** argv) try {
       line(name + " hot (" + std::to_string(a.aggregates) + " aggregates)", hot);
       line(name + " many aggregates", many);
       std::printf("ratio hot/many (%s) %.4f\n", name.c_str(), hot.rate() / many.rate());
+    }
+  }
+  // Pipelining: a broker whose confirms take `--pipeline-latency-ms` per batch and cost this
+  // machine no CPU (a broker elsewhere), one batch at a time against pipelined, and against
+  // the transport alone (rows / batch round trips, no database).
+  if (a.pipeline_latency_ms > 0 && a.runs("pipeline")) {
+    const auto latency = std::chrono::milliseconds(a.pipeline_latency_ms);
+    const double alone =
+        static_cast<double>(a.rows) / (static_cast<double>((a.rows + a.batch - 1) / a.batch) *
+                                       std::chrono::duration<double>(latency).count());
+    std::printf("transport alone (%ld ms per batch)     %10.0f events/s\n", a.pipeline_latency_ms,
+                alone);
+    outbox::bench::build_postgresql_pristine(sql, "outbox_bench", a.rows);
+    const auto best = [](const result& x, const result& y) { return x.rate() >= y.rate() ? x : y; };
+    for (auto p : {pg::claim_policy::locking, pg::claim_policy::leasing}) {
+      const bool locking = p == pg::claim_policy::locking;
+      const std::string name = locking ? "locking" : "leasing";
+      const std::string piped = locking ? " pipelined (two sessions)" : " pipelined";
+      result serial, pipelined;
+      for (int round = 0; round < 2; ++round) {
+        for (const bool on : round == 0 ? std::vector{false, true} : std::vector{true, false}) {
+          outbox::bench::reset_postgresql_outbox(sql);
+          const result r = run_relay_thread(sql, a, p, on, on && locking, latency);
+          (on ? pipelined : serial) = round == 0 ? r : best(on ? pipelined : serial, r);
+        }
+      }
+      line(name + " one batch at a time", serial);
+      line(name + piped, pipelined);
+      std::printf("ratio pipelined/one-at-a-time (%s) %.2f\n", name.c_str(),
+                  pipelined.rate() / serial.rate());
+      std::printf("ratio pipelined/transport-alone (%s) %.2f\n", name.c_str(),
+                  pipelined.rate() / alone);
     }
   }
   sql << "DROP SCHEMA outbox_bench CASCADE";

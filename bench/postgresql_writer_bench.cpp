@@ -1,8 +1,11 @@
 // Writer overhead on PostgreSQL: a business transaction (one INSERT) without and with one
 // enqueued event, as a 1:1 mix in one run (alternating, so both see the same machine), with 1
-// and 8 client threads. Prints transactions/s of each and the ratio with/without.
+// and 8 client threads. Prints transactions/s of each and the ratio with/without, as
+// `ratio writer <1 client>` and `ratio writer-8-clients <8 clients>` for the library's schema.
+// Then the split of the cost: the same mix with the outbox's wake-up trigger dropped, and then
+// also its two pending-row indexes (the claim's), each as its own 1:1 mix.
 //
-// Usage: postgresql_writer_bench [--seconds N]
+// Usage: postgresql_writer_bench [--seconds N] [--split 0|1]
 // Server: OUTBOX_TEST_POSTGRESQL (libpq conninfo); uses (and drops) the schema outbox_wbench.
 // Run it against a server with fsync on (scripts/services.sh: OUTBOX_PG_FSYNC=on): commits are
 // what is measured.
@@ -37,26 +40,8 @@ struct tally {
   double seconds = 0;
 };
 
-}  // namespace
-
-int main(int argc, char** argv) try {
-  double seconds = 5;
-  for (int i = 1; i + 1 < argc; i += 2)
-    if (std::string_view(argv[i]) == "--seconds") seconds = std::strtod(argv[i + 1], nullptr);
-  {
-    soci::session admin("postgresql", connect_string());
-    admin << "DROP SCHEMA IF EXISTS outbox_wbench CASCADE";
-    admin << "CREATE SCHEMA outbox_wbench";
-    pg::migrate(admin);
-    admin << "CREATE TABLE bench_orders (id bigserial PRIMARY KEY, customer text NOT NULL, "
-             "total_cents integer NOT NULL)";
-    std::string fsync, sync_commit;
-    admin << "SHOW fsync", soci::into(fsync);
-    admin << "SHOW synchronous_commit", soci::into(sync_commit);
-    std::cout << "postgresql writer benchmark: " << seconds
-              << " s per thread count, fsync=" << fsync << ", synchronous_commit=" << sync_commit
-              << "\n";
-  }
+std::pair<double, double> mix(double seconds, const std::string& label) {
+  std::pair<double, double> out{};
   for (int threads : {1, 8}) {
     std::vector<tally> without(static_cast<std::size_t>(threads)),
         with(static_cast<std::size_t>(threads));
@@ -105,8 +90,48 @@ int main(int argc, char** argv) try {
     // Rate = transactions per second of busy client time, times the number of clients.
     const double ra = static_cast<double>(a.count) / a.seconds * threads;
     const double rb = static_cast<double>(b.count) / b.seconds * threads;
-    std::printf("threads=%d without-event %8.0f tx/s  with-event %8.0f tx/s\n", threads, ra, rb);
-    std::printf("ratio threads=%d with/without %.2f\n", threads, rb / ra);
+    std::printf("%s: threads=%d without-event %8.0f tx/s  with-event %8.0f tx/s  (%.2f)\n",
+                label.c_str(), threads, ra, rb, rb / ra);
+    (threads == 1 ? out.first : out.second) = rb / ra;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  double seconds = 5;
+  bool split = true;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::string_view(argv[i]) == "--seconds") seconds = std::strtod(argv[i + 1], nullptr);
+    if (std::string_view(argv[i]) == "--split") split = std::string_view(argv[i + 1]) != "0";
+  }
+  {
+    soci::session admin("postgresql", connect_string());
+    admin << "DROP SCHEMA IF EXISTS outbox_wbench CASCADE";
+    admin << "CREATE SCHEMA outbox_wbench";
+    pg::migrate(admin);
+    admin << "CREATE TABLE bench_orders (id bigserial PRIMARY KEY, customer text NOT NULL, "
+             "total_cents integer NOT NULL)";
+    std::string fsync, sync_commit;
+    admin << "SHOW fsync", soci::into(fsync);
+    admin << "SHOW synchronous_commit", soci::into(sync_commit);
+    std::cout << "postgresql writer benchmark: " << seconds
+              << " s per thread count, fsync=" << fsync << ", synchronous_commit=" << sync_commit
+              << "\n";
+  }
+  const auto [one, eight] = mix(seconds, "library schema");
+  std::printf("ratio writer %.2f\n", one);
+  std::printf("ratio writer-8-clients %.2f\n", eight);
+  if (split) {
+    soci::session admin("postgresql", connect_string());
+    admin << "DROP TRIGGER outbox_notify ON outbox";
+    const auto [t1, t8] = mix(seconds, "no wake-up trigger");
+    admin << "DROP INDEX outbox_pending";
+    admin << "DROP INDEX outbox_pending_by_aggregate";
+    const auto [i1, i8] = mix(seconds, "no trigger, no pending-row indexes");
+    std::printf("ratio writer-no-trigger %.2f (8 clients %.2f)\n", t1, t8);
+    std::printf("ratio writer-no-trigger-no-pending-indexes %.2f (8 clients %.2f)\n", i1, i8);
   }
   soci::session admin("postgresql", connect_string());
   admin << "DROP SCHEMA outbox_wbench CASCADE";

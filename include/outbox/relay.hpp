@@ -3,6 +3,7 @@
 /// `relay<Store, Transport>`: moves committed events from the store to the transport.
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -11,6 +12,7 @@
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <span>
 #include <stop_token>
@@ -43,6 +45,14 @@ struct relay_options {
   std::chrono::milliseconds idle_poll_min{5};         ///< First sleep after an empty batch.
   std::chrono::milliseconds idle_poll_max{1'000};     ///< Idle sleeps double up to this.
   std::string owner{};                                ///< Lease owner; default "relay-<uuid>".
+  /// `run` claims the next batch, and settles the previous one, on a second thread while a
+  /// batch awaits its confirms, so the transport is not left idle during the database's steps.
+  /// Takes effect with a store whose session can hold several claims
+  /// (`concepts::overlapping_claims_store`: leasing), or with two stores (the two-store
+  /// constructor: any policy); otherwise `run` goes one batch at a time. `run_once` never
+  /// pipelines. Order is kept: a claim never takes a message whose predecessor in its
+  /// aggregate is in a batch in flight (README, "Pipelining").
+  bool pipeline = true;
   /// Called by `run` with every error it backs off from (for logs and metrics), on the relay's
   /// thread; must not throw. Empty: errors are only counted (`relay_stats::errors`).
   std::function<void(const error&)> on_error{};
@@ -62,6 +72,64 @@ struct relay_stats {
   /// `keeps_publish_order` promise makes these; 0 otherwise.
   std::uint64_t reordered = 0;
 };
+
+namespace detail {
+
+/// The second thread of a pipelined `relay::run`: runs one job at a time (the database's side of
+/// a batch) while the relay's thread publishes. `wait` returns the job's exception, if any.
+class pipeline_worker {
+ public:
+  pipeline_worker() : thread_([this](std::stop_token stop) { loop(stop); }) {}
+  pipeline_worker(const pipeline_worker&) = delete;
+  pipeline_worker& operator=(const pipeline_worker&) = delete;
+  ~pipeline_worker() = default;  // thread_ (declared last) stops and joins first
+
+  /// Hands over a job; the previous one must have been waited for.
+  void submit(std::function<void()> job) {
+    {
+      std::lock_guard lock(mutex_);
+      job_ = std::move(job);
+      busy_ = true;
+    }
+    cv_.notify_all();
+  }
+
+  /// Waits until the job handed over (if any) is done.
+  std::exception_ptr wait() {
+    std::unique_lock lock(mutex_);
+    done_cv_.wait(lock, [&] { return !busy_; });
+    return std::exchange(failure_, nullptr);
+  }
+
+ private:
+  void loop(const std::stop_token& stop) {
+    std::unique_lock lock(mutex_);
+    while (cv_.wait(lock, stop, [&] { return static_cast<bool>(job_); })) {
+      std::function<void()> job = std::exchange(job_, nullptr);
+      lock.unlock();
+      std::exception_ptr failure;
+      try {
+        job();
+      } catch (...) {
+        failure = std::current_exception();
+      }
+      lock.lock();
+      failure_ = failure;
+      busy_ = false;
+      done_cv_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable_any cv_;
+  std::condition_variable_any done_cv_;
+  std::function<void()> job_;
+  bool busy_ = false;
+  std::exception_ptr failure_;
+  std::jthread thread_;
+};
+
+}  // namespace detail
 
 /// Claims batches from `Store`, publishes them through `Transport`, and settles each message by
 /// its confirm: published, retried with backoff, or dead-lettered.
@@ -85,7 +153,32 @@ class relay {
   /// @throws outbox::error `misconfigured` when the options contradict each other.
   relay(Store& store, Transport& transport, relay_options options = {}, Retry retry = {},
         Clock clock = {})
-      : store_(&store),
+      : relay(&store, nullptr, transport, std::move(options), std::move(retry), std::move(clock)) {}
+
+  /// A relay that pipelines on two stores (two sessions to the same outbox, configured alike):
+  /// batches alternate between them, so a store whose claim holds a transaction until its
+  /// settle (locking) claims the next batch on the other session while one is in flight.
+  /// `store` is the one `wake()` and the idle sleep use.
+  /// @throws outbox::error `misconfigured` when the options contradict each other, or
+  ///         `store` and `second_store` are the same object.
+  relay(Store& store, Store& second_store, Transport& transport, relay_options options = {},
+        Retry retry = {}, Clock clock = {})
+      : relay(&store, &second_store, transport, std::move(options), std::move(retry),
+              std::move(clock)) {
+    if (&store == &second_store)
+      throw error(errc::misconfigured, "core", {},
+                  "a two-store relay needs two stores (two sessions), got the same one twice");
+  }
+
+  relay(const relay&) = delete;
+  relay& operator=(const relay&) = delete;
+
+ private:
+  relay(Store* store, Store* second_store, Transport& transport, relay_options options, Retry retry,
+        Clock clock)
+      : store_(store),
+        stores_{store, second_store},
+        store_count_(second_store == nullptr ? 1 : 2),
         transport_(&transport),
         options_(std::move(options)),
         retry_(std::move(retry)),
@@ -105,18 +198,216 @@ class relay {
     if (options_.owner.empty()) options_.owner = "relay-" + make_uuid_v7().to_string();
   }
 
+ public:
   /// Processes one batch: claim, publish, settle.
   /// @returns how many messages were claimed (0 = nothing to do).
   /// @throws outbox::error from the store or the transport; a claimed batch is released (or
   ///         left to its lease) first.
   std::size_t run_once(std::stop_token stop = {}) {
     released_only_ = false;
-    claimed_batch batch = store_->claim(
+    claimed_batch batch = claim_from(*store_);
+    if (batch.empty()) return batch.unreadable;
+    const outcome o = publish_batch(batch, stop);
+    settle_batch(*store_, batch, o);
+    if (o.failure) std::rethrow_exception(o.failure);
+    return batch.size() + batch.unreadable;
+  }
+
+  /// Runs until `stop` is requested: never sleeps after a batch that claimed anything (it looks
+  /// again at once: what was committed meanwhile goes next), sleeps adaptively (from
+  /// `idle_poll_min` doubling to `idle_poll_max`) after an empty claim. `wake()` cuts a sleep
+  /// short.
+  ///
+  /// Errors: every `outbox::error` except `misconfigured` is reported to
+  /// `relay_options::on_error`, counted in `stats().errors`, and backed off from (the relay's
+  /// retry policy, growing with each consecutive failure; a claimed batch was settled or left
+  /// to its lease first), then `run` carries on: a database or broker away for minutes, a
+  /// statement refused by a server in a bad state. Nothing is lost by carrying on: a row is
+  /// marked published only on its confirm.
+  /// @throws outbox::error `misconfigured` (wrong options, credentials, schema, certificates:
+  ///         retrying cannot help, so the service should stop and say so). Exceptions that are
+  ///         not `outbox::error` (e.g. `std::bad_alloc`) are not caught either.
+  void run(std::stop_token stop) {
+    if (!pipelines()) {
+      run_loop(
+          stop, [&] { return run_once(stop); }, [] {});
+      return;
+    }
+    detail::pipeline_worker worker;
+    // However `run` ends: the worker's job done, the batch in flight settled and the batch
+    // claimed ahead released (what cannot be is left to its lease).
+    struct drain_on_exit {
+      relay* self;
+      detail::pipeline_worker* worker;
+      ~drain_on_exit() {
+        (void)worker->wait();
+        try {
+          self->drain_pipeline();
+        } catch (...) {  // NOLINT(bugprone-empty-catch): left to the leases
+        }
+      }
+    } guard{this, &worker};
+    run_loop(
+        stop, [&] { return pipeline_step(stop, worker); }, [&] { drain_pipeline(); });
+  }
+
+  /// Whether `run` pipelines (`relay_options::pipeline`, and a store that can: see there).
+  [[nodiscard]] bool pipelines() const {
+    if (!options_.pipeline) return false;
+    if (store_count_ == 2) return true;
+    if constexpr (concepts::overlapping_claims_store<Store>)
+      return store_->claims_overlap();
+    else
+      return false;
+  }
+
+  /// Wakes a sleeping `run` (e.g. after a local commit, or on a database notification).
+  void wake() {
+    {
+      std::lock_guard lock(wake_mutex_);
+      woken_ = true;
+    }
+    wake_cv_.notify_all();
+    if constexpr (concepts::waking_store<Store>) store_->interrupt();
+  }
+
+  [[nodiscard]] relay_stats stats() const noexcept {
+    return {batches_.load(),  published_.load(), retried_.load(), dead_.load(),
+            released_.load(), fenced_.load(),    errors_.load(),  reordered_.load()};
+  }
+  [[nodiscard]] const relay_options& options() const noexcept { return options_; }
+
+ private:
+  /// What publishing a batch came to: a fate per message, and the transport's exception when
+  /// it failed as a whole (the batch is settled before it is rethrown).
+  struct outcome {
+    std::vector<settlement> fates;
+    std::exception_ptr failure;
+  };
+
+  /// A claimed batch, the store holding it, and (once published) its outcome.
+  struct held_batch {
+    claimed_batch batch;
+    std::size_t store = 0;
+    outcome result{};
+  };
+
+  /// The loop of `run`: `step` processes a batch and returns how many rows it claimed;
+  /// `before_sleep` lets go of what the step holds before the relay sleeps.
+  template <class Step, class BeforeSleep>
+  void run_loop(std::stop_token& stop, Step step, BeforeSleep before_sleep) {
+    auto idle = options_.idle_poll_min;
+    int failures = 0;
+    while (!stop.stop_requested()) {
+      std::size_t n = 0;
+      bool again = false;
+      try {
+        n = step();
+        // A full batch, or a partial one: look again at once. Rows committed while a batch was
+        // in flight may have sent no wake-up (PostgreSQL's trigger stays silent while older
+        // rows are pending, and rows in flight are), so sleeping now left them waiting for the
+        // idle poll (commit to confirm at 500 events/s with a 1.5 ms confirm: p50 5.6 ms).
+        // An empty claim ends the look; then the relay sleeps until woken or polled.
+        again = n > 0 && !std::exchange(released_only_, false);
+        if (!again) before_sleep();
+        failures = 0;
+      } catch (const error& e) {
+        if (e.kind() == errc::misconfigured) throw;
+        errors_.fetch_add(1, std::memory_order_relaxed);
+        if (options_.on_error) options_.on_error(e);
+        sleep_for(stop, std::max(retry_.delay(++failures, rng_), options_.idle_poll_min));
+        continue;
+      }
+      if (again) {
+        idle = options_.idle_poll_min;
+        continue;
+      }
+      sleep_for(stop, idle);
+      if (n == 0) idle = std::min(idle * 2, options_.idle_poll_max);
+    }
+  }
+
+  claimed_batch claim_from(Store& store) {
+    claimed_batch batch = store.claim(
         claim_request{options_.owner, options_.batch_size, clock_.now(), options_.lease});
     dead_.fetch_add(batch.unreadable, std::memory_order_relaxed);
-    if (batch.empty()) return batch.unreadable;
+    return batch;
+  }
+
+  /// One batch of a pipelined `run`: publishes the batch claimed ahead (or claims one), while
+  /// the worker settles the batch published before it and then claims the next one (on the
+  /// other store when there are two). Between steps one batch may be published and unsettled
+  /// and one claimed ahead; `drain_pipeline` lets go of both.
+  std::size_t pipeline_step(std::stop_token& stop, detail::pipeline_worker& worker) {
+    released_only_ = false;
+    if (!ahead_) {
+      settle_unsettled();
+      claimed_batch b = claim_from(*stores_[next_store_]);
+      if (b.empty()) return b.unreadable;
+      ahead_.emplace(held_batch{std::move(b), next_store_, {}});
+    }
+    held_batch current = std::move(*ahead_);
+    ahead_.reset();
+    const std::size_t other = (current.store + 1) % store_count_;
+    worker.submit([this, other, &stop] {
+      // Settled before the claim, so the claim can take what the settle frees: the messages
+      // after those just published, and the released ones. (Order does not depend on it: a
+      // message in flight holds its aggregate back as a message waiting for a retry does.)
+      settle_unsettled();
+      if (stop.stop_requested()) return;
+      claimed_batch b = claim_from(*stores_[other]);
+      if (!b.empty()) ahead_.emplace(held_batch{std::move(b), other, {}});
+    });
+    current.result = publish_batch(current.batch, stop);
+    std::exception_ptr failure = worker.wait();
+    if (!failure) failure = current.result.failure;
+    const std::size_t n = current.batch.size() + current.batch.unreadable;
+    unsettled_.emplace(std::move(current));
+    next_store_ = other;
+    if (failure) {
+      try {
+        drain_pipeline();
+      } catch (...) {  // NOLINT(bugprone-empty-catch): left to the leases; the first error wins
+      }
+      std::rethrow_exception(failure);
+    }
+    return n;
+  }
+
+  void settle_unsettled() {
+    if (!unsettled_) return;
+    held_batch b = std::move(*unsettled_);
+    unsettled_.reset();
+    settle_batch(*stores_[b.store], b.batch, b.result);
+  }
+
+  /// Settles the batch published and releases the batch claimed ahead (worker idle).
+  void drain_pipeline() {
+    std::exception_ptr first;
+    try {
+      settle_unsettled();
+    } catch (...) {
+      first = std::current_exception();
+    }
+    if (ahead_) {
+      held_batch b = std::move(*ahead_);
+      ahead_.reset();
+      try {
+        stores_[b.store]->release(b.batch);
+        released_.fetch_add(b.batch.size(), std::memory_order_relaxed);
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    }
+    if (first) std::rethrow_exception(first);
+  }
+
+  /// Publishes a claimed batch: dead-letters the spent messages, sends the rest (in one call
+  /// or in waves), and decides each message's fate. Touches only the transport.
+  outcome publish_batch(claimed_batch& batch, std::stop_token& stop) {
     const std::size_t n = batch.size();
-    std::vector<settlement> fates(n);
+    outcome out{std::vector<settlement>(n), nullptr};
+    std::vector<settlement>& fates = out.fates;
     // A message whose earlier attempts never settled (the relay died, or was killed, while
     // publishing it: a message that crashes the relay looks exactly like that) has used up its
     // attempts without a publish result. It is dead-lettered before it is sent again, or it
@@ -142,10 +433,9 @@ class relay {
     const auto until = publish_deadline(batch);
     std::unordered_set<std::string> failed_aggregates;
 
-    std::exception_ptr transport_failure;
-    for (std::size_t w = 0; w < waves.size() && !transport_failure; ++w) {
+    for (std::size_t w = 0; w < waves.size() && !out.failure; ++w) {
       // Stopping, or out of time (the lease must not run out while a wave is in flight): the
-      // rest is released below, without counting an attempt.
+      // rest is released, without counting an attempt.
       if (stop.stop_requested() || std::chrono::steady_clock::now() >= until) break;
       auto [begin, end] = waves[w];
       if (!failed_aggregates.empty()) {
@@ -162,13 +452,13 @@ class relay {
       try {
         results = transport_->publish(wave, until);
       } catch (...) {
-        transport_failure = std::current_exception();
+        out.failure = std::current_exception();
         break;
       }
       try {
         apply_results(wave, begin, results, fates, waves.size() > 1 ? &failed_aggregates : nullptr);
       } catch (...) {  // a misconfigured transport: stop here, do not dead-letter the backlog
-        transport_failure = std::current_exception();
+        out.failure = std::current_exception();
         for (std::size_t i = begin; i < end; ++i)
           if (fates[i].what != settlement::kind::published) fates[i] = settlement{};
       }
@@ -177,82 +467,24 @@ class relay {
     if constexpr (concepts::order_keeping_transport<Transport>)
       reordered_.fetch_add(hold_back_after_failures(batch.messages, fates, sendable),
                            std::memory_order_relaxed);
-    const settle_result r = settle_with_retries(batch, fates);
+    // Nothing but releases (the publish deadline had passed before the first wave: a claim
+    // slower than its lease): `run` sleeps before the next claim, not at once.
+    released_only_ = batch.unreadable == 0 &&
+                     std::all_of(fates.begin(), fates.end(),
+                                 [](const auto& f) { return f.what == settlement::kind::release; });
+    return out;
+  }
+
+  void settle_batch(Store& store, const claimed_batch& batch, const outcome& o) {
+    const settle_result r = settle_with_retries(store, batch, o.fates);
     batches_.fetch_add(1, std::memory_order_relaxed);
     published_.fetch_add(r.published, std::memory_order_relaxed);
     retried_.fetch_add(r.retried, std::memory_order_relaxed);
     dead_.fetch_add(r.dead, std::memory_order_relaxed);
     released_.fetch_add(r.released, std::memory_order_relaxed);
     fenced_.fetch_add(r.fenced, std::memory_order_relaxed);
-    // Nothing settled but releases (the publish deadline had passed before the first wave:
-    // a claim slower than its lease): `run` sleeps before the next claim, not at once.
-    released_only_ = batch.unreadable == 0 &&
-                     std::all_of(fates.begin(), fates.end(),
-                                 [](const auto& f) { return f.what == settlement::kind::release; });
-    if (transport_failure) std::rethrow_exception(transport_failure);
-    return n + batch.unreadable;
   }
 
-  /// Runs until `stop` is requested: never sleeps after a batch that claimed anything (it looks
-  /// again at once: what was committed meanwhile goes next), sleeps adaptively (from
-  /// `idle_poll_min` doubling to `idle_poll_max`) after an empty claim. `wake()` cuts a sleep
-  /// short.
-  ///
-  /// Errors: every `outbox::error` except `misconfigured` is reported to
-  /// `relay_options::on_error`, counted in `stats().errors`, and backed off from (the relay's
-  /// retry policy, growing with each consecutive failure; a claimed batch was settled or left
-  /// to its lease first), then `run` carries on: a database or broker away for minutes, a
-  /// statement refused by a server in a bad state. Nothing is lost by carrying on: a row is
-  /// marked published only on its confirm.
-  /// @throws outbox::error `misconfigured` (wrong options, credentials, schema, certificates:
-  ///         retrying cannot help, so the service should stop and say so). Exceptions that are
-  ///         not `outbox::error` (e.g. `std::bad_alloc`) are not caught either.
-  void run(std::stop_token stop) {
-    auto idle = options_.idle_poll_min;
-    int failures = 0;
-    while (!stop.stop_requested()) {
-      std::size_t n = 0;
-      try {
-        n = run_once(stop);
-        failures = 0;
-      } catch (const error& e) {
-        if (e.kind() == errc::misconfigured) throw;
-        errors_.fetch_add(1, std::memory_order_relaxed);
-        if (options_.on_error) options_.on_error(e);
-        sleep_for(stop, std::max(retry_.delay(++failures, rng_), options_.idle_poll_min));
-        continue;
-      }
-      if (n > 0 && !std::exchange(released_only_, false)) {
-        // A full batch, or a partial one: look again at once. Rows committed while a batch was
-        // in flight may have sent no wake-up (PostgreSQL's trigger stays silent while older
-        // rows are pending, and rows in flight are), so sleeping now left them waiting for the
-        // idle poll (commit to confirm at 500 events/s with a 1.5 ms confirm: p50 5.6 ms).
-        // An empty claim ends the look; then the relay sleeps until woken or polled.
-        idle = options_.idle_poll_min;
-        continue;
-      }
-      sleep_for(stop, idle);
-      if (n == 0) idle = std::min(idle * 2, options_.idle_poll_max);
-    }
-  }
-
-  /// Wakes a sleeping `run` (e.g. after a local commit, or on a database notification).
-  void wake() {
-    {
-      std::lock_guard lock(wake_mutex_);
-      woken_ = true;
-    }
-    wake_cv_.notify_all();
-    if constexpr (concepts::waking_store<Store>) store_->interrupt();
-  }
-
-  [[nodiscard]] relay_stats stats() const noexcept {
-    return {batches_.load(),  published_.load(), retried_.load(), dead_.load(),
-            released_.load(), fenced_.load(),    errors_.load(),  reordered_.load()};
-  }
-  [[nodiscard]] const relay_options& options() const noexcept { return options_; }
-
- private:
   /// The publish deadline: `publish_timeout` from now, but never past the lease minus a margin
   /// (the claim may have waited for a lock), so no other relay can take over a batch in flight.
   std::chrono::steady_clock::time_point publish_deadline(const claimed_batch& batch) const {
@@ -268,10 +500,11 @@ class relay {
 
   /// Settling is idempotent under the fencing token, so a transient failure (e.g. the database
   /// busy) is retried a few times before the batch is left to its lease.
-  settle_result settle_with_retries(const claimed_batch& batch, std::span<const settlement> fates) {
+  settle_result settle_with_retries(Store& store, const claimed_batch& batch,
+                                    std::span<const settlement> fates) {
     for (int attempt = 1;; ++attempt) {
       try {
-        return store_->settle(batch, fates, clock_.now());
+        return store.settle(batch, fates, clock_.now());
       } catch (const error& e) {
         if (e.kind() != errc::transient || attempt == 3) throw;
         std::this_thread::sleep_for(std::chrono::milliseconds(10 * attempt));
@@ -420,7 +653,9 @@ class relay {
     }
   }
 
-  Store* store_;
+  Store* store_;  ///< stores_[0]: the one `wake` and the idle sleep use.
+  std::array<Store*, 2> stores_;
+  std::size_t store_count_;
   Transport* transport_;
   relay_options options_;
   Retry retry_;
@@ -431,7 +666,11 @@ class relay {
   std::condition_variable_any wake_cv_;
   bool woken_ = false;
 
-  bool released_only_ = false;  ///< The last run_once released all it claimed (see there).
+  bool released_only_ = false;  ///< The last batch published released all it claimed.
+  // A pipelined `run`'s batches: claimed ahead (not yet published), and published (not yet
+  // settled); the store the next claim without one ahead goes to.
+  std::optional<held_batch> ahead_, unsettled_;
+  std::size_t next_store_ = 0;
   std::atomic<std::uint64_t> batches_{0}, published_{0}, retried_{0}, dead_{0}, released_{0},
       fenced_{0}, errors_{0}, reordered_{0};
 };

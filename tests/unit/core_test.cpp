@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <outbox/outbox.hpp>
@@ -609,33 +610,47 @@ BOOST_AUTO_TEST_CASE(relay_run_backs_off_from_every_error_but_misconfigured) {
 // `run` claims again at once after a batch that claimed something, but not after one it could
 // only release (its publish deadline had passed: the claim outlived its lease): that would spin
 // on the database. It sleeps its idle poll then, as after an empty claim.
-BOOST_AUTO_TEST_CASE(relay_run_does_not_spin_on_a_batch_it_can_only_release) {
-  struct late_store {
-    int claims = 0;
-    outbox::claimed_batch claim(const outbox::claim_request& req) {
-      ++claims;
-      outbox::claimed_batch b;
-      b.lease_until = req.now - 1s;  // the lease ran out during the claim
-      b.messages.push_back(one_message());
-      return b;
-    }
-    outbox::settle_result settle(const outbox::claimed_batch& b,
-                                 std::span<const outbox::settlement> fates, outbox::time_point) {
-      outbox::settle_result r;
-      for (const auto& f : fates) r.released += f.what == outbox::settlement::kind::release;
-      (void)b;
-      return r;
-    }
-    void release(const outbox::claimed_batch&) {}
-  } st;
+namespace {
+/// A store whose every claim outlived its lease (one message, lease_until in the past); it can
+/// claim ahead (pipelined) or not, as told.
+template <bool Overlap>
+struct late_store {
+  int claims = 0;
+  int releases = 0;
+  [[nodiscard]] bool claims_overlap() const { return Overlap; }
+  outbox::claimed_batch claim(const outbox::claim_request& req) {
+    ++claims;
+    outbox::claimed_batch b;
+    b.lease_until = req.now - 1s;  // the lease ran out during the claim
+    b.messages.push_back(one_message());
+    return b;
+  }
+  outbox::settle_result settle(const outbox::claimed_batch&,
+                               std::span<const outbox::settlement> fates, outbox::time_point) {
+    outbox::settle_result r;
+    for (const auto& f : fates) r.released += f.what == outbox::settlement::kind::release;
+    releases += static_cast<int>(r.released);
+    return r;
+  }
+  void release(const outbox::claimed_batch& b) { releases += static_cast<int>(b.size()); }
+};
+using late_stores = std::tuple<late_store<false>, late_store<true>>;
+}  // namespace
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(relay_run_does_not_spin_on_a_batch_it_can_only_release, Store,
+                              late_stores) {
+  Store st;
   outbox::testing::memory_transport t;
   outbox::relay r(st, t, {.idle_poll_min = 20ms, .idle_poll_max = 20ms});
+  BOOST_TEST(r.pipelines() == st.claims_overlap());
   std::jthread runner([&](std::stop_token stop) { r.run(stop); });
   std::this_thread::sleep_for(200ms);
   runner.request_stop();
   runner.join();
   BOOST_TEST(t.published_count() == 0u);
+  // Every claim was given back, the batch claimed ahead included.
   BOOST_TEST(r.stats().released == static_cast<std::uint64_t>(st.claims));
+  BOOST_TEST(st.releases == st.claims);
   BOOST_TEST(st.claims <= 20, st.claims << " claims in 200 ms: the relay spins");
 }
 

@@ -57,6 +57,18 @@ concept claiming_store = requires(S& s, const claim_request& req, const claimed_
   { s.release(b) } -> std::same_as<void>;
 };
 
+/// Capability: a store that tells whether its session may claim again while an earlier batch
+/// is unsettled (leasing: a claim is a short statement; locking: a claim holds a transaction
+/// until its settle). A relay pipelines on one such store (`relay_options::pipeline`).
+///
+/// | operation            | returns | guarantees |
+/// |----------------------|---------|------------|
+/// | `s.claims_overlap()` | `bool`  | true: `claim`, `settle` and `release` of several batches may interleave on the store (one thread at a time) |
+template <class S>
+concept overlapping_claims_store = claiming_store<S> && requires(const S& s) {
+  { s.claims_overlap() } -> std::same_as<bool>;
+};
+
 /// Operational queries a store offers to operators and tools.
 ///
 /// | operation                   | returns                     | guarantees                               |

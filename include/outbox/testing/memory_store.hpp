@@ -135,6 +135,9 @@ class memory_store {
 
   // ---- claiming -------------------------------------------------------------------------------
 
+  /// Always (leasing), so a relay pipelines on one store (`concepts::overlapping_claims_store`).
+  [[nodiscard]] static constexpr bool claims_overlap() noexcept { return true; }
+
   claimed_batch claim(const claim_request& req) {
     claimed_batch batch;
     std::lock_guard lock(db_->mutex_);

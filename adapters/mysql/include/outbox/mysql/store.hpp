@@ -280,6 +280,12 @@ class store {
 
   [[nodiscard]] session_type& session() noexcept { return link_->session(); }
   [[nodiscard]] const store_options& options() const noexcept { return options_; }
+  /// Leasing: several claims may be in flight on the session
+  /// (`concepts::overlapping_claims_store`); locking: a claim holds the session's transaction until
+  /// its settle.
+  [[nodiscard]] bool claims_overlap() const noexcept {
+    return options_.policy == claim_policy::leasing;
+  }
   /// The server's id of the store's connection (`KILL <id>`; for operators and fault tests).
   [[nodiscard]] unsigned long connection_id() {
     link_->connection();

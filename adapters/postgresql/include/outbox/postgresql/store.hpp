@@ -184,6 +184,12 @@ class store {
 
   [[nodiscard]] session_type& session() noexcept { return link_->session(); }
   [[nodiscard]] const store_options& options() const noexcept { return options_; }
+  /// Leasing: several claims may be in flight on the session
+  /// (`concepts::overlapping_claims_store`); locking: a claim holds the session's transaction until
+  /// its settle.
+  [[nodiscard]] bool claims_overlap() const noexcept {
+    return options_.policy == claim_policy::leasing;
+  }
   /// The server process of the store's connection (for operators, and for fault tests).
   [[nodiscard]] int backend_pid() { return PQbackendPID(link_->connection()); }
 

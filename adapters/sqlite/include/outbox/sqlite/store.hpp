@@ -224,6 +224,9 @@ class store {
 
   [[nodiscard]] session_type& session() noexcept { return *sql_; }
   [[nodiscard]] const store_options& options() const noexcept { return options_; }
+  /// Always (leasing: a claim is one short transaction), so a relay pipelines on one store
+  /// (`concepts::overlapping_claims_store`).
+  [[nodiscard]] static constexpr bool claims_overlap() noexcept { return true; }
 
   // ---- appending ------------------------------------------------------------------------------
 
