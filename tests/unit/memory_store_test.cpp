@@ -795,7 +795,10 @@ BOOST_AUTO_TEST_CASE(failures_on_either_side_lose_nothing_and_hold_nothing) {
     return s.pending == 0 && s.in_flight == 50;  // all published but the batch left to its lease
   }));
   clock.advance(31s);  // the lease runs out: the batch is taken over and published again
-  BOOST_TEST(wait_for([&] { return store.stats(clock.now()).pending == 0; }));
+  BOOST_TEST(wait_for([&] {
+    const auto s = store.stats(clock.now());
+    return s.pending == 0 && s.in_flight == 0;
+  }));
   runner.request_stop();
   runner.join();
   BOOST_TEST(errors >= 3);  // the claim, the transport, the settle
