@@ -1,21 +1,23 @@
 // Relay throughput store -> RabbitMQ (publisher confirms, persistent, mandatory), on the same
-// broker in one run:
-//   (a) the library's relay from SQLite, batch `--batch` (the batch is published, then its
-//       confirms are awaited: a confirm window of one batch);
-//   (b) the same from PostgreSQL (default store options: locking claim, keep published rows),
-//       when built with the PostgreSQL store and OUTBOX_TEST_POSTGRESQL is set;
-//   (c) the SQLite relay with batch_size 1 (one message, one confirm round trip at a time), on
-//       `--single-rows` rows;
-//   (d) a bare rabbitmq-c publisher with no database: the same messages, a window of 1000
-//       unconfirmed messages, confirms read as they come (the broker's ceiling for this shape);
-//   (e) (a) over TLS, when OUTBOX_TEST_AMQPS (and OUTBOX_TEST_AMQP_TLS_DIR with ca.pem, as
-//       scripts/services.sh writes them) name the same broker's TLS listener.
-// (a), (b), (d) and (e) run `--rounds` times, alternating their order (d a b e, e b a d, ...),
-// on an emptied queue each time; the best and the median of each are compared. Each relay run
-// starts from the same rows (a byte-identical SQLite copy; the PostgreSQL outbox refilled from a
-// pristine table). Messages go to a fresh exchange bound to a fresh durable queue (both deleted
-// at the end). Prints events/s and `ratio relay/bare-publisher` per store (best and median), and
-// `ratio TLS/plain`.
+// broker in one run, each relay being `relay::run` on its own thread:
+//   - a bare rabbitmq-c publisher with no database: the same messages, a window of 1000
+//     unconfirmed messages, confirms read as they come (the broker's ceiling for this shape);
+//   - the relay from SQLite, batch `--batch`, pipelined (the next batch claimed and the last
+//     one settled while a batch awaits its confirms) and one batch at a time;
+//   - the same from PostgreSQL (when built with it and OUTBOX_TEST_POSTGRESQL is set): locking
+//     one batch at a time, locking pipelined on two sessions, leasing pipelined;
+//   - the pipelined SQLite relay over TLS, when OUTBOX_TEST_AMQPS (and OUTBOX_TEST_AMQP_TLS_DIR
+//     with ca.pem, as scripts/services.sh writes them) name the same broker's TLS listener;
+//   - then the SQLite relay with batch_size 1 (one confirm round trip at a time), on
+//     `--single-rows` rows.
+// The contenders run `--rounds` times, in an order reversed every other round, on an emptied
+// queue each time; the best and the median of each are compared, and the machine's CPU use
+// during each run is printed (the broker, the database and the relay share its cores). Each
+// relay run starts from the same rows (a byte-identical SQLite copy; the PostgreSQL outbox
+// refilled from a pristine table). Messages go to a fresh exchange bound to a fresh durable
+// queue (both deleted at the end). Prints events/s, `ratio relay/bare-publisher (...)` per
+// contender, `ratio TLS/plain`, and `ratio pg-amqp/bare` (PostgreSQL locking pipelined on two
+// sessions, medians).
 //
 // Usage: amqp_relay_bench [--rows N] [--batch N] [--single-rows N] [--rounds N] [--dir PATH]
 // The broker: OUTBOX_TEST_AMQP (amqp:// URL); PostgreSQL: OUTBOX_TEST_POSTGRESQL (libpq conninfo;
@@ -91,7 +93,7 @@ template <class Store>
 outbox::bench::result relay_run(Store& st, Store* second, long rows, long batch,
                                 outbox::amqp::publisher& pub, bool pipeline = true) {
   const outbox::relay_options o{.batch_size = static_cast<std::size_t>(batch),
-                                .lease = 120s,
+                                .lease = 180s,  // pipelining wants 2 x timeout + 5 s
                                 .publish_timeout = 60s,
                                 .idle_poll_min = 1ms,
                                 .idle_poll_max = 10ms,

@@ -49,9 +49,11 @@ struct relay_options {
   /// batch awaits its confirms, so the transport is not left idle during the database's steps.
   /// Takes effect with a store whose session can hold several claims
   /// (`concepts::overlapping_claims_store`: leasing), or with two stores (the two-store
-  /// constructor: any policy); otherwise `run` goes one batch at a time. `run_once` never
-  /// pipelines. Order is kept: a claim never takes a message whose predecessor in its
-  /// aggregate is in a batch in flight (README, "Pipelining").
+  /// constructor: any policy), and a `lease` of at least 2 x `publish_timeout` + 5 s (a batch
+  /// claimed ahead waits for the one in flight); otherwise `run` goes one batch at a time
+  /// (`relay::pipelines()` tells). `run_once` never pipelines. Order is kept: a claim never
+  /// takes a message whose predecessor in its aggregate is in a batch in flight (README,
+  /// "Pipelining").
   bool pipeline = true;
   /// Called by `run` with every error it backs off from (for logs and metrics), on the relay's
   /// thread; must not throw. Empty: errors are only counted (`relay_stats::errors`).
@@ -165,9 +167,13 @@ class relay {
         Retry retry = {}, Clock clock = {})
       : relay(&store, &second_store, transport, std::move(options), std::move(retry),
               std::move(clock)) {
-    if (&store == &second_store)
+    bool same = &store == &second_store;
+    if constexpr (requires { &store.session() == &second_store.session(); })
+      same = same || &store.session() == &second_store.session();
+    if (same)
       throw error(errc::misconfigured, "core", {},
-                  "a two-store relay needs two stores (two sessions), got the same one twice");
+                  "a two-store relay needs two stores on two sessions (connections), got one "
+                  "twice");
   }
 
   relay(const relay&) = delete;
@@ -251,9 +257,17 @@ class relay {
         stop, [&] { return pipeline_step(stop, worker); }, [&] { drain_pipeline(); });
   }
 
-  /// Whether `run` pipelines (`relay_options::pipeline`, and a store that can: see there).
+  /// The lease a pipelining relay needs beyond twice its publish timeout (see `pipelines`).
+  static constexpr std::chrono::milliseconds pipeline_lease_margin{5'000};
+
+  /// Whether `run` pipelines: `relay_options::pipeline`, a store that can (see there), and a
+  /// lease of at least 2 x `publish_timeout` + 5 s (the defaults, 30 s and 10 s, are).
   [[nodiscard]] bool pipelines() const {
-    if (!options_.pipeline) return false;
+    // A batch claimed ahead waits up to publish_timeout for the one in flight, then has its own
+    // publish, then its settle waits behind the next claim: without this much lease its
+    // confirms would be cut short (charged as failures) or its settle fenced.
+    if (!options_.pipeline || options_.lease < 2 * options_.publish_timeout + pipeline_lease_margin)
+      return false;
     if (store_count_ == 2) return true;
     if constexpr (concepts::overlapping_claims_store<Store>)
       return store_->claims_overlap();
@@ -358,20 +372,55 @@ class relay {
       claimed_batch b = claim_from(*stores_[other]);
       if (!b.empty()) ahead_.emplace(held_batch{std::move(b), other, {}});
     });
-    current.result = publish_batch(current.batch, stop);
-    std::exception_ptr failure = worker.wait();
-    if (!failure) failure = current.result.failure;
+    try {
+      current.result = publish_batch(current.batch, stop);
+    } catch (...) {  // not the transport's (it is caught there): e.g. std::bad_alloc
+      (void)worker.wait();
+      current.result = outcome{std::vector<settlement>(current.batch.size()), nullptr};
+      unsettled_.emplace(std::move(current));  // released by `run`'s drain on the way out
+      throw;
+    }
+    const std::exception_ptr job_failure = worker.wait();
+    // Both failed: a misconfigured transport stops `run`, whatever the database said.
+    std::exception_ptr failure = job_failure;
+    if (!failure || is_misconfigured(current.result.failure)) failure = current.result.failure;
+    // The other one, when both failed, is reported here (`run` reports the one rethrown).
+    report(failure == job_failure ? current.result.failure : job_failure);
     const std::size_t n = current.batch.size() + current.batch.unreadable;
     unsettled_.emplace(std::move(current));
     next_store_ = other;
     if (failure) {
       try {
         drain_pipeline();
-      } catch (...) {  // NOLINT(bugprone-empty-catch): left to the leases; the first error wins
+      } catch (...) {  // left to the leases; reported, the first error is rethrown
+        report(std::current_exception());
       }
       std::rethrow_exception(failure);
     }
     return n;
+  }
+
+  /// Counts and reports an error `run` will not rethrow (an `outbox::error`; else nothing).
+  void report(const std::exception_ptr& p) {
+    if (!p) return;
+    try {
+      std::rethrow_exception(p);
+    } catch (const error& e) {
+      errors_.fetch_add(1, std::memory_order_relaxed);
+      if (options_.on_error) options_.on_error(e);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): not ours to report
+    }
+  }
+
+  static bool is_misconfigured(const std::exception_ptr& p) {
+    if (!p) return false;
+    try {
+      std::rethrow_exception(p);
+    } catch (const error& e) {
+      return e.kind() == errc::misconfigured;
+    } catch (...) {
+      return false;
+    }
   }
 
   void settle_unsettled() {

@@ -59,7 +59,7 @@ concept retry_policy = requires(const R& r, int attempt, std::mt19937_64& rng) {
 ///
 /// | expression | returns              | guarantees                                       |
 /// |------------|----------------------|--------------------------------------------------|
-/// | `c.now()`  | `outbox::time_point` | the time used for leases, backoff and timestamps |
+/// | `c.now()`  | `outbox::time_point` | the time used for leases, backoff and timestamps; callable from two threads at once (a pipelining relay reads it on both of its threads) |
 template <class C>
 concept clock = std::copy_constructible<C> && requires(const C& c) {
   { c.now() } -> std::same_as<time_point>;

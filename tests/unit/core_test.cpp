@@ -651,7 +651,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(relay_run_does_not_spin_on_a_batch_it_can_only_rel
   // Every claim was given back, the batch claimed ahead included.
   BOOST_TEST(r.stats().released == static_cast<std::uint64_t>(st.claims));
   BOOST_TEST(st.releases == st.claims);
-  BOOST_TEST(st.claims <= 20, st.claims << " claims in 200 ms: the relay spins");
+  // One claim per idle poll (20 ms), two when pipelined (the one claimed ahead).
+  const int limit = r.pipelines() ? 40 : 20;
+  BOOST_TEST(st.claims <= limit, st.claims << " claims in 200 ms: the relay spins");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
 #include <set>
 #include <span>
 #include <stdexcept>
@@ -608,20 +609,34 @@ struct overlap_watching_transport {
   }
 };
 
-/// A claiming store over a memory store that counts its claims (and cannot claim ahead on its
-/// own: it does not declare claims_overlap, like a locking store).
+/// A claiming store over a memory store that counts its claims and holds one batch at a time,
+/// as a locking store does (its claim is a transaction until the settle): a claim while its
+/// batch is open, or a settle or release of a batch it does not hold, is an error. It does not
+/// declare claims_overlap.
 struct counting_store {
+  explicit counting_store(memory_store<>* s) : inner(s) {}
   memory_store<>* inner;
   int claims = 0;
+  int misuses = 0;
+  std::optional<std::int64_t> open;
   outbox::claimed_batch claim(const outbox::claim_request& r) {
     ++claims;
-    return inner->claim(r);
+    if (open) ++misuses;
+    auto b = inner->claim(r);
+    if (!b.empty()) open = b.token;
+    return b;
   }
   outbox::settle_result settle(const outbox::claimed_batch& b,
                                std::span<const outbox::settlement> f, outbox::time_point now) {
+    if (open != b.token) ++misuses;
+    open.reset();
     return inner->settle(b, f, now);
   }
-  void release(const outbox::claimed_batch& b) { inner->release(b); }
+  void release(const outbox::claimed_batch& b) {
+    if (open != b.token) ++misuses;
+    open.reset();
+    inner->release(b);
+  }
 };
 static_assert(outbox::concepts::overlapping_claims_store<memory_store<>>);
 static_assert(!outbox::concepts::overlapping_claims_store<counting_store>);
@@ -744,7 +759,7 @@ BOOST_AUTO_TEST_CASE(two_stores_take_turns) {
   enqueue_spread(db, 500, 7);
   memory_session s1(db), s2(db);
   memory_store m1(s1), m2(s2);
-  counting_store c1{&m1}, c2{&m2};
+  counting_store c1(&m1), c2(&m2);
   outbox::testing::memory_transport broker({.record = true});
   outbox::relay one(c1, broker, {.batch_size = 50});
   BOOST_TEST(!one.pipelines());  // one store that cannot claim ahead: a batch at a time
@@ -753,6 +768,8 @@ BOOST_AUTO_TEST_CASE(two_stores_take_turns) {
   run_until(relay, [&] { return broker.published_count() == 500u; });
   BOOST_TEST(c1.claims >= 5);
   BOOST_TEST(c2.claims >= 5);
+  BOOST_TEST(c1.misuses == 0);  // never a claim on a session whose batch is open
+  BOOST_TEST(c2.misuses == 0);
   std::map<std::string, std::vector<outbox::uuid>> expected;
   for (const auto& row : db.outbox()) expected[row.aggregate_id].push_back(row.id);
   BOOST_TEST((by_aggregate(broker.wire()) == expected));
