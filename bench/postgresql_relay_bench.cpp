@@ -16,6 +16,7 @@
 
 #include <sys/prctl.h>
 
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -111,6 +112,19 @@ result run_relay_thread(soci::session& check, const args& a, pg::claim_policy p,
     while (relay->stats().published < static_cast<std::uint64_t>(a.rows))
       std::this_thread::sleep_for(200us);
   });
+}
+
+/// Two contenders, B (`run(false)`) and A (`run(true)`), in ABBA order starting with
+/// `first`, best of each: the first run after a reset pays for hint bits and autovacuum, and
+/// the machine is shared. Returns {best of B, best of A}.
+std::pair<result, result> best_abba(bool first, const std::function<result(bool)>& run) {
+  std::array<std::optional<result>, 2> best;
+  for (const bool which : {first, !first, !first, first}) {
+    const result r = run(which);
+    auto& b = best[which ? 1 : 0];
+    if (!b || r.rate() > b->rate()) b = r;
+  }
+  return {*best[0], *best[1]};
 }
 
 result run_bare(soci::session& check, const args& a, pg::claim_policy p, pg::retention r) {
@@ -213,31 +227,26 @@ int main(int argc, char** argv) try {
   const auto line = [](const std::string& name, const result& r) {
     std::printf("%-34s %10.0f events/s  (%.2f s)\n", name.c_str(), r.rate(), r.seconds);
   };
-  for (auto p : {pg::claim_policy::locking, pg::claim_policy::leasing}) {
-    if (!a.runs("policies")) break;
+  const bool policies = a.runs("policies");
+  std::optional<result> naive;
+  if (policies) {
     outbox::bench::reset_postgresql_outbox(sql);
-    static const result naive = run_naive(sql, a);
-    if (p == pg::claim_policy::locking) line("naive (select 100, publish+update one)", naive);
+    naive = run_naive(sql, a);
+    line("naive (select 100, publish+update one)", *naive);
+  }
+  for (auto p : {pg::claim_policy::locking, pg::claim_policy::leasing}) {
+    if (!policies) break;
     for (auto r : {pg::retention::keep, pg::retention::delete_on_publish}) {
       const std::string name = std::string(p == pg::claim_policy::locking ? "locking" : "leasing") +
                                "/" + (r == pg::retention::keep ? "keep" : "delete");
-      // Two rounds in ABBA order, best of each: the first run after a reset pays for hint bits
-      // and autovacuum, and the machine is shared.
-      const auto best = [](const result& x, const result& y) {
-        return x.rate() >= y.rate() ? x : y;
-      };
-      outbox::bench::reset_postgresql_outbox(sql);
-      result relay = run_relay(sql, a, p, r);
-      outbox::bench::reset_postgresql_outbox(sql);
-      result bare = run_bare(sql, a, p, r);
-      outbox::bench::reset_postgresql_outbox(sql);
-      bare = best(bare, run_bare(sql, a, p, r));
-      outbox::bench::reset_postgresql_outbox(sql);
-      relay = best(relay, run_relay(sql, a, p, r));
+      const auto [bare, relay] = best_abba(true, [&](bool is_relay) {
+        outbox::bench::reset_postgresql_outbox(sql);
+        return is_relay ? run_relay(sql, a, p, r) : run_bare(sql, a, p, r);
+      });
       line(name + " relay", relay);
       line(name + " bare SQL", bare);
       std::printf("ratio %s relay/bare-sql %.2f\n", name.c_str(), relay.rate() / bare.rate());
-      std::printf("ratio %s relay/naive %.2f\n", name.c_str(), relay.rate() / naive.rate());
+      std::printf("ratio %s relay/naive %.2f\n", name.c_str(), relay.rate() / naive->rate());
     }
   }
 
@@ -245,18 +254,13 @@ int main(int argc, char** argv) try {
   if (a.hot_rows > 0 && a.runs("hot")) {
     args h = a;
     h.rows = a.hot_rows;
-    const auto best = [](const result& x, const result& y) { return x.rate() >= y.rate() ? x : y; };
     for (auto p : {pg::claim_policy::locking, pg::claim_policy::leasing}) {
       const std::string name = p == pg::claim_policy::locking ? "locking" : "leasing";
-      result hot, many;
-      for (int round = 0; round < 2; ++round) {
-        for (const bool is_hot : round == 0 ? std::vector{true, false} : std::vector{false, true}) {
-          outbox::bench::build_postgresql_pristine(sql, "outbox_bench", h.rows,
-                                                   is_hot ? a.aggregates : 0);
-          const result r = run_relay(sql, h, p, pg::retention::keep);
-          (is_hot ? hot : many) = round == 0 ? r : best(is_hot ? hot : many, r);
-        }
-      }
+      const auto [many, hot] = best_abba(true, [&](bool is_hot) {
+        outbox::bench::build_postgresql_pristine(sql, "outbox_bench", h.rows,
+                                                 is_hot ? a.aggregates : 0);
+        return run_relay(sql, h, p, pg::retention::keep);
+      });
       line(name + " hot (" + std::to_string(a.aggregates) + " aggregates)", hot);
       line(name + " many aggregates", many);
       std::printf("ratio hot/many (%s) %.4f\n", name.c_str(), hot.rate() / many.rate());
@@ -273,19 +277,14 @@ int main(int argc, char** argv) try {
     std::printf("transport alone (%ld ms per batch)     %10.0f events/s\n", a.pipeline_latency_ms,
                 alone);
     outbox::bench::build_postgresql_pristine(sql, "outbox_bench", a.rows);
-    const auto best = [](const result& x, const result& y) { return x.rate() >= y.rate() ? x : y; };
     for (auto p : {pg::claim_policy::locking, pg::claim_policy::leasing}) {
       const bool locking = p == pg::claim_policy::locking;
       const std::string name = locking ? "locking" : "leasing";
       const std::string piped = locking ? " pipelined (two sessions)" : " pipelined";
-      result serial, pipelined;
-      for (int round = 0; round < 2; ++round) {
-        for (const bool on : round == 0 ? std::vector{false, true} : std::vector{true, false}) {
-          outbox::bench::reset_postgresql_outbox(sql);
-          const result r = run_relay_thread(sql, a, p, on, on && locking, latency);
-          (on ? pipelined : serial) = round == 0 ? r : best(on ? pipelined : serial, r);
-        }
-      }
+      const auto [serial, pipelined] = best_abba(false, [&](bool on) {
+        outbox::bench::reset_postgresql_outbox(sql);
+        return run_relay_thread(sql, a, p, on, on && locking, latency);
+      });
       line(name + " one batch at a time", serial);
       line(name + piped, pipelined);
       std::printf("ratio pipelined/one-at-a-time (%s) %.2f\n", name.c_str(),

@@ -182,8 +182,7 @@ class relay {
  private:
   relay(Store* store, Store* second_store, Transport& transport, relay_options options, Retry retry,
         Clock clock)
-      : store_(store),
-        stores_{store, second_store},
+      : stores_{store, second_store},
         store_count_(second_store == nullptr ? 1 : 2),
         transport_(&transport),
         options_(std::move(options)),
@@ -211,10 +210,10 @@ class relay {
   ///         left to its lease) first.
   std::size_t run_once(std::stop_token stop = {}) {
     released_only_ = false;
-    claimed_batch batch = claim_from(*store_);
+    claimed_batch batch = claim_from(*stores_[0]);
     if (batch.empty()) return batch.unreadable;
     const outcome o = publish_batch(batch, stop);
-    settle_batch(*store_, batch, o);
+    settle_batch(*stores_[0], batch, o);
     if (o.failure) std::rethrow_exception(o.failure);
     return batch.size() + batch.unreadable;
   }
@@ -270,7 +269,7 @@ class relay {
       return false;
     if (store_count_ == 2) return true;
     if constexpr (concepts::overlapping_claims_store<Store>)
-      return store_->claims_overlap();
+      return stores_[0]->claims_overlap();
     else
       return false;
   }
@@ -282,7 +281,7 @@ class relay {
       woken_ = true;
     }
     wake_cv_.notify_all();
-    if constexpr (concepts::waking_store<Store>) store_->interrupt();
+    if constexpr (concepts::waking_store<Store>) stores_[0]->interrupt();
   }
 
   [[nodiscard]] relay_stats stats() const noexcept {
@@ -327,8 +326,7 @@ class relay {
         failures = 0;
       } catch (const error& e) {
         if (e.kind() == errc::misconfigured) throw;
-        errors_.fetch_add(1, std::memory_order_relaxed);
-        if (options_.on_error) options_.on_error(e);
+        count_error(e);
         sleep_for(stop, std::max(retry_.delay(++failures, rng_), options_.idle_poll_min));
         continue;
       }
@@ -400,14 +398,19 @@ class relay {
     return n;
   }
 
-  /// Counts and reports an error `run` will not rethrow (an `outbox::error`; else nothing).
+  /// An error `run` goes on from: counted in `stats().errors` and passed to `on_error`.
+  void count_error(const error& e) {
+    errors_.fetch_add(1, std::memory_order_relaxed);
+    if (options_.on_error) options_.on_error(e);
+  }
+
+  /// `count_error` for an error `run` will not rethrow (an `outbox::error`; else nothing).
   void report(const std::exception_ptr& p) {
     if (!p) return;
     try {
       std::rethrow_exception(p);
     } catch (const error& e) {
-      errors_.fetch_add(1, std::memory_order_relaxed);
-      if (options_.on_error) options_.on_error(e);
+      count_error(e);
     } catch (...) {  // NOLINT(bugprone-empty-catch): not ours to report
     }
   }
@@ -691,8 +694,8 @@ class relay {
         std::lock_guard lock(wake_mutex_);
         if (std::exchange(woken_, false)) return;
       }
-      std::stop_callback on_stop(stop, [this] { store_->interrupt(); });
-      if (!stop.stop_requested()) (void)store_->wait_for_work(d);
+      std::stop_callback on_stop(stop, [this] { stores_[0]->interrupt(); });
+      if (!stop.stop_requested()) (void)stores_[0]->wait_for_work(d);
       std::lock_guard lock(wake_mutex_);
       woken_ = false;
     } else {
@@ -702,7 +705,8 @@ class relay {
     }
   }
 
-  Store* store_;  ///< stores_[0]: the one `wake` and the idle sleep use.
+  /// The first is the one `run_once`, `wake` and the idle sleep use; the second (two-store
+  /// relays only) takes every other batch of a pipelined `run`.
   std::array<Store*, 2> stores_;
   std::size_t store_count_;
   Transport* transport_;

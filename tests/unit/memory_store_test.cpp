@@ -415,16 +415,23 @@ static_assert(outbox::concepts::order_keeping_transport<counting_transport<true>
 static_assert(!outbox::concepts::order_keeping_transport<counting_transport<false>>);
 static_assert(outbox::concepts::order_keeping_transport<outbox::testing::memory_transport>);
 
-/// 200 events of one aggregate ("hot"), their ids in commit order.
-std::vector<outbox::uuid> enqueue_hot(memory_database& db, int n = 200) {
+/// `n` events in one transaction, the i-th on the aggregate `aggregate_of(i)`; their ids in
+/// commit order.
+template <class AggregateOf>
+std::vector<outbox::uuid> enqueue(memory_database& db, int n, AggregateOf aggregate_of) {
   memory_session app(db);
   memory_store store(app);
   outbox::writer writer(store);
   std::vector<outbox::uuid> ids;
   memory_session::transaction tx(app);
-  for (int i = 0; i < n; ++i) ids.push_back(writer.enqueue(app, order_event("hot")));
+  for (int i = 0; i < n; ++i) ids.push_back(writer.enqueue(app, order_event(aggregate_of(i))));
   tx.commit();
   return ids;
+}
+
+/// 200 events of one aggregate ("hot"), their ids in commit order.
+std::vector<outbox::uuid> enqueue_hot(memory_database& db, int n = 200) {
+  return enqueue(db, n, [](int) { return std::string("hot"); });
 }
 
 /// Runs `relay` until `store` has nothing pending (bounded: 10 s), waiting out retry delays.
@@ -553,26 +560,32 @@ namespace {
 
 /// `n` events over `aggregates` aggregates ("a0", "a1", ...) in one transaction; their ids.
 std::vector<outbox::uuid> enqueue_spread(memory_database& db, int n, int aggregates) {
-  memory_session app(db);
-  memory_store store(app);
-  outbox::writer writer(store);
-  std::vector<outbox::uuid> ids;
-  memory_session::transaction tx(app);
-  for (int i = 0; i < n; ++i)
-    ids.push_back(writer.enqueue(app, order_event("a" + std::to_string(i % aggregates))));
-  tx.commit();
-  return ids;
+  return enqueue(db, n, [&](int i) { return "a" + std::to_string(i % aggregates); });
+}
+
+/// Waits (bounded: 10 s) until `pred()`; returns it.
+template <class Pred>
+bool eventually(Pred pred) {
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (!pred() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  return pred();
 }
 
 /// Runs `relay.run` on its own thread until `done()` (bounded: 10 s), then stops it.
 template <class Relay, class Done>
 void run_until(Relay& relay, Done done) {
   std::jthread runner([&](std::stop_token stop) { relay.run(stop); });
-  const auto until = std::chrono::steady_clock::now() + 10s;
-  while (!done() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  (void)eventually(done);
   runner.request_stop();
   runner.join();
   BOOST_TEST(done());
+}
+
+/// The outbox's ids per aggregate id, in commit order (what the wire must show).
+std::map<std::string, std::vector<outbox::uuid>> commit_order(const memory_database& db) {
+  std::map<std::string, std::vector<outbox::uuid>> out;
+  for (const auto& row : db.outbox()) out[row.aggregate_id].push_back(row.id);
+  return out;
 }
 
 /// Each publish waits (up to `patience`) until rows are leased that are neither its own nor
@@ -699,17 +712,9 @@ BOOST_AUTO_TEST_CASE(order_holds_across_batches_in_flight_and_a_failure) {
   for (const bool keeps : {true, false}) {
     BOOST_TEST_CONTEXT("keeps_publish_order " << keeps) {
       memory_database db;
-      std::vector<outbox::uuid> ids;
-      {
-        memory_session app(db);
-        memory_store s(app);
-        outbox::writer writer(s);
-        memory_session::transaction tx(app);
-        for (int i = 0; i < 300; ++i)
-          ids.push_back(
-              writer.enqueue(app, order_event(i % 3 == 0 ? "hot" : "a" + std::to_string(i % 17))));
-        tx.commit();
-      }
+      const auto ids = enqueue(db, 300, [](int i) {
+        return i % 3 == 0 ? std::string("hot") : "a" + std::to_string(i % 17);
+      });
       memory_session relay_sql(db);
       memory_store store(relay_sql);
       outbox::testing::memory_transport broker({.record = true});
@@ -744,9 +749,7 @@ BOOST_AUTO_TEST_CASE(order_holds_across_batches_in_flight_and_a_failure) {
         outbox::testing::faulty_transport<outbox::testing::memory_transport, false> faulty(broker);
         check(faulty);
       }
-      std::map<std::string, std::vector<outbox::uuid>> expected;
-      for (const auto& row : db.outbox()) expected[row.aggregate_id].push_back(row.id);
-      BOOST_TEST((by_aggregate(broker.wire()) == expected));
+      BOOST_TEST((by_aggregate(broker.wire()) == commit_order(db)));
       BOOST_TEST(store.stats(std::chrono::system_clock::now()).in_flight == 0);
     }
   }
@@ -770,9 +773,7 @@ BOOST_AUTO_TEST_CASE(two_stores_take_turns) {
   BOOST_TEST(c2.claims >= 5);
   BOOST_TEST(c1.misuses == 0);  // never a claim on a session whose batch is open
   BOOST_TEST(c2.misuses == 0);
-  std::map<std::string, std::vector<outbox::uuid>> expected;
-  for (const auto& row : db.outbox()) expected[row.aggregate_id].push_back(row.id);
-  BOOST_TEST((by_aggregate(broker.wire()) == expected));
+  BOOST_TEST((by_aggregate(broker.wire()) == commit_order(db)));
   BOOST_CHECK_THROW(outbox::relay(c1, c1, broker), outbox::error);  // the same store twice
 }
 
@@ -798,21 +799,16 @@ BOOST_AUTO_TEST_CASE(failures_on_either_side_lose_nothing_and_hold_nothing) {
                       outbox::exponential_backoff{.initial = 1ms, .max_delay = 2ms}, clock);
   db.fail_next(1, outbox::errc::transient, memory_operation::claim);
   std::jthread runner([&](std::stop_token stop) { relay.run(stop); });
-  const auto wait_for = [&](auto pred) {
-    const auto until = std::chrono::steady_clock::now() + 10s;
-    while (!pred() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
-    return pred();
-  };
-  BOOST_TEST(wait_for([&] { return broker.published_count() >= 100u; }));
+  BOOST_TEST(eventually([&] { return broker.published_count() >= 100u; }));
   // A settle that keeps failing (3 tries): its batch stays leased until the lease runs out.
   db.fail_next(3, outbox::errc::transient, memory_operation::settle);
-  BOOST_TEST(wait_for([&] { return db.failures_injected() == 4u; }));
-  BOOST_TEST(wait_for([&] {
+  BOOST_TEST(eventually([&] { return db.failures_injected() == 4u; }));
+  BOOST_TEST(eventually([&] {
     const auto s = store.stats(clock.now());
     return s.pending == 0 && s.in_flight == 50;  // all published but the batch left to its lease
   }));
   clock.advance(31s);  // the lease runs out: the batch is taken over and published again
-  BOOST_TEST(wait_for([&] {
+  BOOST_TEST(eventually([&] {
     const auto s = store.stats(clock.now());
     return s.pending == 0 && s.in_flight == 0;
   }));
