@@ -46,6 +46,7 @@
 #include <outbox/outbox.hpp>
 #include <outbox/sqlite/store.hpp>
 
+#include "amqp_scratch.hpp"
 #include "bench_common.hpp"
 #include "sqlite_pristine.hpp"
 
@@ -195,14 +196,6 @@ struct rates {
   }
 };
 
-/// Empties `queue` (so that every run meets the broker in the same state).
-void purge(const std::string& url, const std::string& queue) {
-  outbox::amqp::connection c({.url = url});
-  c.ensure();
-  amqp_queue_purge(c.state(), outbox::amqp::connection::channel, outbox::amqp::bytes(queue));
-  c.check(amqp_get_rpc_reply(c.state()), "queue.purge");
-}
-
 /// A bare rabbitmq-c publisher: `rows` messages like the relay's, at most `window` unconfirmed.
 outbox::bench::result bare_run(const std::string& url, const std::string& exchange, long rows,
                                std::uint64_t window) {
@@ -281,14 +274,9 @@ int main(int argc, char** argv) try {
     std::cerr << "amqp_relay_bench: set OUTBOX_TEST_AMQP (amqp:// URL)\n";
     return 77;
   }
-  const std::string exchange = "outbox-bench-" + outbox::make_uuid_v7().to_string();
-  const std::string queue = exchange + "-q";
-  {
-    // The queue that makes the messages routable (durable, classic).
-    outbox::amqp::receiver binder(
-        {.connection = {.url = url}, .queue = queue, .exchange = exchange});
-    binder.connect();
-  }
+  // The queue that makes the messages routable (durable, classic).
+  const outbox::bench::amqp_scratch scratch(url, "outbox-bench");
+  const std::string& exchange = scratch.exchange();
   std::cout << "amqp relay benchmark: " << a.rows << " rows (batch " << a.batch << "), "
             << a.single_rows << " rows with batch 1; persistent, confirms, mandatory; broker "
             << outbox::amqp::parse_url(url).redacted << "\n";
@@ -365,7 +353,7 @@ int main(int argc, char** argv) try {
       order[i] = round % 2 == 0 ? i : order.size() - 1 - i;
     for (const std::size_t which : order) {
       if (!cs[which].run) continue;
-      purge(url, queue);
+      scratch.purge();
       const auto before = cpu_ticks();
       const auto r = cs[which].run();
       const auto after = cpu_ticks();
@@ -375,22 +363,12 @@ int main(int argc, char** argv) try {
       cs[which].r.add(r);
     }
   }
-  purge(url, queue);
+  scratch.purge();
   const auto single = sqlite_run(pristine_small, "single", a.single_rows, 1, pub);
   report("SQLite -> relay (batch 1, one confirm at a time)", single);
 
   outbox::bench::remove_sqlite_db(pristine);
   outbox::bench::remove_sqlite_db(pristine_small);
-  {
-    outbox::amqp::connection c({.url = url});
-    c.ensure();
-    amqp_queue_delete(c.state(), outbox::amqp::connection::channel, outbox::amqp::bytes(queue), 0,
-                      0);
-    c.check(amqp_get_rpc_reply(c.state()), "queue.delete");
-    amqp_exchange_delete(c.state(), outbox::amqp::connection::channel,
-                         outbox::amqp::bytes(exchange), 0);
-    c.check(amqp_get_rpc_reply(c.state()), "exchange.delete");
-  }
 #ifdef OUTBOX_BENCH_WITH_POSTGRESQL
   if (with_pg) pg_drop();
 #endif

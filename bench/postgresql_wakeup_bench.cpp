@@ -1,11 +1,14 @@
 // Commit-to-confirm latency on PostgreSQL at a steady 500 events/s (one transaction per event):
 // the relay woken by LISTEN/NOTIFY against the same relay polling every second, as the seed
-// articles do. Prints p50 and p99 of each, in one run, and `p50_ms`/`p99_ms` lines (LISTEN/
-// NOTIFY) for scripts. `--confirm-us` sets the simulated confirm round trip (100 us: a local
-// sink; about 1,000-2,000 us: RabbitMQ publisher confirms on this machine).
+// articles do, both to an in-memory transport with a simulated confirm (`--confirm-us`, 100 us: a
+// local sink); and, when OUTBOX_TEST_AMQP is set and the build has the AMQP adapter, the relay
+// woken by LISTEN/NOTIFY publishing to RabbitMQ (persistent, confirms, mandatory; a durable queue
+// bound, deleted at the end). Prints p50 and p99 of each, in one run, and `p50_ms`/`p99_ms`
+// lines for scripts: through RabbitMQ when it ran, else LISTEN/NOTIFY to memory.
 //
 // Usage: postgresql_wakeup_bench [--seconds N] [--rate N] [--confirm-us N]
 // Server: OUTBOX_TEST_POSTGRESQL (libpq conninfo); uses (and drops) the schema outbox_lbench.
+// Broker: OUTBOX_TEST_AMQP (amqp:// URL), optional.
 
 #include <algorithm>
 #include <chrono>
@@ -27,6 +30,10 @@
 #include <outbox/testing/memory_transport.hpp>
 #include "bench_common.hpp"
 
+#ifdef OUTBOX_BENCH_WITH_AMQP
+#include "amqp_scratch.hpp"
+#endif
+
 using namespace std::chrono_literals;
 namespace pg = outbox::postgresql;
 using steady = std::chrono::steady_clock;
@@ -37,15 +44,15 @@ std::string connect_string() {
   return outbox::bench::postgresql_connect_string("postgresql_wakeup_bench", "outbox_lbench");
 }
 
-/// The in-memory transport, noting when each message was confirmed.
+/// A transport that notes when each message was confirmed.
+template <class Inner>
 class timing_transport {
  public:
-  explicit timing_transport(std::chrono::microseconds confirm)
-      : inner_({.confirm_latency = confirm, .deliver = false, .record = false}) {}
+  explicit timing_transport(Inner& inner) : inner_(&inner) {}
 
   std::vector<outbox::publish_result> publish(std::span<const outbox::message> batch,
                                               steady::time_point until) {
-    auto results = inner_.publish(batch, until);
+    auto results = inner_->publish(batch, until);
     const auto now = steady::now();
     std::lock_guard lock(mutex_);
     for (const auto& r : results)
@@ -58,7 +65,7 @@ class timing_transport {
   }
 
  private:
-  outbox::testing::memory_transport inner_;
+  Inner* inner_;
   std::mutex mutex_;
   std::unordered_map<outbox::uuid, steady::time_point> confirmed_at_;
 };
@@ -68,14 +75,29 @@ struct percentiles {
   std::size_t n = 0;
 };
 
-percentiles run(bool listen, double seconds, int rate, std::chrono::microseconds confirm) {
+percentiles summarize(std::vector<double> ms, long total) {
+  std::sort(ms.begin(), ms.end());
+  percentiles p;
+  p.n = ms.size();
+  if (!ms.empty()) {
+    p.p50 = ms[ms.size() / 2];
+    p.p99 = ms[std::min(ms.size() - 1, ms.size() * 99 / 100)];
+    p.max = ms.back();
+  }
+  if (p.n != static_cast<std::size_t>(total))
+    std::cerr << "bench: only " << p.n << " of " << total << " events confirmed\n";
+  return p;
+}
+
+template <class Transport>
+percentiles run(bool listen, double seconds, int rate, Transport& inner) {
   {
     soci::session admin("postgresql", connect_string());
     admin << "TRUNCATE outbox";
   }
   soci::session relay_sql("postgresql", connect_string());
   pg::store relay_store(relay_sql, {.listen = listen});
-  timing_transport transport(confirm);
+  timing_transport<Transport> transport(inner);
   // Polling as the seed articles do: every second. With LISTEN/NOTIFY the idle polls are only a
   // fallback (library defaults).
   outbox::relay_options options;
@@ -113,17 +135,34 @@ percentiles run(bool listen, double seconds, int rate, std::chrono::microseconds
     if (it != confirmed.end())
       ms.push_back(std::chrono::duration<double, std::milli>(it->second - at).count());
   }
-  std::sort(ms.begin(), ms.end());
-  percentiles p;
-  p.n = ms.size();
-  if (!ms.empty()) {
-    p.p50 = ms[ms.size() / 2];
-    p.p99 = ms[std::min(ms.size() - 1, ms.size() * 99 / 100)];
-    p.max = ms.back();
+  return summarize(std::move(ms), total);
+}
+
+/// The transport's own floor: the same events published one at a time at the same rate, no
+/// database: time from the publish call to its confirm.
+template <class Transport>
+percentiles transport_alone(double seconds, int rate, Transport& t) {
+  const auto interval = std::chrono::duration<double>(1.0 / rate);
+  const auto total = static_cast<long>(seconds * rate);
+  std::vector<double> ms;
+  const auto start = steady::now();
+  for (long i = 0; i < total; ++i) {
+    std::this_thread::sleep_until(start +
+                                  std::chrono::duration_cast<steady::duration>(interval * i));
+    const auto e = outbox::bench::sample_event(i);
+    outbox::message m;
+    m.id = outbox::make_uuid_v7();
+    m.aggregate_type = e.aggregate_type;
+    m.aggregate_id = e.aggregate_id;
+    m.event_type = e.event_type;
+    m.payload = e.payload;
+    m.attempts = 1;
+    const auto at = steady::now();
+    const auto r = t.publish(std::span<const outbox::message>(&m, 1), at + 10s);
+    if (r.size() == 1 && r[0].confirmed)
+      ms.push_back(std::chrono::duration<double, std::milli>(steady::now() - at).count());
   }
-  if (p.n != static_cast<std::size_t>(total))
-    std::cerr << "bench: only " << p.n << " of " << total << " events confirmed\n";
-  return p;
+  return summarize(std::move(ms), total);
 }
 
 }  // namespace
@@ -150,14 +189,36 @@ int main(int argc, char** argv) try {
   std::cout << "postgresql wake-up benchmark: " << rate << " events/s for " << seconds
             << " s, one transaction per event, commit to confirm (" << confirm_us
             << " us confirm)\n";
-  const auto notify = run(true, seconds, rate, std::chrono::microseconds(confirm_us));
-  const auto poll = run(false, seconds, rate, std::chrono::microseconds(confirm_us));
-  std::printf("listen/notify   p50 %7.2f ms  p99 %7.2f ms  max %7.2f ms  (%zu events)\n",
-              notify.p50, notify.p99, notify.max, notify.n);
-  std::printf("poll every 1 s  p50 %7.2f ms  p99 %7.2f ms  max %7.2f ms  (%zu events)\n", poll.p50,
-              poll.p99, poll.max, poll.n);
+  const auto line = [](const char* name, const percentiles& p) {
+    std::printf("%-34s p50 %7.2f ms  p99 %7.2f ms  max %7.2f ms  (%zu events)\n", name, p.p50,
+                p.p99, p.max, p.n);
+  };
+  outbox::testing::memory_transport memory(
+      {.confirm_latency = std::chrono::microseconds(confirm_us),
+       .deliver = false,
+       .record = false});
+  const auto notify = run(true, seconds, rate, memory);
+  const auto poll = run(false, seconds, rate, memory);
+  line("listen/notify -> memory", notify);
+  line("poll every 1 s -> memory", poll);
   std::printf("ratio p99 poll/notify %.1f\n", poll.p99 / notify.p99);
-  std::printf("p50_ms %.2f\np99_ms %.2f\n", notify.p50, notify.p99);
+  percentiles reported = notify;
+#ifdef OUTBOX_BENCH_WITH_AMQP
+  if (const char* url = std::getenv("OUTBOX_TEST_AMQP"); url && *url) {
+    const outbox::bench::amqp_scratch scratch(url, "outbox-lbench");
+    outbox::amqp::publisher pub({.connection = {.url = url}, .exchange = scratch.exchange()});
+    pub.connect();
+    reported = run(true, seconds, rate, pub);
+    const auto alone = transport_alone(seconds, rate, pub);
+    line("listen/notify -> RabbitMQ", reported);
+    line("RabbitMQ alone, one per publish", alone);
+  } else {
+    std::cout << "(no RabbitMQ row: OUTBOX_TEST_AMQP unset; p50_ms/p99_ms are to memory)\n";
+  }
+#else
+  std::cout << "(no RabbitMQ row: built without the AMQP adapter; p50_ms/p99_ms are to memory)\n";
+#endif
+  std::printf("p50_ms %.2f\np99_ms %.2f\n", reported.p50, reported.p99);
   soci::session admin("postgresql", connect_string());
   admin << "DROP SCHEMA outbox_lbench CASCADE";
   return 0;
