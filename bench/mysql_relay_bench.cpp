@@ -129,9 +129,11 @@ result run_bare(soci::session& check, const args& a, my::claim_policy p, my::ret
     for (long long token = 1;; ++token) {
       const auto now = std::to_string(md::to_us(std::chrono::system_clock::now()));
       run(c, "START TRANSACTION");
-      std::string q = literal(
-          my::statements::claim,
-          {{"after", "0"}, {"now", now}, {"blocked", "''"}, {"limit", std::to_string(a.batch)}});
+      std::string q = literal(my::statements::claim, {{"after", "0"},
+                                                      {"bound", "9223372036854775807"},
+                                                      {"now", now},
+                                                      {"blocked", "''"},
+                                                      {"limit", std::to_string(a.batch)}});
       if (mysql_real_query(c, q.data(), static_cast<unsigned long>(q.size())) != 0)
         md::throw_native(c, "claim");
       std::vector<std::int64_t> seqs;

@@ -8,7 +8,8 @@
 // relay and bare run twice each, in ABBA order, and the best of each is compared.
 // Then the hot aggregate: `--hot-rows` events over `--aggregates` aggregates (1: one hot
 // aggregate) against the same count over as many aggregates as events, the relay of each
-// policy (keep), twice each in ABBA order; prints `ratio hot/many (<policy>)`.
+// policy (keep) one batch at a time (run_once) and pipelined (relay::run; locking on two
+// sessions), twice each in ABBA order; prints `ratio hot/many (<policy>[, pipelined])`.
 //
 // Usage: postgresql_relay_bench [--rows N] [--batch N] [--latency-us N] [--hot-rows N]
 //                               [--aggregates N]
@@ -255,15 +256,23 @@ int main(int argc, char** argv) try {
     args h = a;
     h.rows = a.hot_rows;
     for (auto p : {pg::claim_policy::locking, pg::claim_policy::leasing}) {
-      const std::string name = p == pg::claim_policy::locking ? "locking" : "leasing";
-      const auto [many, hot] = best_abba(true, [&](bool is_hot) {
-        outbox::bench::build_postgresql_pristine(sql, "outbox_bench", h.rows,
-                                                 is_hot ? a.aggregates : 0);
-        return run_relay(sql, h, p, pg::retention::keep);
-      });
-      line(name + " hot (" + std::to_string(a.aggregates) + " aggregates)", hot);
-      line(name + " many aggregates", many);
-      std::printf("ratio hot/many (%s) %.4f\n", name.c_str(), hot.rate() / many.rate());
+      for (const bool pipelined : {false, true}) {
+        // Pipelined as a service runs it: relay::run, locking on two sessions.
+        const std::string name =
+            std::string(p == pg::claim_policy::locking ? "locking" : "leasing") +
+            (pipelined ? ", pipelined" : "");
+        const auto [many, hot] = best_abba(true, [&](bool is_hot) {
+          outbox::bench::build_postgresql_pristine(sql, "outbox_bench", h.rows,
+                                                   is_hot ? a.aggregates : 0);
+          if (pipelined)
+            return run_relay_thread(sql, h, p, true, p == pg::claim_policy::locking,
+                                    std::chrono::microseconds(h.latency_us));
+          return run_relay(sql, h, p, pg::retention::keep);
+        });
+        line(name + " hot (" + std::to_string(a.aggregates) + " aggregates)", hot);
+        line(name + " many aggregates", many);
+        std::printf("ratio hot/many (%s) %.4f\n", name.c_str(), hot.rate() / many.rate());
+      }
     }
   }
   // Pipelining: a broker whose confirms take `--pipeline-latency-ms` per batch and cost this

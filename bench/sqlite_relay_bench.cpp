@@ -5,8 +5,11 @@
 //   (c) the bare SQL of our claim and settle (same statements, no transport, no C++ objects).
 // Each run starts from a byte-identical copy of one database of `--rows` pending events, so the
 // three see the same rows. Prints events/s of each and the ratios relay/naive and relay/bare-sql.
+// Then one hot aggregate: `relay::run` (pipelined) on the same number of events all of one
+// aggregate (`--aggregates N`: over N aggregates) against the same over one aggregate per event,
+// printed as `ratio hot/many`.
 //
-// Usage: sqlite_relay_bench [--rows N] [--batch N] [--latency-us N] [--dir PATH]
+// Usage: sqlite_relay_bench [--rows N] [--batch N] [--latency-us N] [--aggregates N] [--dir PATH]
 
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -19,6 +22,7 @@
 #include <iostream>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include <soci/soci.h>
@@ -40,15 +44,18 @@ struct args {
   long rows = 100'000;
   long batch = 500;
   long latency_us = 100;
+  long aggregates = 1;
   fs::path dir = fs::temp_directory_path();
 };
 
 args parse(int argc, char** argv) {
   args a;
-  outbox::bench::flags("sqlite_relay_bench [--rows N] [--batch N] [--latency-us N] [--dir PATH]")
+  outbox::bench::flags(
+      "sqlite_relay_bench [--rows N] [--batch N] [--latency-us N] [--aggregates N] [--dir PATH]")
       .on("--rows", a.rows)
       .on("--batch", a.batch)
       .on("--latency-us", a.latency_us)
+      .on("--aggregates", a.aggregates)
       .on("--dir", a.dir)
       .parse(argc, argv);
   return a;
@@ -78,21 +85,31 @@ result timed(long rows, const std::function<void()>& body, soci::session& check)
   return {s, rows};
 }
 
-// (a) the library's relay.
-result run_relay(const fs::path& db, const args& a) {
+// (a) the library's relay: `run_once` until the outbox is empty; or (`as_service`) as a
+// service runs it, `relay::run` (pipelined) on its own thread until every row is published.
+result run_relay(const fs::path& db, const args& a, bool as_service = false) {
   soci::session sql(soci::sqlite3, "db=" + db.string());
   outbox::sqlite::store st(sql);
   outbox::testing::memory_transport t({.confirm_latency = std::chrono::microseconds(a.latency_us),
                                        .deliver = false,
                                        .record = false});
   outbox::relay r(st, t, {.batch_size = static_cast<std::size_t>(a.batch)});
+  soci::session check(soci::sqlite3, "db=" + db.string());
   return timed(
       a.rows,
       [&] {
-        while (r.run_once() > 0) {
+        if (!as_service) {
+          while (r.run_once() > 0) {
+          }
+          return;
         }
+        std::jthread runner([&](std::stop_token stop) { r.run(stop); });
+        const auto deadline = std::chrono::steady_clock::now() + 300s;
+        while (r.stats().published < static_cast<std::uint64_t>(a.rows) &&
+               std::chrono::steady_clock::now() < deadline)
+          std::this_thread::sleep_for(1ms);
       },
-      sql);
+      check);
 }
 
 // (b) the naive relay: SELECT 100, then per row publish + wait for the confirm + UPDATE.
@@ -211,8 +228,22 @@ int main(int argc, char** argv) try {
   report("naive (select 100, publish+update one)", naive);
 
   remove_db(pristine);
+
+  // One hot aggregate against one aggregate per event, both through relay::run.
+  const fs::path many = a.dir / ("outbox-relay-bench-many-" + std::to_string(::getpid()) + ".db");
+  const fs::path hot = a.dir / ("outbox-relay-bench-hot-" + std::to_string(::getpid()) + ".db");
+  outbox::bench::build_sqlite_pristine(many, a.rows, 0);
+  outbox::bench::build_sqlite_pristine(hot, a.rows, a.aggregates);
+  const result many_r = run_relay(many, a, true);
+  const result hot_r = run_relay(hot, a, true);
+  remove_db(many);
+  remove_db(hot);
+  report("relay::run, one aggregate per event", many_r);
+  report(("relay::run, " + std::to_string(a.aggregates) + " aggregate(s)").c_str(), hot_r);
+
   std::printf("ratio relay/naive %.2f\n", relay.rate() / naive.rate());
   std::printf("ratio relay/bare-sql %.2f\n", relay.rate() / bare.rate());
+  std::printf("ratio hot/many %.2f\n", hot_r.rate() / many_r.rate());
   return 0;
 } catch (const std::exception& e) {
   std::cerr << "bench: " << e.what() << "\n";

@@ -75,6 +75,11 @@ struct claim_request {
   std::size_t limit = 0;              ///< At most this many messages.
   time_point now{};                   ///< The relay clock's idea of now.
   std::chrono::milliseconds lease{};  ///< How long the claim holds before others may take over.
+  /// At most this many of the oldest claimable rows are looked at (0: no bound); a store may
+  /// ignore it. The relay bounds the claims it makes ahead while a batch is in flight (see
+  /// `relay::run`): the claim after the settle is unbounded, so a long run of rows held back
+  /// behind the batch in flight (one hot aggregate) is not walked once more per batch.
+  std::size_t scan_limit = 0;
 };
 
 /// A claimed batch. `token` is the fencing token: only the claim that stamped it can settle.

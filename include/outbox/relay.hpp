@@ -339,9 +339,17 @@ class relay {
     }
   }
 
-  claimed_batch claim_from(Store& store) {
-    claimed_batch batch = store.claim(
-        claim_request{options_.owner, options_.batch_size, clock_.now(), options_.lease});
+  /// `scan_limit`: see claim_request. A claim ahead looks at no more than one batch of the oldest
+  /// claimable rows: it runs while a batch is in flight, whose aggregates hold their later rows
+  /// back, so behind one hot aggregate it walked the aggregate's whole backlog for nothing, once
+  /// per batch (PostgreSQL leasing, 20,000 events of one aggregate: 1,700 events/s). The claim
+  /// after the settle (when the one ahead found nothing) is unbounded, so rows further back are
+  /// never left behind. (Bounds of 2 and 4 batches measured slower on a hot aggregate, and no
+  /// faster over many: the rows in flight are not claimable, so one batch of claimable rows is
+  /// the next batch when nothing is held back.)
+  claimed_batch claim_from(Store& store, std::size_t scan_limit = 0) {
+    claimed_batch batch = store.claim(claim_request{options_.owner, options_.batch_size,
+                                                    clock_.now(), options_.lease, scan_limit});
     dead_.fetch_add(batch.unreadable, std::memory_order_relaxed);
     return batch;
   }
@@ -367,7 +375,7 @@ class relay {
       // message in flight holds its aggregate back as a message waiting for a retry does.)
       settle_unsettled();
       if (stop.stop_requested()) return;
-      claimed_batch b = claim_from(*stores_[other]);
+      claimed_batch b = claim_from(*stores_[other], options_.batch_size);
       if (!b.empty()) ahead_.emplace(held_batch{std::move(b), other, {}});
     });
     try {

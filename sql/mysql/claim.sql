@@ -7,13 +7,14 @@
 -- it reads on MariaDB): the per-aggregate check is claim_previous.sql, a plain read.
 -- A claim after rows held back behind an earlier row of their aggregate runs again after the
 -- last seq seen and leaves those aggregates out (see the store's `claim`).
--- :now (Unix us), :after only rows after this seq (0 for all), :blocked aggregates to leave
--- out ('' for none; else ",HEX(type):HEX(id)," for each, concatenated), :limit.
+-- :now (Unix us), :after only rows after this seq (0 for all), :bound only rows up to this seq
+-- (claim_scan_bound.sql; the largest bigint for none), :blocked aggregates to leave out ('' for
+-- none; else ",HEX(type):HEX(id)," for each, concatenated), :limit.
 -- Columns: the message columns of outbox::store::column, attempts counting this one.
 SELECT o.seq, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.headers,
        LEAST(o.attempts, 2147483646) + 1, o.created_at, o.content_type
 FROM outbox o FORCE INDEX (outbox_claim)
-WHERE o.state = 0 AND o.seq > :after AND o.available_at <= :now
+WHERE o.state = 0 AND o.seq > :after AND o.seq <= :bound AND o.available_at <= :now
   AND (:blocked = ''
        OR LOCATE(CONCAT(',', HEX(o.aggregate_type), ':', HEX(o.aggregate_id), ','), :blocked) = 0)
 ORDER BY o.seq

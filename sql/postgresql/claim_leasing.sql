@@ -4,12 +4,23 @@
 -- more attempt, and returned (in no particular order: the store sorts by seq). The rows are
 -- updated by primary key (= ANY of an array): joined to `ok` instead, a skewed table's
 -- estimates made the planner hash the whole outbox for each claim.
--- $1 lease expiry (Unix us), $2 owner, $3 fencing token, $4 now (Unix us), $5 limit.
+-- With a scan limit $6 (claim_request::scan_limit: the relay's claims made ahead) only the $6
+-- oldest claimable rows are looked at: the bound is the seq of the $6-th (an InitPlan; the
+-- server may run it when $6 is 0 as well, hence the greatest), and the walk of `c` stops there
+-- instead of crossing a hot aggregate's backlog held back behind the batch in flight.
+-- $1 lease expiry (Unix us), $2 owner, $3 fencing token, $4 now (Unix us), $5 limit,
+-- $6 scan limit (0: none).
 -- Columns: the message columns of outbox::store::column.
 WITH c AS (
   SELECT o.seq, o.aggregate_type, o.aggregate_id
   FROM outbox o
   WHERE o.state = 0 AND o.available_at <= outbox_ts($4::bigint)
+    AND o.seq <= CASE WHEN $6::bigint > 0 THEN
+                   coalesce((SELECT b.seq FROM outbox b
+                             WHERE b.state = 0 AND b.available_at <= outbox_ts($4::bigint)
+                             ORDER BY b.seq OFFSET greatest($6::bigint - 1, 0) LIMIT 1),
+                            9223372036854775807)
+                 ELSE 9223372036854775807 END
     AND (NOT EXISTS (SELECT 1 FROM outbox w0
                      WHERE w0.state = 0 AND w0.available_at > '-infinity'
                        AND w0.available_at > outbox_ts($4::bigint))

@@ -23,8 +23,13 @@
 -- A claim after rows held back behind another relay's open batch runs again with $3 and $4/$5
 -- (see the store's `claim`).
 --
+-- With a scan limit $6 (claim_request::scan_limit: the relay's claims made ahead, on its
+-- second session) only the $6 oldest claimable rows are looked at, locked by another claim or
+-- not: the bound is the seq of the $6-th (an InitPlan; the server may run it when $6 is 0 as
+-- well, hence the greatest), so the passes after rows held back stop there instead of crossing
+-- a hot aggregate's backlog.
 -- $1 now (Unix us), $2 limit, $3 only rows after this seq (0 for all), $4/$5 aggregates
--- (types, ids: text arrays) to leave out ('{}' for none).
+-- (types, ids: text arrays) to leave out ('{}' for none), $6 scan limit (0: none).
 -- Columns: the message columns of outbox::store::column (attempts counting this one), then
 -- the per-aggregate flag.
 WITH c AS (
@@ -33,6 +38,12 @@ WITH c AS (
   FROM outbox o
   WHERE o.state = 0 AND o.available_at <= outbox_ts($1::bigint)
     AND o.seq > $3::bigint
+    AND o.seq <= CASE WHEN $6::bigint > 0 THEN
+                   coalesce((SELECT b.seq FROM outbox b
+                             WHERE b.state = 0 AND b.available_at <= outbox_ts($1::bigint)
+                             ORDER BY b.seq OFFSET greatest($6::bigint - 1, 0) LIMIT 1),
+                            9223372036854775807)
+                 ELSE 9223372036854775807 END
     AND (o.aggregate_type, o.aggregate_id) NOT IN
         (SELECT x.t, x.i FROM unnest($4::text[], $5::text[]) AS x(t, i))
     AND (NOT EXISTS (SELECT 1 FROM outbox w0

@@ -497,6 +497,39 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(rows_behind_another_relays_batch_do_not_hold_back_
   BOOST_TEST(rest.messages[29].event_type == "x39");
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_scan_limit_bounds_the_rows_a_claim_looks_at, Fixture,
+                              store_fixtures) {
+  // The relay's claims made ahead (claim_request::scan_limit): 20 rows of x, then 5 of y. A
+  // claim that may look at 3 rows takes x0..x2, however large its limit; with those held, one
+  // that may look at 10 finds only x rows held back behind them, and nothing; without a bound
+  // the claim looks past them to the y rows.
+  Fixture fx;
+  std::vector<outbox::event> events;
+  for (int i = 0; i < 20; ++i)
+    events.push_back(conformance::make_event("x", "x" + std::to_string(i)));
+  for (int i = 0; i < 5; ++i)
+    events.push_back(conformance::make_event("y" + std::to_string(i), "y"));
+  conformance::commit_events(fx, events);
+  auto s1 = fx.open_session();
+  auto s2 = fx.open_session();
+  auto a = fx.make_store(*s1);
+  auto b = fx.make_store(*s2);
+  outbox::testing::manual_clock clock;
+  const auto bounded = [&](std::size_t scan) {
+    return outbox::claim_request{"test-relay", 100, clock.now(), 30s, scan};
+  };
+  auto held = a->claim(bounded(3));
+  BOOST_TEST_REQUIRE(held.size() == 3u);
+  BOOST_TEST(held.messages[0].event_type == "x0");
+  BOOST_TEST(held.messages[2].event_type == "x2");
+  BOOST_TEST(b->claim(bounded(10)).empty());
+  auto ys = b->claim(conformance::req(clock, 100));
+  BOOST_TEST_REQUIRE(ys.size() == 5u);
+  for (const auto& m : ys.messages) BOOST_TEST(m.event_type == "y");
+  b->settle(ys, conformance::all(5, outbox::settlement::kind::published), clock.now());
+  a->settle(held, conformance::all(3, outbox::settlement::kind::published), clock.now());
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_row_that_cannot_be_read_is_dead_lettered_and_the_rest_flows,
                               Fixture, store_fixtures) {
   // Rows written by another program: headers that are not an object of strings, an empty

@@ -3,6 +3,9 @@
 #include <boost/test/unit_test.hpp>
 
 #include <string>
+#include <vector>
+
+#include <outbox/writer.hpp>
 
 #include "../support/sqlite_fixture.hpp"
 
@@ -40,13 +43,58 @@ BOOST_AUTO_TEST_CASE(configure_turns_on_wal) {
 BOOST_AUTO_TEST_CASE(the_claim_walks_the_state_index_and_never_scans_the_table) {
   sqlite_fixture fx;
   auto sql = fx.open_session();
+  // Skewed and analyzed: 2,000 pending rows of one aggregate, its first 10 under a lease, so the
+  // statistics say one aggregate_id matches every row.
+  outbox::sqlite::store st(*sql);
+  outbox::writer<outbox::sqlite::store> w;
+  std::vector<outbox::event> events(2'000, outbox::event{"order", "hot", "placed", "{}", {}});
+  {
+    soci::transaction tx(*sql);
+    w.enqueue(*sql, events);
+    tx.commit();
+  }
+  BOOST_TEST(st.claim({"r", 10, outbox::system_clock{}.now(), std::chrono::seconds(30)}).size() ==
+             10u);
+  *sql << "ANALYZE";
   std::string claim(outbox::sqlite::statements::claim);
   const auto plan = plan_of(*sql, claim);
   BOOST_TEST_MESSAGE(plan);
   BOOST_TEST(plan.find("USING INDEX outbox_by_state") != std::string::npos);
-  BOOST_TEST(plan.find("USING INDEX outbox_pending_by_aggregate") != std::string::npos);
+  BOOST_TEST(plan.find("USING INDEX outbox_waiting_by_aggregate") != std::string::npos);
   BOOST_TEST(plan.find("SCAN o") == std::string::npos);
   BOOST_TEST(plan.find("SCAN outbox") == std::string::npos);
+  // Behind the leased rows nothing of the aggregate is claimable.
+  BOOST_TEST(st.claim({"r", 10, outbox::system_clock{}.now(), std::chrono::seconds(30)}).empty());
+}
+
+BOOST_AUTO_TEST_CASE(a_scan_limit_bounds_the_rows_a_claim_looks_at_and_no_limit_looks_past_them) {
+  sqlite_fixture fx;
+  auto sql = fx.open_session();
+  outbox::sqlite::store st(*sql);
+  outbox::writer<outbox::sqlite::store> w;
+  // 20 rows of one aggregate, then 5 of five others.
+  std::vector<outbox::event> events(20, outbox::event{"order", "hot", "placed", "{}", {}});
+  for (int i = 0; i < 5; ++i)
+    events.push_back({"order", "cold-" + std::to_string(i), "p", "{}", {}});
+  {
+    soci::transaction tx(*sql);
+    w.enqueue(*sql, events);
+    tx.commit();
+  }
+  const auto now = outbox::system_clock{}.now();
+  const auto claim = [&](std::size_t limit, std::size_t scan) {
+    return st.claim({"r", limit, now, std::chrono::seconds(30), scan});
+  };
+  // Only the 3 oldest claimable rows are looked at.
+  const auto first = claim(100, 3);
+  BOOST_TEST(first.size() == 3u);
+  for (const auto& m : first.messages) BOOST_TEST(m.aggregate_id == "hot");
+  // The hot aggregate is held back behind them: a bounded claim looks at its rows only.
+  BOOST_TEST(claim(100, 10).empty());
+  // Unbounded, the claim looks past them and takes the other aggregates' rows.
+  const auto rest = claim(100, 0);
+  BOOST_TEST(rest.size() == 5u);
+  for (const auto& m : rest.messages) BOOST_TEST(m.aggregate_id.rfind("cold-", 0) == 0u);
 }
 
 BOOST_AUTO_TEST_CASE(a_session_not_connected_to_sqlite_is_refused_as_misconfigured) {

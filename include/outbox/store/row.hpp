@@ -20,6 +20,12 @@ enum class row_state : int {
   dead = 2,       ///< Dead-lettered, with `last_error`.
 };
 
+/// `claim_request::scan_limit` as the claim statements bind it (0: none), within a bigint.
+inline std::int64_t scan_limit(const claim_request& req) noexcept {
+  constexpr auto most = static_cast<std::size_t>(INT64_MAX);
+  return static_cast<std::int64_t>(req.scan_limit < most ? req.scan_limit : most);
+}
+
 /// The codes of the fates a settle statement receives as an array (`settle_*.sql`).
 enum class fate_code : int { retry = 2, dead = 3, release = 4 };
 

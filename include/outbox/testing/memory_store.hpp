@@ -146,8 +146,10 @@ class memory_store {
     batch.lease_until = req.now + req.lease;
     // Aggregates with a pending row that is held (lease) or waiting (retry_at): their later
     // rows wait. Rows are visited in store order, so only earlier rows hold a row back.
+    // A scan limit: only that many of the oldest claimable rows are looked at.
     std::unordered_set<std::string> waiting;
     std::size_t taken = 0;
+    std::size_t scanned = 0;
     for (auto& [seq, row] : db_->rows_) {
       if (taken >= req.limit) break;
       if (row.state != memory_row::state_type::pending) continue;
@@ -156,6 +158,7 @@ class memory_store {
         waiting.insert(std::move(key));
         continue;
       }
+      if (req.scan_limit > 0 && scanned++ >= req.scan_limit) break;
       if (waiting.contains(key)) continue;
       ++taken;
       row.attempts = row.attempts == std::numeric_limits<std::int64_t>::max() ? row.attempts

@@ -23,6 +23,7 @@
 #include <deque>
 #include <exception>
 #include <iterator>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <random>
@@ -338,6 +339,15 @@ class store {
       std::string blocked;  // the aggregates left out, as claim.sql reads them
       long long after = 0;
       const long long now = detail::to_us(req.now);
+      long long bound = std::numeric_limits<long long>::max();
+      if (const std::int64_t scan = outbox::store::scan_limit(req); scan > 0) {
+        long long skip = scan - 1;
+        long long seq = 0;
+        ::soci::indicator ind = ::soci::i_null;
+        sql << std::string(statements::claim_scan_bound), ::soci::use(now, "now"),
+            ::soci::use(skip, "skip"), ::soci::into(seq, ind);
+        if (sql.got_data() && ind == ::soci::i_ok) bound = seq;
+      }
       // Another relay's open batch is invisible to the WHERE (its rows are locked, not stamped),
       // so rows behind its rows of an aggregate pass, fill the LIMIT, and are dropped by the
       // per-aggregate check; the same for a long run of rows behind a row waiting for a retry.
@@ -354,6 +364,7 @@ class store {
           detail::message_rows chunk;
           chunk.into(st);
           st.exchange(::soci::use(after, "after"));
+          st.exchange(::soci::use(bound, "bound"));
           st.exchange(::soci::use(now, "now"));
           st.exchange(::soci::use(blocked, "blocked"));
           st.exchange(::soci::use(limit, "limit"));

@@ -230,6 +230,7 @@ class store {
         detail::params p;
         p.add(detail::to_us(batch.lease_until)).add(req.owner).add(batch.token);
         p.add(detail::to_us(req.now)).add(static_cast<std::int64_t>(req.limit));
+        p.add(outbox::store::scan_limit(req));
         auto r = detail::exec_prepared(c, "outbox_claim", p, "claim");
         batch.messages.reserve(static_cast<std::size_t>(r.rows()));
         for (int i = 0; i < r.rows(); ++i) take(r, i);
@@ -249,7 +250,7 @@ class store {
           if (want == 0) break;
           detail::params p;
           p.add(detail::to_us(req.now)).add(static_cast<std::int64_t>(want)).add(after);
-          p.add(types.str()).add(ids.str());
+          p.add(types.str()).add(ids.str()).add(outbox::store::scan_limit(req));
           auto r = detail::exec_prepared(c, "outbox_claim", p, "claim");
           bool held_back = false;
           for (int i = 0; i < r.rows(); ++i) {

@@ -150,6 +150,13 @@ class store {
     /// 500 rows (SQLite's parameter limit), payloads as BLOBs (exact bytes).
     void append(session_type& sql, std::span<const outgoing> rows) {
       auto* db = detail::handle(sql);
+      {
+        // Stateless, so checked on every append (one indexed read in the caller's transaction):
+        // a database behind the library is refused even where its rows would still fit.
+        detail::statement v(db, statements::schema_version);
+        outbox::store::require_schema_version(v.step() ? v.column_int64(0) : 0, schema_version,
+                                              "sqlite");
+      }
       constexpr int per_row = 8;
       outbox::store::insert_in_chunks(
           statements::append, per_row, rows, 500,
@@ -247,7 +254,8 @@ class store {
         .bind(2, req.owner)
         .bind(3, batch.token)
         .bind(4, now)
-        .bind(5, static_cast<std::int64_t>(req.limit));
+        .bind(5, static_cast<std::int64_t>(req.limit))
+        .bind(6, outbox::store::scan_limit(req));
     // Not reserve(req.limit): the limit is the caller's number, the rows are what exists.
     batch.messages.reserve(std::min<std::size_t>(req.limit, 1024));
     std::vector<std::pair<std::int64_t, std::string>> unreadable;
