@@ -4,7 +4,7 @@
 // `ratio writer <1 client>` and `ratio writer-8-clients <8 clients>` for the library's schema.
 // Then the split of the cost: the same mix with the outbox's wake-up trigger dropped, and then
 // also its two pending-row indexes (the claim's), each as its own 1:1 mix; and before those,
-// the event's INSERT as a statement prepared once per connection, by hand.
+// the writer with `prepare_statements = false` (the event's INSERT parsed and planned each time).
 //
 // Usage: postgresql_writer_bench [--seconds N] [--split 0|1]
 // Server: OUTBOX_TEST_POSTGRESQL (libpq conninfo); uses (and drops) the schema outbox_wbench.
@@ -41,13 +41,8 @@ struct tally {
   double seconds = 0;
 };
 
-/// How the event is written: the library's writer, or by hand the same INSERT as a named
-/// statement prepared once per connection (what the writer cannot do: it keeps no state per
-/// connection), to measure what parsing and planning the INSERT each time costs.
-enum class append_by { writer, prepared_by_hand };
-
 std::pair<double, double> mix(double seconds, const std::string& label,
-                              append_by how = append_by::writer) {
+                              outbox::writer_options wo = {}) {
   std::pair<double, double> out{};
   for (int threads : {1, 8}) {
     std::vector<tally> without(static_cast<std::size_t>(threads)),
@@ -58,10 +53,7 @@ std::pair<double, double> mix(double seconds, const std::string& label,
       pool.emplace_back([&, t] {
         soci::session sql("postgresql", connect_string());
         pg::store st(sql);
-        outbox::writer w(st);
-        PGconn* conn = pg::detail::handle(sql);
-        if (how == append_by::prepared_by_hand)
-          pg::detail::prepare(conn, "bench_append", pg::statements::append);
+        outbox::writer w(st, wo);
         const std::string customer = "customer-" + std::to_string(t);
         const int total = 1999;
         while (!go) std::this_thread::yield();
@@ -74,24 +66,13 @@ std::pair<double, double> mix(double seconds, const std::string& label,
             long long id = 0;
             sql << "INSERT INTO bench_orders (customer, total_cents) VALUES (:c, :t) RETURNING id",
                 soci::use(customer), soci::use(total), soci::into(id);
-            const outbox::event e{"order",
-                                  std::to_string(id),
-                                  "order_placed",
-                                  R"({"customer":")" + customer + R"(","total_cents":1999})",
-                                  {}};
-            if (enqueue && how == append_by::writer) w.enqueue(sql, e);
-            if (enqueue && how == append_by::prepared_by_hand) {
-              pg::detail::params p;
-              p.add(outbox::make_uuid_v7().to_string())
-                  .add(e.aggregate_type)
-                  .add(e.aggregate_id)
-                  .add(e.event_type)
-                  .add_bytes(e.payload)
-                  .add("{}")
-                  .add(pg::detail::to_us(std::chrono::system_clock::now()))
-                  .add(e.content_type);
-              pg::detail::exec_prepared(conn, "bench_append", p, "append");
-            }
+            if (enqueue)
+              w.enqueue(sql,
+                        outbox::event{"order",
+                                      std::to_string(id),
+                                      "order_placed",
+                                      R"({"customer":")" + customer + R"(","total_cents":1999})",
+                                      {}});
             tx.commit();
           }
           const double dt =
@@ -145,15 +126,15 @@ int main(int argc, char** argv) try {
   std::printf("ratio writer %.2f\n", one);
   std::printf("ratio writer-8-clients %.2f\n", eight);
   if (split) {
-    const auto [p1, p8] =
-        mix(seconds, "event INSERT prepared by hand", append_by::prepared_by_hand);
+    const auto [p1, p8] = mix(seconds, "event INSERT not prepared",
+                              outbox::writer_options{.prepare_statements = false});
     soci::session admin("postgresql", connect_string());
     admin << "DROP TRIGGER outbox_notify ON outbox";
     const auto [t1, t8] = mix(seconds, "no wake-up trigger");
     admin << "DROP INDEX outbox_pending";
     admin << "DROP INDEX outbox_pending_by_aggregate";
     const auto [i1, i8] = mix(seconds, "no trigger, no pending-row indexes");
-    std::printf("ratio writer-prepared-by-hand %.2f (8 clients %.2f)\n", p1, p8);
+    std::printf("ratio writer-unprepared %.2f (8 clients %.2f)\n", p1, p8);
     std::printf("ratio writer-no-trigger %.2f (8 clients %.2f)\n", t1, t8);
     std::printf("ratio writer-no-trigger-no-pending-indexes %.2f (8 clients %.2f)\n", i1, i8);
   }

@@ -17,6 +17,12 @@ namespace outbox {
 /// Options of a writer.
 struct writer_options {
   validation_limits limits{};  ///< What `enqueue` refuses before any SQL runs.
+  /// Stores that can (PostgreSQL) send the one-event INSERT as a statement prepared once per
+  /// connection instead of parsing and planning it on every call. Set false behind a
+  /// connection pooler in transaction mode that does not keep prepared statements per client
+  /// (PgBouncer before 1.21, or with `max_prepared_statements = 0`): the statement would be
+  /// prepared on one server connection and executed on another.
+  bool prepare_statements = true;
 };
 
 /// Writes events into the outbox in the caller's open transaction.
@@ -70,17 +76,26 @@ class writer {
     }
     if constexpr (concepts::appender_providing_store<Store>) {
       if (store_ == nullptr) {
-        typename Store::appender{}.append(sql, rows);
+        append_through(typename Store::appender{}, sql, rows);
         return ids;
       }
     }
-    store_->append(sql, rows);
+    append_through(*store_, sql, rows);
     return ids;
   }
 
   [[nodiscard]] const writer_options& options() const noexcept { return options_; }
 
  private:
+  /// `to.append(sql, rows)`, with the writer's options where the store takes them.
+  template <class To>
+  void append_through(To&& to, session_type& sql, std::span<const outgoing> rows) {
+    if constexpr (requires { to.append(sql, rows, options_); })
+      to.append(sql, rows, options_);
+    else
+      to.append(sql, rows);
+  }
+
   Store* store_ = nullptr;
   writer_options options_;
   Clock clock_;

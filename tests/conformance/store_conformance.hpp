@@ -528,6 +528,21 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_scan_limit_bounds_the_rows_a_claim_looks_at, Fix
   for (const auto& m : ys.messages) BOOST_TEST(m.event_type == "y");
   b->settle(ys, conformance::all(5, outbox::settlement::kind::published), clock.now());
   a->settle(held, conformance::all(3, outbox::settlement::kind::published), clock.now());
+  auto rest_of_x = a->claim(conformance::req(clock, 100));
+  BOOST_TEST_REQUIRE(rest_of_x.size() == 17u);
+  a->settle(rest_of_x, conformance::all(17, outbox::settlement::kind::published), clock.now());
+  // Beside a batch in flight on the other session, the relay's claim ahead looks at one batch
+  // plus the batch in flight (a locking store counts its locked rows as claimable): it takes the
+  // next batch, not nothing.
+  std::vector<outbox::event> more;
+  for (int i = 0; i < 6; ++i) more.push_back(conformance::make_event("w" + std::to_string(i), "w"));
+  conformance::commit_events(fx, more);
+  auto first = a->claim(conformance::req(clock, 3));
+  BOOST_TEST_REQUIRE(first.size() == 3u);
+  auto next = b->claim(outbox::claim_request{"test-relay", 3, clock.now(), 30s, 3 + 3});
+  BOOST_TEST(next.size() == 3u);
+  b->settle(next, conformance::all(next.size(), outbox::settlement::kind::published), clock.now());
+  a->settle(first, conformance::all(3, outbox::settlement::kind::published), clock.now());
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_row_that_cannot_be_read_is_dead_lettered_and_the_rest_flows,

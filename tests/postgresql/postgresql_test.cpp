@@ -169,8 +169,8 @@ std::string claim_args(claim_policy policy, const std::string& now, int scan) {
 // touches are counted on a backlog of 2,000 and one of 20,000 rows of the same aggregate (a count,
 // not a time: it does not depend on the machine's load). So are those of the claim a pipelined
 // relay makes ahead while the aggregate's first 500 are in flight (on a second session, scan
-// limit one batch): everything it looks at is held back, and unbounded it walked the whole
-// backlog (leasing, pipelined: 1,700 events/s).
+// limit one batch plus the batch in flight, as the relay sets it): everything it looks at is
+// held back, and unbounded it walked the whole backlog (leasing, pipelined: 1,700 events/s).
 BOOST_AUTO_TEST_CASE(a_hot_aggregate_claim_stays_on_the_index_whatever_its_backlog) {
   for (auto policy : {claim_policy::leasing, claim_policy::locking}) {
     std::vector<long long> hits, ahead_hits;
@@ -197,11 +197,11 @@ BOOST_AUTO_TEST_CASE(a_hot_aggregate_claim_stays_on_the_index_whatever_its_backl
       BOOST_TEST(batch.size() == 500u);
       auto sql2 = fx.open_session();
       outbox::postgresql::store ahead(*sql2, {.policy = policy});
-      BOOST_TEST(ahead.claim({"r", 1, std::chrono::system_clock::now(), 30s, 500}).empty());
+      BOOST_TEST(ahead.claim({"r", 1, std::chrono::system_clock::now(), 30s, 1000}).empty());
       *sql2 << "SET plan_cache_mode = force_generic_plan";
       const auto later =
           std::to_string(outbox::postgresql::detail::to_us(std::chrono::system_clock::now()));
-      const auto [m, ahead_plan] = claim_buffers(*sql2, claim_args(policy, later, 500));
+      const auto [m, ahead_plan] = claim_buffers(*sql2, claim_args(policy, later, 1000));
       BOOST_TEST_MESSAGE(ahead_plan);
       BOOST_TEST(ahead_plan.find("Seq Scan on outbox") == std::string::npos, ahead_plan);
       BOOST_TEST_REQUIRE(m >= 0, ahead_plan);
@@ -216,6 +216,57 @@ BOOST_AUTO_TEST_CASE(a_hot_aggregate_claim_stays_on_the_index_whatever_its_backl
     BOOST_TEST(ahead_hits[1] < ahead_hits[0] * 3 / 2,
                "the claim ahead's cost grows with the backlog held back");
   }
+}
+
+// The writer's one-event INSERT is prepared once per connection (postgresql_writer_bench: parsing
+// and planning it every time cost about 10 points of the business transaction's rate).
+BOOST_AUTO_TEST_CASE(one_event_is_appended_through_a_statement_prepared_once_per_connection) {
+  using fx_t = postgresql_leasing_fixture;
+  fx_t fx;
+  const auto prepared = [](soci::session& s) {
+    return fx_t::count(s,
+                       "SELECT count(*) FROM pg_prepared_statements WHERE name = 'outbox_append'");
+  };
+  const auto enqueue = [](soci::session& s, outbox::writer<outbox::postgresql::store>& w,
+                          std::size_t n, bool commit) {
+    soci::transaction tx(s);
+    std::vector<outbox::event> events(n, outbox::event{"order", "1", "placed", R"({"n":1})", {}});
+    w.enqueue(s, events);
+    if (commit)
+      tx.commit();
+    else
+      tx.rollback();
+  };
+  auto sql = fx.open_session();
+  outbox::writer<outbox::postgresql::store> w;
+  BOOST_TEST(prepared(*sql) == 0);
+  enqueue(*sql, w, 1, false);  // prepared inside a transaction that rolls back: it stays
+  BOOST_TEST(prepared(*sql) == 1);
+  enqueue(*sql, w, 1, true);
+  enqueue(*sql, w, 1, true);
+  BOOST_TEST(prepared(*sql) == 1);
+  enqueue(*sql, w, 3, true);  // several events: one multi-row statement, not prepared
+  // A new server session behind the same soci::session: prepared again there.
+  sql->reconnect();
+  BOOST_TEST(prepared(*sql) == 0);
+  enqueue(*sql, w, 1, true);
+  BOOST_TEST(prepared(*sql) == 1);
+  // Deallocated behind the writer's back: that transaction fails, the next one prepares again.
+  *sql << "DEALLOCATE ALL";
+  try {
+    enqueue(*sql, w, 1, true);
+    BOOST_ERROR("an append through a deallocated statement succeeded");
+  } catch (const outbox::error& e) {
+    BOOST_TEST(e.native_code().find("26000") == 0u, e.what());
+  }
+  enqueue(*sql, w, 1, true);
+  BOOST_TEST(prepared(*sql) == 1);
+  // Opted out (a pooler in transaction mode): nothing prepared.
+  auto other = fx.open_session();
+  outbox::writer<outbox::postgresql::store> plain({.prepare_statements = false});
+  enqueue(*other, plain, 1, true);
+  BOOST_TEST(prepared(*other) == 0);
+  BOOST_TEST(fx_t::count(*sql, "SELECT count(*) FROM outbox") == 8);
 }
 
 BOOST_AUTO_TEST_CASE(user_text_is_bound_and_bad_json_is_refused_before_sql) {

@@ -150,13 +150,6 @@ class store {
     /// 500 rows (SQLite's parameter limit), payloads as BLOBs (exact bytes).
     void append(session_type& sql, std::span<const outgoing> rows) {
       auto* db = detail::handle(sql);
-      {
-        // Stateless, so checked on every append (one indexed read in the caller's transaction):
-        // a database behind the library is refused even where its rows would still fit.
-        detail::statement v(db, statements::schema_version);
-        outbox::store::require_schema_version(v.step() ? v.column_int64(0) : 0, schema_version,
-                                              "sqlite");
-      }
       constexpr int per_row = 8;
       outbox::store::insert_in_chunks(
           statements::append, per_row, rows, 500,
@@ -179,6 +172,14 @@ class store {
             }
             st.run();
           });
+      // Stateless, so checked on every append (one indexed read): a database behind the library
+      // is refused even where its rows would still fit (the caller's rollback takes them back).
+      // After the INSERT, not before: a transaction whose first statement reads must upgrade
+      // to a write lock, and SQLite fails that at once (SQLITE_BUSY, no busy wait) when another
+      // connection wrote meanwhile; one whose first statement writes waits its busy timeout.
+      detail::statement v(db, statements::schema_version);
+      outbox::store::require_schema_version(v.step() ? v.column_int64(0) : 0, schema_version,
+                                            "sqlite");
     }
   };
 

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include <libpq-events.h>
 #include <libpq-fe.h>
 #include <soci/postgresql/soci-postgresql.h>
 #include <soci/soci.h>
@@ -239,6 +240,35 @@ inline result exec_prepared(PGconn* conn, const char* name, const params& p,
 /// Prepares `sql` under `name` on this connection.
 inline void prepare(PGconn* conn, const char* name, std::string_view sql) {
   check(conn, PQprepare(conn, name, std::string(sql).c_str(), 0, nullptr), name);
+}
+
+/// The libpq event procedure that marks, per connection, the writer's one-row INSERT as
+/// prepared (instance data non-null); a PQreset (a new server session) clears the mark.
+inline int append_events(PGEventId id, void* info, void* /*pass_through*/) {
+  if (id == PGEVT_CONNRESET)
+    PQsetInstanceData(static_cast<PGEventConnReset*>(info)->conn, &append_events, nullptr);
+  return 1;
+}
+
+/// The name of the writer's one-row INSERT `sql`, prepared on `conn` the first time it is asked
+/// for on this connection (a round trip, inside the caller's transaction; a prepared statement
+/// outlives a rollback). The mark lives in the PGconn itself (libpq's event system), so a new
+/// connection at the address of a closed one starts unprepared.
+/// @throws outbox::error when preparing fails (the caller's transaction is then aborted).
+inline const char* prepared_append(PGconn* conn, std::string_view sql) {
+  static constexpr const char* name = "outbox_append";
+  static char prepared_mark = 0;
+  if (PQinstanceData(conn, &append_events) == nullptr) {
+    (void)PQregisterEventProc(conn, &append_events, name, nullptr);  // 0: registered already
+    prepare(conn, name, sql);
+    PQsetInstanceData(conn, &append_events, &prepared_mark);
+  }
+  return name;
+}
+
+/// Clears the mark of `prepared_append` on `conn` (the statement is gone from the server).
+inline void forget_prepared_append(PGconn* conn) {
+  PQsetInstanceData(conn, &append_events, nullptr);
 }
 
 /// The libpq connection of a SOCI session.

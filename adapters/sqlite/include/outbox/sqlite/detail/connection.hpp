@@ -49,6 +49,7 @@ inline errc classify(int rc) noexcept {
   const std::string native = db ? sq::sqlite3_errmsg(db) : sq::sqlite3_errstr(rc);
   if ((rc & 0xFF) == SQLITE_ERROR &&
       (native.starts_with("no such table: ") || native.starts_with("no such column: ") ||
+       native.starts_with("no such index: ") ||
        native.find(" has no column named ") != std::string::npos)) {
     kind = errc::misconfigured;
     msg += "the database is not migrated, or behind this library (call migrate): ";
