@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <exception>
 #include <functional>
 #include <mutex>
@@ -49,6 +50,20 @@ struct consumer_options {
   /// Called by `run` with every error it backs off from (for logs and metrics), on the
   /// consumer's thread; must not throw.
   std::function<void(const error&)> on_error{};
+  /// How long a delivery stamped with a predecessor (`outbox::predecessor_header`, set by a
+  /// relay with `relay_options::stamp_predecessors`) that this consumer has not applied yet is
+  /// held back, unacknowledged, while later deliveries are processed. It is applied as soon as
+  /// its predecessor was applied or dead-lettered here, and anyway once this has passed (the
+  /// relay dead-lettered the predecessor, or it went to other consumers; counted in
+  /// `consumer_stats::out_of_order`). Raise it above the relay's retry delays. 0: stamps are
+  /// ignored. Needs a store that looks its inbox up (`concepts::inbox_lookup_store`: every
+  /// store of this library; with another, stamps are ignored).
+  std::chrono::milliseconds predecessor_wait{30'000};
+  /// At most this many deliveries are held back at once, and always fewer than the receiver
+  /// hands out unacknowledged (its `max_held()`: AMQP `prefetch`, ZeroMQ `credit`), so that the
+  /// predecessor can still arrive; beyond that the oldest held is applied at once (counted in
+  /// `consumer_stats::out_of_order`).
+  std::size_t max_deferred = 10'000;
 };
 
 /// The default retry policy of a consumer: short delays, five attempts.
@@ -67,6 +82,10 @@ struct consumer_stats {
   std::uint64_t retried = 0;             ///< Handler or store failed; nacked for redelivery.
   std::uint64_t dead_lettered = 0;       ///< Failed `max_attempts` times; dead-lettered.
   std::uint64_t errors = 0;              ///< Errors the run loop backed off from.
+  std::uint64_t deferred = 0;  ///< Held back until their predecessor was applied (see below).
+  /// Applied although their stamped predecessor was not applied here: the wait ran out, or no
+  /// room was left to hold them (`consumer_options::predecessor_wait`, `max_deferred`).
+  std::uint64_t out_of_order = 0;
 };
 
 /// For each delivery: begin a transaction, record (name, event id) in the inbox; if it was new,
@@ -75,6 +94,11 @@ struct consumer_stats {
 /// dead-lettered (in the store, or by the transport: see dead_letter_route). Effect: exactly once
 /// per consumer name under at-least-once delivery, as long as the inbox keeps records longer than
 /// the longest redelivery path.
+///
+/// A delivery stamped with its predecessor in its aggregate (`outbox::predecessor_header`) whose
+/// predecessor is not in the inbox yet is held back, unacknowledged, and applied right after the
+/// predecessor (see `consumer_options::predecessor_wait`): order holds at the consumer even when
+/// the broker took a run's messages out of order.
 ///
 /// @tparam Store a `concepts::inbox_store`.
 /// @tparam Receiver a `concepts::receiver`.
@@ -87,7 +111,9 @@ class consumer {
   using handler_type = std::function<void(session_type&, const message&)>;
 
   /// What happened to one delivery.
-  enum class outcome { idle, applied, duplicate, retrying, dead_lettered };
+  /// `deferred`: held back until its predecessor was applied
+  /// (`consumer_options::predecessor_wait`).
+  enum class outcome { idle, applied, duplicate, retrying, dead_lettered, deferred };
 
   consumer(Store& store, Receiver& receiver, handler_type handler, consumer_options options = {},
            Retry retry = consumer_retry, Clock clock = {})
@@ -114,14 +140,24 @@ class consumer {
     }
   }
 
-  /// Waits up to `poll_timeout` for one delivery and processes it.
+  /// Waits up to `poll_timeout` for one delivery and processes it (with the deliveries held
+  /// back for it, when it is their predecessor). A held delivery whose wait ran out is
+  /// processed first, instead of waiting.
   outcome poll_once() {
-    auto d = receiver_->receive(options_.poll_timeout);
+    auto timeout = options_.poll_timeout;
+    if (!held_.empty()) {
+      const auto now = std::chrono::steady_clock::now();
+      if (held_.front().due <= now) return process_oldest_held();
+      timeout =
+          std::min(timeout, std::chrono::ceil<std::chrono::milliseconds>(held_.front().due - now));
+    }
+    auto d = receiver_->receive(timeout);
     if (!d) return outcome::idle;
     return process(*d);
   }
 
-  /// Processes one delivery (ack, or nack after a backoff, or dead-letter).
+  /// Processes one delivery (ack, or nack after a backoff, or dead-letter, or holds it back for
+  /// its predecessor; see `consumer_options::predecessor_wait`), then the ones held back for it.
   ///
   /// Failures are told apart by class. A `transient` or `in_doubt` one (the database busy or
   /// away, a deadlock or serialization failure in the handler's own statements, classified by
@@ -133,6 +169,148 @@ class consumer {
   ///         again and the inbox absorbs it), when a failed delivery can be neither
   ///         dead-lettered nor nacked, and `misconfigured` from the store (nacked first).
   outcome process(const delivery& d) {
+    const outcome o = process_one(d, stamp::check_and_hold);
+    if (o == outcome::deferred) {
+      // Room for the predecessor to arrive: apply the oldest held ones beyond it.
+      while (held_.size() > hold_capacity()) process_oldest_held();
+    } else {
+      release_held_behind(d.msg.id, o);
+    }
+    return o;
+  }
+
+  /// Deliveries held back for their predecessor now.
+  [[nodiscard]] std::size_t held() const noexcept { return held_.size(); }
+
+  /// Gives every delivery held back to the receiver again (`nack` with requeue): `run` does it
+  /// when it ends; a caller of `poll_once` that stops calls it.
+  /// @throws outbox::error when a nack fails (the rest stay held).
+  void release_held() {
+    while (!held_.empty()) {
+      receiver_->nack(held_.front().d, true);
+      held_.pop_front();
+    }
+  }
+
+  /// Polls until `stop` is requested.
+  ///
+  /// Errors: every `outbox::error` except `misconfigured` (the broker or the database away, an
+  /// ack that failed after the commit, a dead letter that could not be written yet) is reported
+  /// to `consumer_options::on_error`, counted in `stats().errors`, and backed off from (the
+  /// retry policy's delay, growing with each consecutive failure); the delivery comes again.
+  /// Waits are cut short by `stop`.
+  /// @throws outbox::error `misconfigured` (retrying cannot help: stop the service and say so).
+  ///         Exceptions that are not `outbox::error` are not caught.
+  void run(std::stop_token stop) {
+    stop_ = stop;
+    int failures = 0;
+    // Held deliveries go back to the receiver however `run` ends (a failed nack: the broker
+    // redelivers what was not acknowledged when the connection goes).
+    struct give_back {
+      consumer* self;
+      ~give_back() {
+        try {
+          self->release_held();
+        } catch (...) {
+          self->held_.clear();
+        }
+      }
+    } guard{this};
+    while (!stop.stop_requested()) {
+      try {
+        poll_once();
+        failures = 0;
+      } catch (const error& e) {
+        if (e.kind() == errc::misconfigured) throw;
+        errors_.fetch_add(1, std::memory_order_relaxed);
+        if (options_.on_error) options_.on_error(e);
+        pause(retry_.delay(++failures, rng_));
+      }
+    }
+  }
+
+  [[nodiscard]] consumer_stats stats() const noexcept {
+    return {applied_.load(), duplicates_.load(), retried_.load(),     dead_.load(),
+            errors_.load(),  deferred_.load(),   out_of_order_.load()};
+  }
+  [[nodiscard]] const consumer_options& options() const noexcept { return options_; }
+
+ private:
+  Store* store_;
+  Receiver* receiver_;
+  handler_type handler_;
+  consumer_options options_;
+  Retry retry_;
+  Clock clock_;
+  std::mt19937_64 rng_;
+
+  /// What `process_one` does with a predecessor stamp: look it up and hold the delivery back
+  /// when the predecessor is missing; look it up and apply anyway (counted out of order); or
+  /// trust it (the predecessor was just processed here).
+  enum class stamp { check_and_hold, check, trust };
+
+  struct held_delivery {
+    delivery d;
+    uuid predecessor;
+    std::chrono::steady_clock::time_point due;
+  };
+
+  /// How many may be held: fewer than the receiver hands out unacknowledged.
+  [[nodiscard]] std::size_t hold_capacity() const {
+    std::size_t cap = options_.max_deferred;
+    if constexpr (requires(const Receiver& r) {
+                    { r.max_held() } -> std::convertible_to<std::size_t>;
+                  }) {
+      const std::size_t window = receiver_->max_held();
+      if (window > 0) cap = std::min(cap, window - 1);
+    }
+    return cap;
+  }
+
+  /// The stamped predecessor of `m`, when this consumer honours stamps.
+  [[nodiscard]] std::optional<uuid> stamped_predecessor(const message& m) const {
+    if constexpr (concepts::inbox_lookup_store<Store>) {
+      if (options_.predecessor_wait.count() <= 0) return std::nullopt;
+      const auto it = m.headers.find(predecessor_header);
+      if (it != m.headers.end()) return uuid::parse(it->second);
+    }
+    return std::nullopt;
+  }
+
+  outcome process_oldest_held() {
+    held_delivery h = std::move(held_.front());
+    held_.pop_front();
+    const outcome o = process_one(h.d, stamp::check);
+    release_held_behind(h.d.msg.id, o);
+    return o;
+  }
+
+  /// After `id` was processed with `o`: once it is in the inbox (applied, a duplicate, or
+  /// dead-lettered) the deliveries held back for it go next, then those held back for them.
+  void release_held_behind(const uuid& id, outcome o) {
+    if (held_.empty() ||
+        (o != outcome::applied && o != outcome::duplicate && o != outcome::dead_lettered))
+      return;
+    std::deque<uuid> done{id};  // in the order they were processed
+    while (!done.empty() && !held_.empty()) {
+      const uuid p = done.front();
+      done.pop_front();
+      for (auto it = held_.begin(); it != held_.end();) {
+        if (it->predecessor != p) {
+          ++it;
+          continue;
+        }
+        held_delivery h = std::move(*it);
+        it = held_.erase(it);
+        const outcome next = process_one(h.d, stamp::trust);
+        if (next == outcome::applied || next == outcome::duplicate ||
+            next == outcome::dead_lettered)
+          done.push_back(h.d.msg.id);
+      }
+    }
+  }
+
+  outcome process_one(const delivery& d, stamp check) {
     std::string failure;
     errc kind = errc::permanent;
     bool fresh = false;
@@ -140,6 +318,22 @@ class consumer {
     try {
       auto tx = store_->begin();
       fresh = store_->record_delivery(options_.name, d.msg.id, clock_.now());
+      if (fresh && check != stamp::trust) {
+        if (const auto p = stamped_predecessor(d.msg)) {
+          if constexpr (concepts::inbox_lookup_store<Store>) {
+            if (!store_->recorded(options_.name, *p)) {
+              if (check == stamp::check_and_hold && hold_capacity() > 0) {
+                // Rolled back (tx): the delivery is recorded when it is applied.
+                held_.push_back(
+                    {d, *p, std::chrono::steady_clock::now() + options_.predecessor_wait});
+                deferred_.fetch_add(1, std::memory_order_relaxed);
+                return outcome::deferred;
+              }
+              out_of_order_.fetch_add(1, std::memory_order_relaxed);
+            }
+          }
+        }
+      }
       if (fresh) handler_(store_->session(), d.msg);
       tx.commit();
       committed = true;
@@ -196,44 +390,6 @@ class consumer {
     return requeue(d, attempt);
   }
 
-  /// Polls until `stop` is requested.
-  ///
-  /// Errors: every `outbox::error` except `misconfigured` (the broker or the database away, an
-  /// ack that failed after the commit, a dead letter that could not be written yet) is reported
-  /// to `consumer_options::on_error`, counted in `stats().errors`, and backed off from (the
-  /// retry policy's delay, growing with each consecutive failure); the delivery comes again.
-  /// Waits are cut short by `stop`.
-  /// @throws outbox::error `misconfigured` (retrying cannot help: stop the service and say so).
-  ///         Exceptions that are not `outbox::error` are not caught.
-  void run(std::stop_token stop) {
-    stop_ = stop;
-    int failures = 0;
-    while (!stop.stop_requested()) {
-      try {
-        poll_once();
-        failures = 0;
-      } catch (const error& e) {
-        if (e.kind() == errc::misconfigured) throw;
-        errors_.fetch_add(1, std::memory_order_relaxed);
-        if (options_.on_error) options_.on_error(e);
-        pause(retry_.delay(++failures, rng_));
-      }
-    }
-  }
-
-  [[nodiscard]] consumer_stats stats() const noexcept {
-    return {applied_.load(), duplicates_.load(), retried_.load(), dead_.load(), errors_.load()};
-  }
-  [[nodiscard]] const consumer_options& options() const noexcept { return options_; }
-
- private:
-  Store* store_;
-  Receiver* receiver_;
-  handler_type handler_;
-  consumer_options options_;
-  Retry retry_;
-  Clock clock_;
-  std::mt19937_64 rng_;
   outcome requeue(const delivery& d, int attempt) {
     pause(retry_.delay(attempt, rng_));
     receiver_->nack(d, true);
@@ -262,7 +418,9 @@ class consumer {
   std::stop_token stop_;                    // run's, so that waits end on a stop request
   std::mutex pause_mutex_;
   std::condition_variable_any pause_cv_;
-  std::atomic<std::uint64_t> applied_{0}, duplicates_{0}, retried_{0}, dead_{0}, errors_{0};
+  std::deque<held_delivery> held_;  // held back for their predecessor, oldest first
+  std::atomic<std::uint64_t> applied_{0}, duplicates_{0}, retried_{0}, dead_{0}, errors_{0},
+      deferred_{0}, out_of_order_{0};
 };
 
 }  // namespace outbox

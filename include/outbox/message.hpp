@@ -29,6 +29,12 @@ using header_map = std::map<std::string, std::string, std::less<>>;
 /// opaque bytes (Avro, Protobuf, ...), carried exactly.
 inline constexpr std::string_view json_content_type = "application/json";
 
+/// The header a relay with `relay_options::stamp_predecessors` puts on a message sent in the same
+/// publish call as the message before it in its aggregate: that message's id (UUID text). A
+/// consumer holds back a delivery so stamped until that predecessor was applied
+/// (`consumer_options::predecessor_wait`). Reserved: an event may not carry it.
+inline constexpr std::string_view predecessor_header = "outbox-predecessor";
+
 /// An event to enqueue, as the application describes it.
 struct event {
   std::string aggregate_type{};  ///< e.g. "order"; routes and groups events.

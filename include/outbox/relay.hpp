@@ -55,6 +55,20 @@ struct relay_options {
   /// takes a message whose predecessor in its aggregate is in a batch in flight (README,
   /// "Pipelining").
   bool pipeline = true;
+  /// Sends each batch in one publish call on a transport that does not keep publish order
+  /// (AMQP, Kafka, ZeroMQ), so a hot aggregate's run is pipelined (one confirm round trip for
+  /// the batch, instead of one wave, and one round trip, per message of the run). Each message
+  /// sent behind an earlier one of its aggregate in the same call carries that one's id in the
+  /// header `outbox::predecessor_header`. A transport that fails a message and takes a later
+  /// one of its run (a broker that nacks one message and accepts the next) puts the later one
+  /// on the wire first (`relay_stats::reordered`); the failed one follows after its retry, and
+  /// the consumer restores the order: it holds a stamped delivery back until its predecessor
+  /// was applied (`consumer_options::predecessor_wait`). For deployments where every event of an
+  /// aggregate reaches the same consumers (not routed apart by event type: a delivery whose
+  /// predecessor never comes waits out `predecessor_wait`) and receivers may hold more
+  /// deliveries than `batch_size` (AMQP `prefetch`). No effect on a transport that keeps publish
+  /// order (it needs no stamps). README, "Order per aggregate".
+  bool stamp_predecessors = false;
   /// Called by `run` with every error it backs off from (for logs and metrics), on the relay's
   /// thread; must not throw. Empty: errors are only counted (`relay_stats::errors`).
   std::function<void(const error&)> on_error{};
@@ -70,8 +84,9 @@ struct relay_stats {
   std::uint64_t fenced = 0;  ///< Confirmed but no longer ours to settle (lease lost).
   std::uint64_t errors = 0;  ///< Errors the run loop backed off from (see `relay::run`).
   /// Messages confirmed although an earlier message of their aggregate in the same call had
-  /// failed (and follows after its retry): only a transport that breaks its
-  /// `keeps_publish_order` promise makes these; 0 otherwise.
+  /// failed (and follows after its retry): a transport that breaks its `keeps_publish_order`
+  /// promise, or, with `stamp_predecessors`, one that does not make it (the consumer puts them
+  /// back in order); 0 otherwise.
   std::uint64_t reordered = 0;
 };
 
@@ -501,12 +516,13 @@ class relay {
                        " attempts that never settled (a relay stopped or crashed while "
                        "publishing it)";
     }
+    constexpr bool keeps_order = concepts::order_keeping_transport<Transport>;
+    const bool one_call = keeps_order || options_.stamp_predecessors;
+    if (!keeps_order && options_.stamp_predecessors) stamp_predecessors(batch.messages, sendable);
     const auto waves = [&] {
-      if constexpr (concepts::order_keeping_transport<Transport>)
-        return sendable == 0 ? std::vector<std::pair<std::size_t, std::size_t>>{}
-                             : std::vector<std::pair<std::size_t, std::size_t>>{{0, sendable}};
-      else
-        return arrange_waves(batch.messages, sendable);
+      if (!one_call) return arrange_waves(batch.messages, sendable);
+      return sendable == 0 ? std::vector<std::pair<std::size_t, std::size_t>>{}
+                           : std::vector<std::pair<std::size_t, std::size_t>>{{0, sendable}};
     }();
     const auto until = publish_deadline(batch);
     std::unordered_set<std::string> failed_aggregates;
@@ -542,7 +558,7 @@ class relay {
       }
     }
 
-    if constexpr (concepts::order_keeping_transport<Transport>)
+    if (one_call)
       reordered_.fetch_add(hold_back_after_failures(batch.messages, fates, sendable),
                            std::memory_order_relaxed);
     // Nothing but releases (the publish deadline had passed before the first wave: a claim
@@ -640,6 +656,24 @@ class relay {
       }
     }
     return ranges;
+  }
+
+  /// Stamps each of the first `count` messages that has an earlier one of its aggregate among
+  /// them with that one's id (`predecessor_header`); the first of each aggregate carries none
+  /// (its predecessor was confirmed before it was claimed).
+  static void stamp_predecessors(std::vector<message>& all, std::size_t count) {
+    std::unordered_map<std::string, std::size_t> last;
+    last.reserve(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      message& m = all[i];
+      auto [it, fresh] = last.try_emplace(aggregate_key(m), i);
+      if (fresh) {
+        if (auto h = m.headers.find(predecessor_header); h != m.headers.end()) m.headers.erase(h);
+        continue;
+      }
+      m.headers.insert_or_assign(std::string(predecessor_header), all[it->second].id.to_string());
+      it->second = i;
+    }
   }
 
   /// Of a batch sent in one call: after the first message of an aggregate that failed and will

@@ -197,6 +197,8 @@ inline void validate(const event& e, const validation_limits& limits = {}) {
   for (const auto& [name, value] : e.headers) {
     if (name.empty()) throw_invalid("headers", "a header name is empty");
     if (!is_valid_utf8(name)) throw_invalid("headers", "a header name is not valid UTF-8");
+    if (name == predecessor_header)
+      throw_invalid("headers", "header '" + name + "' is reserved (the relay sets it)");
     if (name.find('\0') != std::string::npos || value.find('\0') != std::string::npos)
       throw_invalid("headers", "header '" + name + "' contains a NUL byte");
     if (!is_valid_utf8(value))

@@ -24,6 +24,7 @@
 #include <limits>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
@@ -42,6 +43,17 @@ using namespace std::chrono_literals;
 inline outbox::event make_event(std::string agg_id, std::string type = "order_placed",
                                 std::string payload = R"({"total":42})") {
   return outbox::event{"order", std::move(agg_id), std::move(type), std::move(payload), {}};
+}
+
+/// A delivered message of aggregate ("order", `agg_id`), with a fresh id.
+inline outbox::message delivered(std::string agg_id, std::string payload = "{}") {
+  outbox::message m;
+  m.id = outbox::make_uuid_v7();
+  m.aggregate_type = "order";
+  m.aggregate_id = std::move(agg_id);
+  m.event_type = "placed";
+  m.payload = std::move(payload);
+  return m;
 }
 
 /// Enqueues and commits events through a writer on a fresh application session.
@@ -370,6 +382,44 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(inbox_reports_a_duplicate_without_aborting_the_tra
   BOOST_TEST(Fixture::inbox_rows(*sql) == 2);
 }
 
+// What the consumer asks before applying a delivery stamped with its predecessor: committed
+// records and the open transaction's own count, per consumer name; dead letters count too
+// (their successors must not wait for them); a rolled back record does not.
+BOOST_AUTO_TEST_CASE_TEMPLATE(inbox_lookup_sees_committed_and_own_records, Fixture,
+                              store_fixtures) {
+  Fixture fx;
+  auto sql = fx.open_session();
+  auto st = fx.make_store(*sql);
+  static_assert(outbox::concepts::inbox_lookup_store<std::remove_cvref_t<decltype(*st)>>);
+  const auto id = outbox::make_uuid_v7();
+  const auto now = std::chrono::system_clock::now();
+  {
+    auto tx = st->begin();
+    BOOST_TEST(!st->recorded("billing", id));
+    BOOST_TEST(st->record_delivery("billing", id, now));
+    BOOST_TEST(st->recorded("billing", id));  // its own transaction's record
+  }                                           // rolled back
+  {
+    auto tx = st->begin();
+    BOOST_TEST(!st->recorded("billing", id));
+    BOOST_TEST(st->record_delivery("billing", id, now));
+    tx.commit();
+  }
+  {
+    auto tx = st->begin();
+    BOOST_TEST(st->recorded("billing", id));
+    BOOST_TEST(!st->recorded("shipping", id));  // another consumer name
+    BOOST_TEST(!st->recorded("billing", outbox::make_uuid_v7()));
+    Fixture::insert_order(st->session(), "after-lookup", 1);  // the transaction goes on
+    tx.commit();
+  }
+  BOOST_TEST(Fixture::orders(*sql) == 1);
+  const auto m = conformance::delivered("dead");
+  st->dead_letter_delivery("billing", m, "handler failed", now);
+  auto tx = st->begin();
+  BOOST_TEST(st->recorded("billing", m.id));
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(purges_run_in_bounded_batches, Fixture, store_fixtures) {
   Fixture fx;
   std::vector<outbox::event> events;
@@ -615,12 +665,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(dead_lettering_a_delivery_keeps_content_of_any_kin
   Fixture fx;
   auto sql = fx.open_session();
   auto st = fx.make_store(*sql);
-  outbox::message m;
-  m.id = outbox::make_uuid_v7();
-  m.aggregate_type = "order";
-  m.aggregate_id = "1";
-  m.event_type = "placed";
-  m.payload = std::string("not json \xff\x00 bytes", 17);
+  auto m = conformance::delivered("1", std::string("not json \xff\x00 bytes", 17));
   m.headers = {{"ok", "v"}, {"binary", "\xff\xfe"}};
   const auto now = std::chrono::system_clock::now();
   BOOST_CHECK_NO_THROW(st->dead_letter_delivery("billing", m, "handler failed", now));

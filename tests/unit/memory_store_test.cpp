@@ -400,10 +400,10 @@ BOOST_AUTO_TEST_SUITE_END()
 namespace {
 
 /// Counts publish calls; declares keeps_publish_order as told.
-template <bool KeepsOrder>
+template <bool KeepsOrder, class Inner = outbox::testing::memory_transport>
 struct counting_transport {
   static constexpr bool keeps_publish_order = KeepsOrder;
-  outbox::testing::memory_transport* inner;
+  Inner* inner;
   int calls = 0;
   std::vector<outbox::publish_result> publish(std::span<const outbox::message> batch,
                                               std::chrono::steady_clock::time_point until) {
@@ -427,6 +427,13 @@ std::vector<outbox::uuid> enqueue(memory_database& db, int n, AggregateOf aggreg
   for (int i = 0; i < n; ++i) ids.push_back(writer.enqueue(app, order_event(aggregate_of(i))));
   tx.commit();
   return ids;
+}
+
+/// 300 events, every third of one aggregate ("hot"), the rest over 17 others; ids in commit order.
+std::vector<outbox::uuid> enqueue_hot_among_many(memory_database& db) {
+  return enqueue(db, 300, [](int i) {
+    return i % 3 == 0 ? std::string("hot") : "a" + std::to_string(i % 17);
+  });
 }
 
 /// 200 events of one aggregate ("hot"), their ids in commit order.
@@ -712,9 +719,7 @@ BOOST_AUTO_TEST_CASE(order_holds_across_batches_in_flight_and_a_failure) {
   for (const bool keeps : {true, false}) {
     BOOST_TEST_CONTEXT("keeps_publish_order " << keeps) {
       memory_database db;
-      const auto ids = enqueue(db, 300, [](int i) {
-        return i % 3 == 0 ? std::string("hot") : "a" + std::to_string(i % 17);
-      });
+      const auto ids = enqueue_hot_among_many(db);
       memory_session relay_sql(db);
       memory_store store(relay_sql);
       outbox::testing::memory_transport broker({.record = true});
@@ -841,6 +846,204 @@ BOOST_AUTO_TEST_CASE(stopping_leaves_nothing_held) {
   BOOST_TEST(s.in_flight == 0);
   BOOST_TEST(s.pending == static_cast<std::int64_t>(1000 - relay.stats().published));
   for (const auto& row : db.outbox()) BOOST_TEST(row.attempts == (row.published_at ? 1 : 0));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---- predecessor stamps: a run in one call on a transport that does not keep order -------------
+
+namespace {
+
+using stamped_consumer = outbox::consumer<memory_store<>, outbox::testing::memory_transport>;
+
+/// A message of aggregate ("order", `aggregate`), stamped with `predecessor` when given.
+outbox::message stamped(const std::string& aggregate, std::optional<outbox::uuid> predecessor) {
+  outbox::message m;
+  m.id = outbox::make_uuid_v7();
+  m.aggregate_type = "order";
+  m.aggregate_id = aggregate;
+  m.event_type = "placed";
+  m.payload = "{}";
+  if (predecessor)
+    m.headers.emplace(std::string(outbox::predecessor_header), predecessor->to_string());
+  return m;
+}
+
+void put_on_wire(outbox::testing::memory_transport& broker, const outbox::message& m) {
+  (void)broker.publish(std::span(&m, 1), std::chrono::steady_clock::now() + 1s);
+}
+
+/// A consumer recording what it applied, in order.
+struct applying_consumer {
+  memory_session sql;
+  memory_store<> store;
+  std::vector<outbox::uuid> applied;
+  std::map<std::string, std::vector<outbox::uuid>> per_aggregate;
+  stamped_consumer consumer;
+  applying_consumer(memory_database& db, outbox::testing::memory_transport& broker,
+                    outbox::consumer_options options,
+                    std::function<void(const outbox::message&)> fail = {})
+      : sql(db),
+        store(sql),
+        consumer(
+            store, broker,
+            [this, fail](memory_session&, const outbox::message& m) {
+              if (fail) fail(m);
+              applied.push_back(m.id);
+              per_aggregate[m.aggregate_id].push_back(m.id);
+            },
+            std::move(options),
+            outbox::exponential_backoff{.initial = 1ms, .max_delay = 1ms, .max_attempts = 2}) {}
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(predecessor_stamps)
+
+// The relay sends a batch in one call on a transport that does not keep publish order, each
+// message behind an earlier one of its aggregate stamped with that one's id. A message in the
+// middle of the hot aggregate's run fails twice while the rest of its run is taken (a broker
+// that nacks one message and accepts the next): the wire is out of order, and the consumer
+// puts every aggregate back in commit order, holding the early ones until their predecessor.
+BOOST_AUTO_TEST_CASE(a_failure_mid_run_reorders_the_wire_and_the_consumer_restores_the_order) {
+  memory_database db;
+  const auto ids = enqueue_hot_among_many(db);
+  memory_session relay_sql(db);
+  memory_store store(relay_sql);
+  outbox::testing::memory_transport broker({.record = true});
+  outbox::testing::faulty_transport<outbox::testing::memory_transport, false> faulty(broker);
+  const auto failing = ids[60];  // the hot aggregate's 21st
+  int failures = 0;
+  faulty.fail_when([&](const outbox::message& m) { return m.id == failing && failures++ < 2; },
+                   outbox::errc::transient);
+  counting_transport<false, decltype(faulty)> counted{&faulty};
+  outbox::relay relay(store, counted,
+                      {.batch_size = 30, .idle_poll_min = 1ms, .stamp_predecessors = true},
+                      outbox::exponential_backoff{.initial = 1ms, .max_delay = 2ms});
+  run_until(relay, [&] { return broker.published_count() == 300u; });
+  BOOST_TEST(relay.stats().retried == 2u);
+  BOOST_TEST(relay.stats().reordered > 0u);  // the rest of the run went ahead of the failure
+  // One call per batch, not one wave per message of the hot aggregate's run.
+  BOOST_TEST(counted.calls == static_cast<int>(relay.stats().batches));
+  const auto wire = broker.wire();
+  BOOST_TEST((by_aggregate(wire) != commit_order(db)));
+  // Stamps: each message behind an earlier one of its aggregate in its call names that one
+  // (the one just before it, unless that went out in an earlier call, as around the failure).
+  const auto committed = commit_order(db);
+  std::size_t stamps = 0, adjacent = 0;
+  for (const auto& m : wire) {
+    const auto h = m.headers.find(outbox::predecessor_header);
+    if (h == m.headers.end()) continue;
+    ++stamps;
+    const auto p = outbox::uuid::parse(h->second);
+    BOOST_TEST_REQUIRE(p.has_value());
+    const auto& order = committed.at(m.aggregate_id);
+    const auto at = std::find(order.begin(), order.end(), m.id);
+    const auto before = std::find(order.begin(), order.end(), *p);
+    BOOST_TEST_REQUIRE((at != order.end() && before != order.end()));
+    BOOST_TEST((before < at));
+    adjacent += std::next(before) == at ? 1 : 0;
+  }
+  BOOST_TEST(stamps > 50u);
+  BOOST_TEST(adjacent + 2 >= stamps);
+
+  applying_consumer c(db, broker, {.name = "billing", .poll_timeout = 10ms});
+  for (int i = 0; i < 2000 && c.applied.size() < 300; ++i) (void)c.consumer.poll_once();
+  BOOST_TEST(c.applied.size() == 300u);
+  BOOST_TEST((c.per_aggregate == commit_order(db)));
+  BOOST_TEST(c.consumer.stats().deferred > 0u);
+  BOOST_TEST(c.consumer.stats().out_of_order == 0u);
+  BOOST_TEST(c.consumer.held() == 0u);
+  BOOST_TEST(broker.unacked() == 0u);
+}
+
+// A delivery whose predecessor never comes (dead-lettered by the relay, routed elsewhere) is
+// held for `predecessor_wait`, then applied; meanwhile other deliveries go on.
+BOOST_AUTO_TEST_CASE(a_held_delivery_is_applied_when_its_wait_runs_out) {
+  memory_database db;
+  outbox::testing::memory_transport broker;
+  applying_consumer c(db, broker,
+                      {.name = "billing", .poll_timeout = 10ms, .predecessor_wait = 50ms});
+  const auto lost = outbox::make_uuid_v7();
+  const auto late = stamped("1", lost);
+  const auto other = stamped("2", std::nullopt);
+  put_on_wire(broker, late);
+  put_on_wire(broker, other);
+  BOOST_TEST((c.consumer.poll_once() == stamped_consumer::outcome::deferred));
+  BOOST_TEST(c.consumer.held() == 1u);
+  BOOST_TEST(db.inbox().empty());  // not recorded while held
+  BOOST_TEST((c.consumer.poll_once() == stamped_consumer::outcome::applied));
+  for (int i = 0; i < 200 && c.applied.size() < 2; ++i) (void)c.consumer.poll_once();
+  BOOST_TEST((c.applied == std::vector<outbox::uuid>{other.id, late.id}));
+  BOOST_TEST(c.consumer.stats().out_of_order == 1u);
+  BOOST_TEST(broker.unacked() == 0u);
+  // A stamp whose predecessor is applied does not hold; 0 turns stamps off.
+  const auto next = stamped("1", late.id);
+  put_on_wire(broker, next);
+  BOOST_TEST((c.consumer.poll_once() == stamped_consumer::outcome::applied));
+  applying_consumer off(db, broker,
+                        {.name = "audit", .poll_timeout = 10ms, .predecessor_wait = 0ms});
+  put_on_wire(broker, stamped("3", lost));
+  BOOST_TEST((off.consumer.poll_once() == stamped_consumer::outcome::applied));
+  BOOST_TEST(off.consumer.stats().out_of_order == 0u);
+}
+
+// Held deliveries are released in a chain as soon as the predecessor was applied, or
+// dead-lettered (its effect will never come: it does not hold its aggregate back); at most
+// `max_deferred` are held, the oldest beyond that applied at once.
+BOOST_AUTO_TEST_CASE(held_deliveries_follow_their_predecessor_in_a_chain) {
+  memory_database db;
+  outbox::testing::memory_transport broker;
+  outbox::uuid poison{};
+  applying_consumer c(db, broker, {.name = "billing", .poll_timeout = 10ms},
+                      [&](const outbox::message& m) {
+                        if (m.id == poison) throw std::runtime_error("handler failed");
+                      });
+  std::vector<outbox::message> run{stamped("1", std::nullopt)};
+  for (int i = 0; i < 4; ++i) run.push_back(stamped("1", run.back().id));
+  poison = run[0].id;
+  for (std::size_t i = 1; i < run.size(); ++i) put_on_wire(broker, run[i]);
+  put_on_wire(broker, run[0]);
+  for (int i = 0; i < 4; ++i)
+    BOOST_TEST((c.consumer.poll_once() == stamped_consumer::outcome::deferred));
+  BOOST_TEST(c.consumer.held() == 4u);
+  BOOST_TEST((c.consumer.poll_once() == stamped_consumer::outcome::retrying));  // attempt 1
+  BOOST_TEST(c.consumer.held() == 4u);
+  BOOST_TEST((c.consumer.poll_once() == stamped_consumer::outcome::dead_lettered));
+  BOOST_TEST(c.consumer.held() == 0u);
+  BOOST_TEST((c.applied == std::vector<outbox::uuid>{run[1].id, run[2].id, run[3].id, run[4].id}));
+  BOOST_TEST(c.consumer.stats().out_of_order == 0u);
+  BOOST_TEST(broker.unacked() == 0u);
+
+  applying_consumer small(db, broker,
+                          {.name = "shipping", .poll_timeout = 10ms, .max_deferred = 2});
+  const auto a = stamped("2", outbox::make_uuid_v7());
+  const auto b = stamped("2", a.id);
+  const auto d = stamped("2", b.id);
+  for (const auto* m : {&a, &b, &d}) put_on_wire(broker, *m);
+  BOOST_TEST((small.consumer.poll_once() == stamped_consumer::outcome::deferred));
+  BOOST_TEST((small.consumer.poll_once() == stamped_consumer::outcome::deferred));
+  // A third would leave no room: the oldest goes (out of order), and the others follow it.
+  BOOST_TEST((small.consumer.poll_once() == stamped_consumer::outcome::deferred));
+  BOOST_TEST((small.applied == std::vector<outbox::uuid>{a.id, b.id, d.id}));
+  BOOST_TEST(small.consumer.stats().out_of_order == 1u);
+  BOOST_TEST(small.consumer.held() == 0u);
+}
+
+// `run` gives what it holds back to the receiver when it stops.
+BOOST_AUTO_TEST_CASE(stopping_gives_held_deliveries_back) {
+  memory_database db;
+  outbox::testing::memory_transport broker;
+  applying_consumer c(db, broker, {.name = "billing", .poll_timeout = 10ms});
+  put_on_wire(broker, stamped("1", outbox::make_uuid_v7()));
+  {
+    std::jthread runner([&](std::stop_token stop) { c.consumer.run(stop); });
+    BOOST_TEST(eventually([&] { return c.consumer.stats().deferred == 1u; }));
+  }
+  BOOST_TEST(c.consumer.held() == 0u);
+  BOOST_TEST(broker.unacked() == 0u);
+  BOOST_TEST(broker.queued() == 1u);
+  BOOST_TEST(c.applied.empty());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -109,6 +109,18 @@ concept inbox_store = requires(S& s, typename S::transaction& tx, std::string_vi
   { s.dead_letter_delivery(name, m, name, now) } -> std::same_as<void>;
 };
 
+/// An inbox store that can tell whether a consumer recorded an event (applied or dead-lettered
+/// it): what the consumer needs to hold a delivery back until its stamped predecessor was
+/// applied (`consumer_options::predecessor_wait`). Optional: without it, stamps are ignored.
+///
+/// | operation                 | returns | guarantees                                            | errors |
+/// |---------------------------|---------|-------------------------------------------------------|--------|
+/// | `s.recorded(name, id)`    | `bool`  | inside the open transaction: whether (name, id) is in the inbox (committed, or recorded by this transaction); changes nothing | `transient` |
+template <class S>
+concept inbox_lookup_store = inbox_store<S> && requires(S& s, std::string_view name, const uuid& id) {
+  { s.recorded(name, id) } -> std::same_as<bool>;
+};
+
 /// A store that can tell the relay when there is work (e.g. PostgreSQL LISTEN/NOTIFY), so an
 /// idle relay sleeps until a commit instead of polling. Optional: other stores are polled.
 ///

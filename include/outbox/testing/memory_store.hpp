@@ -267,6 +267,21 @@ class memory_store {
     return fresh;
   }
 
+  /// Whether `consumer` recorded `id`: committed, or by the open transaction
+  /// (`concepts::inbox_lookup_store`). Fails as `record_delivery` does.
+  bool recorded(std::string_view consumer, const uuid& id) {
+    bool found = false;
+    auto& sql = *session_;
+    sql.run<false>(memory_operation::record_delivery, "recorded", [&] {
+      found = db_->inbox_.contains({std::string(consumer), id}) ||
+              std::any_of(sql.delivered_.begin(), sql.delivered_.end(),
+                          [&](const memory_inbox_record& r) {
+                            return r.consumer == consumer && r.id == id;
+                          });
+    });
+    return found;
+  }
+
   /// In its own transaction (whatever is open on the session): keeps the delivery and the
   /// reason, and records (consumer, id) in the inbox so that redeliveries are skipped.
   void dead_letter_delivery(std::string_view consumer, const message& m, std::string_view why,
@@ -438,5 +453,6 @@ class memory_store {
 static_assert(concepts::store<memory_store<>>);
 static_assert(concepts::waking_store<memory_store<>>);
 static_assert(concepts::classifying_store<memory_store<>>);
+static_assert(concepts::inbox_lookup_store<memory_store<>>);
 
 }  // namespace outbox::testing

@@ -149,6 +149,9 @@ class receiver {
 
   /// Deliveries handed out and not yet acknowledged on the current connection.
   [[nodiscard]] std::size_t held() const noexcept { return unacked_.size(); }
+  /// The most it hands out unacknowledged (`prefetch`): a consumer holding deliveries back for
+  /// their predecessor keeps fewer than that (`consumer_options::max_deferred`).
+  [[nodiscard]] std::size_t max_held() const noexcept { return options_.prefetch; }
   /// Deliveries rejected as malformed so far.
   [[nodiscard]] std::uint64_t malformed() const noexcept { return malformed_; }
   /// The rabbitmq-c connection (null while disconnected), for what this adapter does not cover.

@@ -569,6 +569,19 @@ class store {
     });
   }
 
+  /// Whether `consumer` recorded `id` (`concepts::inbox_lookup_store`).
+  bool recorded(std::string_view consumer, const uuid& id) {
+    return link_->run("recorded", [&](MYSQL*) {
+      auto& sql = link_->session();
+      std::string name(consumer), event = id.to_string();
+      int one = 0;
+      ::soci::indicator ind = ::soci::i_null;
+      sql << std::string(statements::inbox_recorded), ::soci::use(name, "consumer"),
+          ::soci::use(event, "event_id"), ::soci::into(one, ind);
+      return sql.got_data() && ind == ::soci::i_ok;
+    });
+  }
+
   void dead_letter_delivery(std::string_view consumer, const message& m, std::string_view why,
                             time_point now) {
     link_->run("dead_letter_delivery", [&](MYSQL* c) {
@@ -775,6 +788,7 @@ class store {
 };
 
 static_assert(concepts::store<store>);
+static_assert(concepts::inbox_lookup_store<store>);
 
 /// `store::migrate`.
 inline int migrate(::soci::session& sql, int target = outbox::store::latest_version) {

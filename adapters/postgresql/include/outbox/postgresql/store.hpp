@@ -191,12 +191,14 @@ class store {
       throw error(errc::misconfigured, "postgresql", {},
                   "store_options.idle_in_transaction_timeout must be 1 ms .. 2^31-1 ms, got " +
                       std::to_string(idle) + " ms");
-    link_ = std::make_unique<detail::link>(
-        sql,
-        std::vector<detail::prepared_statement>{{"outbox_claim", claim_statement(options_.policy)},
-                                                {"outbox_settle", settle_statement()},
-                                                {"outbox_inbox_insert", statements::inbox_insert}},
-        statements::schema_version, schema_version);
+    link_ =
+        std::make_unique<detail::link>(sql,
+                                       std::vector<detail::prepared_statement>{
+                                           {"outbox_claim", claim_statement(options_.policy)},
+                                           {"outbox_settle", settle_statement()},
+                                           {"outbox_inbox_insert", statements::inbox_insert},
+                                           {"outbox_inbox_recorded", statements::inbox_recorded}},
+                                       statements::schema_version, schema_version);
   }
   /// Movable (its connection, open claim and transactions stay valid: they live in the link).
   store(store&&) noexcept = default;
@@ -453,6 +455,15 @@ class store {
     });
   }
 
+  /// Whether `consumer` recorded `id` (`concepts::inbox_lookup_store`).
+  bool recorded(std::string_view consumer, const uuid& id) {
+    return link_->run("recorded", [&](PGconn* c) {
+      return detail::exec_prepared(c, "outbox_inbox_recorded",
+                                   detail::params().add(consumer).add(id.to_string()), "recorded")
+                 .rows() > 0;
+    });
+  }
+
   void dead_letter_delivery(std::string_view consumer, const message& m, std::string_view why,
                             time_point now) {
     link_->run("dead_letter_delivery", [&](PGconn* c) {
@@ -576,6 +587,7 @@ class store {
 };
 
 static_assert(concepts::store<store>);
+static_assert(concepts::inbox_lookup_store<store>);
 
 /// `store::migrate` (the name this namespace had before the store kit).
 inline int migrate(::soci::session& sql, int target = outbox::store::latest_version) {

@@ -348,6 +348,16 @@ class store {
     return st_.inbox_insert.bind(1, consumer).bind(2, text).bind(3, detail::to_ms(now)).run() == 1;
   }
 
+  /// Whether `consumer` recorded `id` (`concepts::inbox_lookup_store`).
+  bool recorded(std::string_view consumer, const uuid& id) {
+    prepare();
+    const auto text = id.to_string();
+    auto& st = st_.inbox_recorded.bind(1, consumer).bind(2, text);
+    const bool found = st.step();
+    st.reset();
+    return found;
+  }
+
   void dead_letter_delivery(std::string_view consumer, const message& m, std::string_view why,
                             time_point now) {
     prepare();
@@ -427,7 +437,8 @@ class store {
 
   /// The hot statements, prepared once per connection.
   struct prepared {
-    detail::statement claim, mark_published, delete_published, release, retry, dead, inbox_insert;
+    detail::statement claim, mark_published, delete_published, release, retry, dead, inbox_insert,
+        inbox_recorded;
   };
 
   /// Prepares the hot statements once per connection (again if the session reconnected).
@@ -448,6 +459,7 @@ class store {
     st_.retry = detail::statement(db_, statements::settle_retry, true);
     st_.dead = detail::statement(db_, statements::settle_dead, true);
     st_.inbox_insert = detail::statement(db_, statements::inbox_insert, true);
+    st_.inbox_recorded = detail::statement(db_, statements::inbox_recorded, true);
     prepared_ = true;  // last: a failure above leaves the store to prepare again next time
   }
 
@@ -460,6 +472,7 @@ class store {
 };
 
 static_assert(concepts::store<store>);
+static_assert(concepts::inbox_lookup_store<store>);
 
 /// `store::configure` (the name this namespace had before the store kit).
 inline void configure(::soci::session& sql, const session_options& o = {}) {

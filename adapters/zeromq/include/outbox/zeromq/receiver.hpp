@@ -173,6 +173,9 @@ class receiver {
 
   /// Deliveries held: received and not yet acked, plus those requeued locally.
   [[nodiscard]] std::size_t held() const noexcept { return unacked_.size() + requeued_.size(); }
+  /// The most the relay sends it unacknowledged (`credit`): a consumer holding deliveries back
+  /// for their predecessor keeps fewer than that (`consumer_options::max_deferred`).
+  [[nodiscard]] std::size_t max_held() const noexcept { return options_.credit; }
   /// The endpoint, with the actual port when bound to `tcp://...:*`.
   [[nodiscard]] const std::string& endpoint() const noexcept { return endpoint_; }
   [[nodiscard]] const wire_stats& stats() const noexcept { return stats_; }
