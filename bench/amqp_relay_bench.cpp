@@ -8,6 +8,11 @@
 //     one batch at a time, locking pipelined on two sessions, leasing pipelined;
 //   - the pipelined SQLite relay over TLS, when OUTBOX_TEST_AMQPS (and OUTBOX_TEST_AMQP_TLS_DIR
 //     with ca.pem, as scripts/services.sh writes them) name the same broker's TLS listener;
+//   - one hot aggregate (PostgreSQL only): the same number of rows over `--aggregates` aggregates
+//     (1: every row one aggregate's), locking on two sessions as the many-aggregate row, with
+//     `relay_options::stamp_predecessors` (the batch in one call, the run pipelined); and,
+//     once after the rounds, without it (waves: one confirm round trip per message of the
+//     run), on the first `--waves-rows` rows;
 //   - then the SQLite relay with batch_size 1 (one confirm round trip at a time), on
 //     `--single-rows` rows.
 // The contenders run `--rounds` times, in an order reversed every other round, on an emptied
@@ -17,9 +22,11 @@
 // refilled from a pristine table). Messages go to a fresh exchange bound to a fresh durable
 // queue (both deleted at the end). Prints events/s, `ratio relay/bare-publisher (...)` per
 // contender, `ratio TLS/plain`, and `ratio pg-amqp/bare` (PostgreSQL locking pipelined on two
-// sessions, medians).
+// sessions, medians), `ratio hot-amqp/many-amqp` (the hot aggregate stamped against the
+// many-aggregate row, medians) and `ratio hot-amqp-waves/many-amqp`.
 //
 // Usage: amqp_relay_bench [--rows N] [--batch N] [--single-rows N] [--rounds N] [--dir PATH]
+//                         [--aggregates N] [--waves-rows N]
 // The broker: OUTBOX_TEST_AMQP (amqp:// URL); PostgreSQL: OUTBOX_TEST_POSTGRESQL (libpq conninfo;
 // uses and drops the schema outbox_amqp_bench).
 
@@ -65,19 +72,25 @@ struct args {
   long single_rows = 1'000;
   long rounds = 2;
   fs::path dir = fs::temp_directory_path();
+  long aggregates = 1;     // of the hot rows
+  long waves_rows = 3000;  // published by the hot relay without stamps
 };
 
 args parse(int argc, char** argv) {
   args a;
   outbox::bench::flags(
-      "amqp_relay_bench [--rows N] [--batch N] [--single-rows N] [--rounds N] [--dir P]")
+      "amqp_relay_bench [--rows N] [--batch N] [--single-rows N] [--rounds N] [--dir P] "
+      "[--aggregates N] [--waves-rows N]")
       .on("--rows", a.rows)
       .on("--batch", a.batch)
       .on("--single-rows", a.single_rows)
       .on("--rounds", a.rounds)
       .on("--dir", a.dir)
+      .on("--aggregates", a.aggregates)
+      .on("--waves-rows", a.waves_rows)
       .parse(argc, argv);
-  if (a.rows <= 0 || a.batch <= 0 || a.single_rows <= 0 || a.rounds <= 0) {
+  if (a.rows <= 0 || a.batch <= 0 || a.single_rows <= 0 || a.rounds <= 0 || a.aggregates <= 0 ||
+      a.waves_rows <= 0 || a.waves_rows > a.rows) {
     std::cerr << "amqp_relay_bench: counts must be > 0\n";
     std::exit(2);
   }
@@ -89,16 +102,19 @@ void build(const fs::path& path, long rows) {
 }
 
 /// The library's relay from `st` (and `second`, when given) over `pub`, running `relay::run` on
-/// its own thread (pipelined unless `pipeline` is false), until `rows` are published.
+/// its own thread (pipelined unless `pipeline` is false), until `rows` are published (it may
+/// publish the rest of a batch beyond them: the rate counts what it published).
 template <class Store>
 outbox::bench::result relay_run(Store& st, Store* second, long rows, long batch,
-                                outbox::amqp::publisher& pub, bool pipeline = true) {
+                                outbox::amqp::publisher& pub, bool pipeline = true,
+                                bool stamp = false) {
   const outbox::relay_options o{.batch_size = static_cast<std::size_t>(batch),
                                 .lease = 180s,  // pipelining wants 2 x timeout + 5 s
                                 .publish_timeout = 60s,
                                 .idle_poll_min = 1ms,
                                 .idle_poll_max = 10ms,
-                                .pipeline = pipeline};
+                                .pipeline = pipeline,
+                                .stamp_predecessors = stamp};
   std::optional<outbox::relay<Store, outbox::amqp::publisher>> relay;
   if (second)
     relay.emplace(st, *second, pub, o);
@@ -112,12 +128,13 @@ outbox::bench::result relay_run(Store& st, Store* second, long rows, long batch,
       std::this_thread::sleep_for(200us);
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (relay->stats().published != target) {
-    std::cerr << "bench: " << relay->stats().published << " of " << rows
-              << " published: the run is invalid\n";
+  const auto published = relay->stats().published;
+  if (published < target || relay->stats().reordered > 0) {
+    std::cerr << "bench: " << published << " of " << rows << " published, "
+              << relay->stats().reordered << " reordered: the run is invalid\n";
     std::exit(1);
   }
-  return {s, rows};
+  return {s, static_cast<long>(published)};
 }
 
 /// The relay from a fresh copy of the SQLite outbox `pristine`.
@@ -141,31 +158,41 @@ std::string pg_connect_string() {
   return outbox::bench::postgresql_connect_string("amqp_relay_bench", "outbox_amqp_bench");
 }
 
+/// The schema of the hot aggregate's rows.
+std::string pg_hot_connect_string() {
+  return outbox::bench::postgresql_connect_string("amqp_relay_bench", "outbox_amqp_bench_hot");
+}
+
 /// How the PostgreSQL relay runs.
 enum class pg_mode {
   locking_serial,     ///< locking claim, one session, one batch at a time (pipeline off)
   locking_two,        ///< locking claim, two sessions, pipelined
   leasing_pipelined,  ///< leasing claim, one session, pipelined
+  hot_stamped,        ///< the hot rows, locking_two with stamp_predecessors
+  hot_waves,          ///< the hot rows, locking_two without
 };
 
 /// The relay from the PostgreSQL outbox, refilled from the pristine rows first.
 outbox::bench::result pg_run(long rows, long batch, outbox::amqp::publisher& pub, pg_mode mode) {
-  soci::session sql("postgresql", pg_connect_string());
+  const bool hot = mode == pg_mode::hot_stamped || mode == pg_mode::hot_waves;
+  const std::string conninfo = hot ? pg_hot_connect_string() : pg_connect_string();
+  soci::session sql("postgresql", conninfo);
   outbox::bench::reset_postgresql_outbox(sql);
   const outbox::store_options o{.policy = mode == pg_mode::leasing_pipelined
                                               ? outbox::claim_policy::leasing
                                               : outbox::claim_policy::locking};
   pg::store st(sql, o);
-  if (mode != pg_mode::locking_two)
+  if (mode == pg_mode::locking_serial || mode == pg_mode::leasing_pipelined)
     return relay_run<pg::store>(st, nullptr, rows, batch, pub, mode != pg_mode::locking_serial);
-  soci::session sql2("postgresql", pg_connect_string());
+  soci::session sql2("postgresql", conninfo);
   pg::store second(sql2, o);
-  return relay_run<pg::store>(st, &second, rows, batch, pub);
+  return relay_run<pg::store>(st, &second, rows, batch, pub, true, mode == pg_mode::hot_stamped);
 }
 
 void pg_drop() {
   soci::session sql("postgresql", pg_connect_string());
   sql << "DROP SCHEMA outbox_amqp_bench CASCADE";
+  sql << "DROP SCHEMA IF EXISTS outbox_amqp_bench_hot CASCADE";
 }
 #endif
 
@@ -290,6 +317,8 @@ int main(int argc, char** argv) try {
   if (const char* pgv = std::getenv("OUTBOX_TEST_POSTGRESQL"); pgv && *pgv) {
     soci::session sql("postgresql", pg_connect_string());
     outbox::bench::build_postgresql_pristine(sql, "outbox_amqp_bench", a.rows, 1000);
+    soci::session hot("postgresql", pg_hot_connect_string());
+    outbox::bench::build_postgresql_pristine(hot, "outbox_amqp_bench_hot", a.rows, a.aggregates);
     with_pg = true;
   }
 #endif
@@ -344,6 +373,7 @@ int main(int argc, char** argv) try {
   cs.push_back(pg_contender("locking, one batch at a time", 0));
   cs.push_back(pg_contender("locking, two sessions, pipelined", 1));
   cs.push_back(pg_contender("leasing, pipelined", 2));
+  cs.push_back(pg_contender(std::to_string(a.aggregates) + " aggregate(s), stamped, locking two", 3));
   cs.push_back({"SQLite -> relay (batch " + batch + ", pipelined) -> RabbitMQ over TLS", {}});
   if (tls_pub)
     cs.back().run = [&] { return sqlite_run(pristine, "tls", a.rows, a.batch, *tls_pub); };
@@ -363,6 +393,16 @@ int main(int argc, char** argv) try {
       cs[which].r.add(r);
     }
   }
+  std::optional<outbox::bench::result> waves;
+#ifdef OUTBOX_BENCH_WITH_POSTGRESQL
+  if (with_pg) {
+    scratch.purge();
+    waves = pg_run(a.waves_rows, a.batch, pub, pg_mode::hot_waves);
+    report("PostgreSQL (" + std::to_string(a.aggregates) +
+               " aggregate(s), waves, locking two) -> RabbitMQ",
+           *waves);
+  }
+#endif
   scratch.purge();
   const auto single = sqlite_run(pristine_small, "single", a.single_rows, 1, pub);
   report("SQLite -> relay (batch 1, one confirm at a time)", single);
@@ -387,10 +427,16 @@ int main(int argc, char** argv) try {
   ratio("relay/bare-publisher (PostgreSQL locking, one batch at a time)", cs[3], bare);
   ratio("relay/bare-publisher (PostgreSQL locking, two sessions)", cs[4], bare);
   ratio("relay/bare-publisher (PostgreSQL leasing)", cs[5], bare);
-  ratio("TLS/plain (SQLite relay)", cs[6], cs[1].r);
+  ratio("TLS/plain (SQLite relay)", cs[7], cs[1].r);
   // The issue's row, for scripts: the pipelined PostgreSQL relay (two sessions, locking: the
   // store's default policy) against the bare publisher, medians.
   if (cs[4].run) std::printf("ratio pg-amqp/bare %.2f\n", cs[4].r.median() / bare.median());
+  // Issue 15's hot rows: one aggregate's rows, stamped (and in waves) against the same number of
+  // rows over 1,000 aggregates, the same relay (locking, two sessions), medians.
+  if (cs[4].run && cs[6].run)
+    std::printf("ratio hot-amqp/many-amqp %.2f\n", cs[6].r.median() / cs[4].r.median());
+  if (cs[4].run && waves)
+    std::printf("ratio hot-amqp-waves/many-amqp %.2f\n", waves->rate() / cs[4].r.median());
   return 0;
 } catch (const std::exception& e) {
   std::cerr << "bench: " << e.what() << "\n";

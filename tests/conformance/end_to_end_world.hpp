@@ -13,6 +13,7 @@
 //   thread_safe_publisher     concurrent relays may share publisher(); false: they share it
 //       through a lock (`tap`).
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <mutex>
