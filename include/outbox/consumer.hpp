@@ -2,6 +2,7 @@
 /// @file
 /// `consumer<Store, Receiver>`: applies each delivered event exactly once per consumer name.
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -277,6 +278,29 @@ class consumer {
     return std::nullopt;
   }
 
+  /// Holds `d` back for `predecessor`. A delivery of a message already held (the broker
+  /// redelivered it after a reconnect, and the held one's tag died with the old connection; or
+  /// the relay sent it again) takes the held one's place, keeping its wait, and the held one is
+  /// acknowledged (the new one stands for it), so copies neither pile up nor crowd out the room
+  /// left for the predecessor.
+  void hold(const delivery& d, const uuid& predecessor) {
+    const auto same = std::find_if(held_.begin(), held_.end(),
+                                   [&](const held_delivery& h) { return h.d.msg.id == d.msg.id; });
+    if (same == held_.end()) {
+      held_.push_back(
+          {d, predecessor, std::chrono::steady_clock::now() + options_.predecessor_wait});
+      deferred_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    const delivery old = std::exchange(same->d, d);
+    try {
+      receiver_->ack(old);
+    } catch (const error&) {
+      // The connection is gone (the next receive says so) or the ack was lost: either way the
+      // old delivery comes again, or is the stale copy of the one held now. Nothing to undo.
+    }
+  }
+
   outcome process_oldest_held() {
     held_delivery h = std::move(held_.front());
     held_.pop_front();
@@ -324,9 +348,7 @@ class consumer {
             if (!store_->recorded(options_.name, *p)) {
               if (check == stamp::check_and_hold && hold_capacity() > 0) {
                 // Rolled back (tx): the delivery is recorded when it is applied.
-                held_.push_back(
-                    {d, *p, std::chrono::steady_clock::now() + options_.predecessor_wait});
-                deferred_.fetch_add(1, std::memory_order_relaxed);
+                hold(d, *p);
                 return outcome::deferred;
               }
               out_of_order_.fetch_add(1, std::memory_order_relaxed);

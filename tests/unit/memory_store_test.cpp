@@ -1030,6 +1030,27 @@ BOOST_AUTO_TEST_CASE(held_deliveries_follow_their_predecessor_in_a_chain) {
   BOOST_TEST(small.consumer.held() == 0u);
 }
 
+// A copy of a held delivery (redelivered after a reconnect, or sent again) takes the held one's
+// place: the older is acknowledged, the copy applied once its predecessor came.
+BOOST_AUTO_TEST_CASE(a_copy_of_a_held_delivery_takes_its_place) {
+  memory_database db;
+  outbox::testing::memory_transport broker;
+  applying_consumer c(db, broker, {.name = "billing", .poll_timeout = 10ms});
+  const auto first = stamped("1", std::nullopt);
+  const auto second = stamped("1", first.id);
+  put_on_wire(broker, second);
+  put_on_wire(broker, second);
+  BOOST_TEST((c.consumer.poll_once() == stamped_consumer::outcome::deferred));
+  BOOST_TEST((c.consumer.poll_once() == stamped_consumer::outcome::deferred));
+  BOOST_TEST(c.consumer.held() == 1u);
+  BOOST_TEST(broker.unacked() == 1u);  // the older copy was acknowledged
+  BOOST_TEST(c.consumer.stats().deferred == 1u);
+  put_on_wire(broker, first);
+  BOOST_TEST((c.consumer.poll_once() == stamped_consumer::outcome::applied));
+  BOOST_TEST((c.applied == std::vector<outbox::uuid>{first.id, second.id}));
+  BOOST_TEST(broker.unacked() == 0u);
+}
+
 // `run` gives what it holds back to the receiver when it stops.
 BOOST_AUTO_TEST_CASE(stopping_gives_held_deliveries_back) {
   memory_database db;
