@@ -373,7 +373,8 @@ int main(int argc, char** argv) try {
   cs.push_back(pg_contender("locking, one batch at a time", 0));
   cs.push_back(pg_contender("locking, two sessions, pipelined", 1));
   cs.push_back(pg_contender("leasing, pipelined", 2));
-  cs.push_back(pg_contender(std::to_string(a.aggregates) + " aggregate(s), stamped, locking two", 3));
+  cs.push_back(
+      pg_contender(std::to_string(a.aggregates) + " aggregate(s), stamped, locking two", 3));
   cs.push_back({"SQLite -> relay (batch " + batch + ", pipelined) -> RabbitMQ over TLS", {}});
   if (tls_pub)
     cs.back().run = [&] { return sqlite_run(pristine, "tls", a.rows, a.batch, *tls_pub); };
