@@ -184,7 +184,9 @@ class consumer {
   [[nodiscard]] std::size_t held() const noexcept { return held_.size(); }
 
   /// Gives every delivery held back to the receiver again (`nack` with requeue): `run` does it
-  /// when it ends; a caller of `poll_once` that stops calls it.
+  /// when it ends; a caller of `poll_once` that stops calls it. Deliveries the receiver
+  /// prefetched meanwhile stay with it and would come first to the next reader: close or
+  /// reconnect the receiver before another consumer reads from it.
   /// @throws outbox::error when a nack fails (the rest stay held).
   void release_held() {
     while (!held_.empty()) {
@@ -254,7 +256,16 @@ class consumer {
     delivery d;
     uuid predecessor;
     std::chrono::steady_clock::time_point due;
+    bool ready = false;  ///< its predecessor finished here: it may go
   };
+
+  static bool finished(outcome o) noexcept {
+    return o == outcome::applied || o == outcome::duplicate || o == outcome::dead_lettered;
+  }
+
+  static std::string aggregate_key(const message& m) {
+    return detail::aggregate_key(m.aggregate_type, m.aggregate_id);
+  }
 
   /// How many may be held: fewer than the receiver hands out unacknowledged.
   [[nodiscard]] std::size_t hold_capacity() const {
@@ -301,36 +312,58 @@ class consumer {
     }
   }
 
+  /// The oldest held delivery's wait ran out: it goes now (counted out of order unless its
+  /// predecessor came meanwhile), or rather the first of its chain, when its own predecessor is
+  /// held too; then what was held behind it.
   outcome process_oldest_held() {
-    held_delivery h = std::move(held_.front());
-    held_.pop_front();
+    auto it = held_.begin();
+    for (std::size_t steps = 0; steps < held_.size(); ++steps) {  // bounded: stamps may cycle
+      const uuid& p = it->predecessor;
+      const auto up = std::find_if(held_.begin(), held_.end(),
+                                   [&](const held_delivery& h) { return h.d.msg.id == p; });
+      if (up == held_.end()) break;
+      it = up;
+    }
+    held_delivery h = std::move(*it);
+    held_.erase(it);
     const outcome o = process_one(h.d, stamp::check);
     release_held_behind(h.d.msg.id, o);
     return o;
   }
 
-  /// After `id` was processed with `o`: once it is in the inbox (applied, a duplicate, or
-  /// dead-lettered) the deliveries held back for it go next, then those held back for them.
+  /// After `id` was processed with `o`. Once it finished (applied, a duplicate, or
+  /// dead-lettered), the deliveries held for it are ready; then the ready ones go, the oldest
+  /// event first (the smallest id: UUIDv7 ids grow in enqueue order), each making its own
+  /// followers ready. Two held deliveries may name one predecessor (the relay stamps a retried
+  /// message's successor in the next batch with it, and its successors of the first batch too),
+  /// so the order is the ids', not the stamps'. One that does not finish (its handler failed:
+  /// it is retried) holds back the ready ones of its aggregate until it finishes.
   void release_held_behind(const uuid& id, outcome o) {
-    if (held_.empty() ||
-        (o != outcome::applied && o != outcome::duplicate && o != outcome::dead_lettered))
-      return;
-    std::deque<uuid> done{id};  // in the order they were processed
-    while (!done.empty() && !held_.empty()) {
-      const uuid p = done.front();
-      done.pop_front();
-      for (auto it = held_.begin(); it != held_.end();) {
-        if (it->predecessor != p) {
-          ++it;
-          continue;
-        }
-        held_delivery h = std::move(*it);
-        it = held_.erase(it);
-        const outcome next = process_one(h.d, stamp::trust);
-        if (next == outcome::applied || next == outcome::duplicate ||
-            next == outcome::dead_lettered)
-          done.push_back(h.d.msg.id);
+    if (!finished(o)) return;
+    const auto now = std::chrono::steady_clock::now();
+    std::erase_if(blocked_,
+                  [&](const auto& b) { return b.second.id == id || b.second.until <= now; });
+    if (held_.empty()) return;
+    const auto mark_ready = [&](const uuid& p) {
+      for (auto& h : held_)
+        if (h.predecessor == p) h.ready = true;
+    };
+    mark_ready(id);
+    for (;;) {
+      auto next = held_.end();
+      for (auto it = held_.begin(); it != held_.end(); ++it) {
+        if (!it->ready || (next != held_.end() && next->d.msg.id < it->d.msg.id)) continue;
+        if (!blocked_.empty() && blocked_.contains(aggregate_key(it->d.msg))) continue;  // waits
+        next = it;
       }
+      if (next == held_.end()) return;
+      held_delivery h = std::move(*next);
+      held_.erase(next);
+      if (const outcome r = process_one(h.d, stamp::trust); finished(r))
+        mark_ready(h.d.msg.id);
+      else if (blocked_.size() < options_.max_deferred)  // at worst, a ready one goes early
+        blocked_.insert_or_assign(aggregate_key(h.d.msg),
+                                  blocker{h.d.msg.id, now + options_.predecessor_wait});
     }
   }
 
@@ -441,6 +474,13 @@ class consumer {
   std::mutex pause_mutex_;
   std::condition_variable_any pause_cv_;
   std::deque<held_delivery> held_;  // held back for their predecessor, oldest first
+  // Aggregates whose released delivery failed and is retried: their ready ones wait for it
+  // (until it finishes here, or for `predecessor_wait`: it may have gone to another consumer).
+  struct blocker {
+    uuid id;
+    std::chrono::steady_clock::time_point until;
+  };
+  std::unordered_map<std::string, blocker> blocked_;
   std::atomic<std::uint64_t> applied_{0}, duplicates_{0}, retried_{0}, dead_{0}, errors_{0},
       deferred_{0}, out_of_order_{0};
 };

@@ -59,6 +59,17 @@ struct message {
   std::int64_t sequence = 0;  ///< The store's insertion position (not meaningful across stores).
 };
 
+namespace detail {
+/// One aggregate's key, (type, id) in one string: for sets and maps of aggregates.
+[[nodiscard]] inline std::string aggregate_key(std::string_view type, std::string_view id) {
+  std::string k;
+  k.reserve(type.size() + id.size() + 1);
+  k.append(type).push_back('\0');
+  k.append(id);
+  return k;
+}
+}  // namespace detail
+
 /// An attempt count read back from a store, made safe for `int` arithmetic: a row written by
 /// another program may hold anything (a negative count reads as 0, a huge one as `INT_MAX`, which
 /// every retry policy treats as exhausted).

@@ -607,11 +607,7 @@ class relay {
   }
 
   static std::string aggregate_key(const message& m) {
-    std::string k;
-    k.reserve(m.aggregate_type.size() + m.aggregate_id.size() + 1);
-    k.append(m.aggregate_type).push_back('\0');
-    k.append(m.aggregate_id);
-    return k;
+    return detail::aggregate_key(m.aggregate_type, m.aggregate_id);
   }
 
   /// Orders the batch into waves: wave k holds the k-th message of each aggregate. Waves are

@@ -1030,6 +1030,75 @@ BOOST_AUTO_TEST_CASE(held_deliveries_follow_their_predecessor_in_a_chain) {
   BOOST_TEST(small.consumer.held() == 0u);
 }
 
+// Two held deliveries may name one predecessor: the relay stamps a retried message's successor in
+// the next batch with it, as it stamped the successors sent beside it in the first batch. They
+// go in the order of their ids (UUIDv7: enqueue order), each followed by what it makes ready,
+// whatever order they arrived in.
+BOOST_AUTO_TEST_CASE(deliveries_naming_one_predecessor_go_in_the_order_of_their_ids) {
+  memory_database db;
+  outbox::testing::memory_transport broker;
+  applying_consumer c(db, broker, {.name = "billing", .poll_timeout = 10ms});
+  const auto x1 = stamped("x", std::nullopt);
+  const auto x2 = stamped("x", x1.id);
+  const auto x3 = stamped("x", x2.id);
+  const auto x4 = stamped("x", x1.id);  // the next batch's, behind the retried x1
+  for (const auto* m : {&x2, &x3, &x4, &x1}) put_on_wire(broker, *m);
+  for (int i = 0; i < 4; ++i) (void)c.consumer.poll_once();
+  BOOST_TEST((c.applied == std::vector<outbox::uuid>{x1.id, x2.id, x3.id, x4.id}));
+  const auto y1 = stamped("y", std::nullopt);
+  const auto y2 = stamped("y", y1.id);
+  const auto y3 = stamped("y", y1.id);
+  for (const auto* m : {&y3, &y2, &y1}) put_on_wire(broker, *m);
+  for (int i = 0; i < 3; ++i) (void)c.consumer.poll_once();
+  BOOST_TEST((std::vector<outbox::uuid>(c.applied.begin() + 4, c.applied.end()) ==
+              std::vector<outbox::uuid>{y1.id, y2.id, y3.id}));
+  BOOST_TEST(c.consumer.stats().out_of_order == 0u);
+  BOOST_TEST(broker.unacked() == 0u);
+}
+
+// A released delivery whose handler fails is retried, and the ready ones of its aggregate wait
+// for it; other aggregates go on.
+BOOST_AUTO_TEST_CASE(a_released_delivery_that_fails_holds_back_its_aggregate) {
+  memory_database db;
+  outbox::testing::memory_transport broker;
+  const auto x1 = stamped("x", std::nullopt);
+  const auto x2 = stamped("x", x1.id);
+  const auto x3 = stamped("x", x1.id);
+  int x2_failures = 0;
+  applying_consumer c(db, broker, {.name = "billing", .poll_timeout = 10ms},
+                      [&](const outbox::message& m) {
+                        if (m.id == x2.id && x2_failures++ == 0)
+                          throw std::runtime_error("handler failed once");
+                      });
+  for (const auto* m : {&x2, &x3, &x1}) put_on_wire(broker, *m);
+  BOOST_TEST((c.consumer.poll_once() == stamped_consumer::outcome::deferred));
+  BOOST_TEST((c.consumer.poll_once() == stamped_consumer::outcome::deferred));
+  BOOST_TEST((c.consumer.poll_once() == stamped_consumer::outcome::applied));  // x1; x2 fails
+  BOOST_TEST(c.consumer.held() == 1u);                                         // x3 waits for x2
+  BOOST_TEST((c.applied == std::vector<outbox::uuid>{x1.id}));
+  BOOST_TEST((c.consumer.poll_once() == stamped_consumer::outcome::applied));  // x2 again
+  BOOST_TEST((c.applied == std::vector<outbox::uuid>{x1.id, x2.id, x3.id}));
+  BOOST_TEST(c.consumer.held() == 0u);
+  BOOST_TEST(c.consumer.stats().out_of_order == 0u);
+}
+
+// When the oldest held delivery's wait runs out and its own predecessor is held too, the
+// first of the chain goes first.
+BOOST_AUTO_TEST_CASE(when_a_wait_runs_out_the_first_of_the_chain_goes_first) {
+  memory_database db;
+  outbox::testing::memory_transport broker;
+  applying_consumer c(db, broker,
+                      {.name = "billing", .poll_timeout = 10ms, .predecessor_wait = 30ms});
+  const auto a1 = stamped("a", std::nullopt);  // never delivered
+  const auto a2 = stamped("a", a1.id);
+  const auto a3 = stamped("a", a2.id);
+  put_on_wire(broker, a3);
+  put_on_wire(broker, a2);
+  for (int i = 0; i < 200 && c.applied.size() < 2; ++i) (void)c.consumer.poll_once();
+  BOOST_TEST((c.applied == std::vector<outbox::uuid>{a2.id, a3.id}));
+  BOOST_TEST(c.consumer.stats().out_of_order == 1u);
+}
+
 // A copy of a held delivery (redelivered after a reconnect, or sent again) takes the held one's
 // place: the older is acknowledged, the copy applied once its predecessor came.
 BOOST_AUTO_TEST_CASE(a_copy_of_a_held_delivery_takes_its_place) {

@@ -413,11 +413,7 @@ class memory_store {
 
  private:
   static std::string aggregate_key(const memory_row& row) {
-    std::string k;
-    k.reserve(row.aggregate_type.size() + row.aggregate_id.size() + 1);
-    k.append(row.aggregate_type).push_back('\0');
-    k.append(row.aggregate_id);
-    return k;
+    return outbox::detail::aggregate_key(row.aggregate_type, row.aggregate_id);
   }
 
   static void clear_lease(memory_row& row) noexcept {
