@@ -257,7 +257,25 @@ class consumer {
     uuid predecessor;
     std::chrono::steady_clock::time_point due;
     bool ready = false;  ///< its predecessor finished here: it may go
+    std::string key;     ///< its aggregate's (`aggregate_key`)
   };
+
+  /// The latest event of `m`'s aggregate older than `m` (by id) that is held here, or was
+  /// released from here and is being retried (`blocked_`), if any.
+  [[nodiscard]] std::optional<uuid> earlier_held(const message& m) const {
+    if (held_.empty() && blocked_.empty()) return std::nullopt;
+    const auto key = aggregate_key(m);
+    std::optional<uuid> latest;
+    const auto consider = [&](const uuid& id) {
+      if (id < m.id && (!latest || *latest < id)) latest = id;
+    };
+    if (const auto b = blocked_.find(key);
+        b != blocked_.end() && b->second.until > std::chrono::steady_clock::now())
+      consider(b->second.id);
+    for (const auto& h : held_)
+      if (h.key == key) consider(h.d.msg.id);
+    return latest;
+  }
 
   static bool finished(outcome o) noexcept {
     return o == outcome::applied || o == outcome::duplicate || o == outcome::dead_lettered;
@@ -298,8 +316,8 @@ class consumer {
     const auto same = std::find_if(held_.begin(), held_.end(),
                                    [&](const held_delivery& h) { return h.d.msg.id == d.msg.id; });
     if (same == held_.end()) {
-      held_.push_back(
-          {d, predecessor, std::chrono::steady_clock::now() + options_.predecessor_wait});
+      held_.push_back({d, predecessor, std::chrono::steady_clock::now() + options_.predecessor_wait,
+                       false, aggregate_key(d.msg)});
       deferred_.fetch_add(1, std::memory_order_relaxed);
       return;
     }
@@ -353,7 +371,7 @@ class consumer {
       auto next = held_.end();
       for (auto it = held_.begin(); it != held_.end(); ++it) {
         if (!it->ready || (next != held_.end() && next->d.msg.id < it->d.msg.id)) continue;
-        if (!blocked_.empty() && blocked_.contains(aggregate_key(it->d.msg))) continue;  // waits
+        if (!blocked_.empty() && blocked_.contains(it->key)) continue;  // waits for its blocker
         next = it;
       }
       if (next == held_.end()) return;
@@ -362,8 +380,7 @@ class consumer {
       if (const outcome r = process_one(h.d, stamp::trust); finished(r))
         mark_ready(h.d.msg.id);
       else if (blocked_.size() < options_.max_deferred)  // at worst, a ready one goes early
-        blocked_.insert_or_assign(aggregate_key(h.d.msg),
-                                  blocker{h.d.msg.id, now + options_.predecessor_wait});
+        blocked_.insert_or_assign(h.key, blocker{h.d.msg.id, now + options_.predecessor_wait});
     }
   }
 
@@ -376,17 +393,24 @@ class consumer {
       auto tx = store_->begin();
       fresh = store_->record_delivery(options_.name, d.msg.id, clock_.now());
       if (fresh && check != stamp::trust) {
-        if (const auto p = stamped_predecessor(d.msg)) {
-          if constexpr (concepts::inbox_lookup_store<Store>) {
-            if (!store_->recorded(options_.name, *p)) {
-              if (check == stamp::check_and_hold && hold_capacity() > 0) {
-                // Rolled back (tx): the delivery is recorded when it is applied.
-                hold(d, *p);
-                return outcome::deferred;
-              }
-              out_of_order_.fetch_add(1, std::memory_order_relaxed);
-            }
+        std::optional<uuid> wait_for;
+        if constexpr (concepts::inbox_lookup_store<Store>) {
+          const auto p = stamped_predecessor(d.msg);
+          if (p && !store_->recorded(options_.name, *p)) wait_for = p;
+          // An earlier event of its aggregate is held here, or was released and is retried:
+          // it goes behind that one (whatever its own stamp says, or without one).
+          if (check == stamp::check_and_hold && options_.predecessor_wait.count() > 0) {
+            if (const auto b = earlier_held(d.msg); b && (!wait_for || *wait_for < *b))
+              wait_for = b;
           }
+        }
+        if (wait_for) {
+          if (check == stamp::check_and_hold && hold_capacity() > 0) {
+            // Rolled back (tx): the delivery is recorded when it is applied.
+            hold(d, *wait_for);
+            return outcome::deferred;
+          }
+          out_of_order_.fetch_add(1, std::memory_order_relaxed);
         }
       }
       if (fresh) handler_(store_->session(), d.msg);

@@ -1082,6 +1082,52 @@ BOOST_AUTO_TEST_CASE(a_released_delivery_that_fails_holds_back_its_aggregate) {
   BOOST_TEST(c.consumer.stats().out_of_order == 0u);
 }
 
+/// A receiver that requeues at the back of the queue (a broker with the next deliveries already
+/// prefetched to the consumer: they come before the requeued one).
+struct requeue_at_back {
+  outbox::testing::memory_transport* inner;
+  std::optional<outbox::delivery> receive(std::chrono::milliseconds timeout) {
+    return inner->receive(timeout);
+  }
+  void ack(const outbox::delivery& d) { inner->ack(d); }
+  void nack(const outbox::delivery& d, bool requeue) {
+    inner->ack(d);
+    if (requeue) put_on_wire(*inner, d.msg);
+  }
+};
+
+// A delivery that arrives while an earlier event of its aggregate is held, or was released and
+// is being retried, goes behind it, whatever its stamp: here x4 (stamped x1, the retried message
+// of the next batch) arrives after x1 was applied, while x2, released, failed and went back
+// behind it.
+BOOST_AUTO_TEST_CASE(a_delivery_goes_behind_an_earlier_one_of_its_aggregate_held_or_retried) {
+  memory_database db;
+  outbox::testing::memory_transport broker;
+  requeue_at_back rcv{&broker};
+  const auto x1 = stamped("x", std::nullopt);
+  const auto x2 = stamped("x", x1.id);
+  const auto x3 = stamped("x", x2.id);
+  const auto x4 = stamped("x", x1.id);
+  memory_session sql(db);
+  memory_store store(sql);
+  std::vector<outbox::uuid> applied;
+  int x2_failures = 0;
+  outbox::consumer<memory_store<>, requeue_at_back> c(
+      store, rcv,
+      [&](memory_session&, const outbox::message& m) {
+        if (m.id == x2.id && x2_failures++ == 0) throw std::runtime_error("handler failed once");
+        applied.push_back(m.id);
+      },
+      {.name = "billing", .poll_timeout = 10ms},
+      outbox::exponential_backoff{.initial = 1ms, .max_delay = 1ms, .max_attempts = 3});
+  for (const auto* m : {&x2, &x3, &x1, &x4}) put_on_wire(broker, *m);
+  for (int i = 0; i < 20 && applied.size() < 4; ++i) (void)c.poll_once();
+  BOOST_TEST((applied == std::vector<outbox::uuid>{x1.id, x2.id, x3.id, x4.id}));
+  BOOST_TEST(c.stats().out_of_order == 0u);
+  BOOST_TEST(c.held() == 0u);
+  BOOST_TEST(broker.unacked() == 0u);
+}
+
 // When the oldest held delivery's wait runs out and its own predecessor is held too, the
 // first of the chain goes first.
 BOOST_AUTO_TEST_CASE(when_a_wait_runs_out_the_first_of_the_chain_goes_first) {
