@@ -58,6 +58,8 @@ struct sqlite_fixture : soci_fixture_base {
   sqlite_fixture(const sqlite_fixture&) = delete;
   sqlite_fixture& operator=(const sqlite_fixture&) = delete;
 
+  /// The database file.
+  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
   /// A new connection to the fixture's database, configured (WAL, busy timeout).
   std::unique_ptr<session_type> open_session() {
     auto sql = std::make_unique<session_type>("sqlite3", "db=" + path_.string());

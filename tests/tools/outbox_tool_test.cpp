@@ -1,0 +1,364 @@
+// The `outbox` command-line tool (tools/outbox.cpp) run as a process against a real store: the
+// one named by -DOUTBOX_TOOL_TEST_<STORE> (the build compiles this file once per store it has).
+// The tool's path comes in OUTBOX_TOOL. Dead letters are made by a relay whose transport fails
+// chosen events for good; the tool lists, shows and requeues them, and a healthy relay then
+// publishes them; purges are counted; bad input exits 2, a server that refuses exits 1, and no
+// message carries the password.
+#define BOOST_TEST_MODULE outbox tool
+#define BOOST_TEST_NO_MAIN
+#include <boost/test/unit_test.hpp>
+
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <outbox/outbox.hpp>
+#include <outbox/testing/faulty_transport.hpp>
+#include <outbox/testing/memory_transport.hpp>
+
+#if defined(OUTBOX_TOOL_TEST_SQLITE)
+#include "../support/sqlite_fixture.hpp"
+using fixture = outbox::test::sqlite_fixture;
+#elif defined(OUTBOX_TOOL_TEST_POSTGRESQL)
+#include "../support/postgresql_fixture.hpp"
+using fixture = outbox::test::postgresql_locking_fixture;
+#elif defined(OUTBOX_TOOL_TEST_MYSQL)
+#include "../support/mysql_fixture.hpp"
+using fixture = outbox::test::mysql_locking_fixture;
+#else
+#error "compile with -DOUTBOX_TOOL_TEST_<STORE>"
+#endif
+
+namespace {
+
+using namespace std::chrono_literals;
+
+struct run_result {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (const char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+/// Runs the tool with `args` (OUTBOX_STORE unset unless given), returning its exit code and
+/// output.
+run_result tool(const std::vector<std::string>& args, const std::string& store_env = {}) {
+  const char* path = std::getenv("OUTBOX_TOOL");
+  BOOST_TEST_REQUIRE(path != nullptr, "OUTBOX_TOOL names the tool");
+  static int counter = 0;
+  const auto base = std::filesystem::temp_directory_path() /
+                    ("outbox-tool-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+  std::string cmd = "env -u OUTBOX_STORE ";
+  if (!store_env.empty()) cmd += "OUTBOX_STORE=" + shell_quote(store_env) + " ";
+  cmd += shell_quote(path);
+  for (const auto& a : args) cmd += " " + shell_quote(a);
+  cmd += " >" + shell_quote(base.string() + ".out") + " 2>" + shell_quote(base.string() + ".err");
+  const int rc = std::system(cmd.c_str());
+  run_result r;
+  r.code = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  r.out = slurp(base.string() + ".out");
+  r.err = slurp(base.string() + ".err");
+  std::filesystem::remove(base.string() + ".out");
+  std::filesystem::remove(base.string() + ".err");
+  return r;
+}
+
+/// Percent-encodes everything but RFC 3986's unreserved characters.
+[[maybe_unused]] std::string pct(const std::string& s) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  for (const unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(hex[c >> 4]);
+      out.push_back(hex[c & 15]);
+    }
+  }
+  return out;
+}
+
+/// The keywords of a libpq / SOCI MySQL connect string (`k=v`, `k='v w'`).
+[[maybe_unused]] std::map<std::string, std::string> keywords(const std::string& s) {
+  std::map<std::string, std::string> out;
+  std::size_t i = 0;
+  while (i < s.size()) {
+    while (i < s.size() && s[i] == ' ') ++i;
+    const auto eq = s.find('=', i);
+    if (eq == std::string::npos) break;
+    const std::string key = s.substr(i, eq - i);
+    std::string value;
+    i = eq + 1;
+    if (i < s.size() && s[i] == '\'') {
+      for (++i; i < s.size() && s[i] != '\''; ++i) {
+        if (s[i] == '\\' && i + 1 < s.size()) ++i;
+        value.push_back(s[i]);
+      }
+      ++i;
+    } else {
+      while (i < s.size() && s[i] != ' ') value.push_back(s[i++]);
+    }
+    out[key] = value;
+  }
+  return out;
+}
+
+/// The store URL of the fixture's database, with `password` instead of the real one if given.
+std::string url_of(const fixture& fx, const std::string& password = {}) {
+#if defined(OUTBOX_TOOL_TEST_SQLITE)
+  (void)password;
+  return "sqlite://" + fx.path().string();
+#else
+  auto k = keywords(fx.connect_string());
+  const std::string pw = password.empty() ? k["password"] : password;
+#if defined(OUTBOX_TOOL_TEST_POSTGRESQL)
+  const char* scheme = "postgresql://";
+  const std::string db = k["dbname"];
+  const std::string query = "?options=" + pct(k["options"]);
+#else
+  const char* scheme = "mysql://";
+  const std::string db = k["db"];
+  const std::string query = k.count("charset") ? "?charset=" + k["charset"] : "";
+#endif
+  return scheme + pct(k["user"]) + (pw.empty() ? "" : ":" + pct(pw)) + "@" +
+         (k.count("host") ? k["host"] : "127.0.0.1") + (k.count("port") ? ":" + k["port"] : "") +
+         "/" + db + query;
+#endif
+}
+
+nlohmann::json json_of(const run_result& r) {
+  BOOST_TEST_REQUIRE(r.code == 0, r.err);
+  return nlohmann::json::parse(r.out);
+}
+
+/// Ten events, three of which (the 2nd, 5th and 8th) a relay dead-letters at once (its
+/// transport fails them for good); the rest published. Returns the dead ones' ids, oldest first.
+std::vector<outbox::uuid> make_dead_letters(fixture& fx) {
+  auto sql = fx.open_session();
+  auto st = fx.make_store(*sql);
+  outbox::writer w(*st);
+  std::vector<outbox::uuid> ids;
+  {
+    auto tx = fixture::begin(*sql);
+    for (int i = 0; i < 10; ++i)
+      ids.push_back(w.enqueue(*sql, outbox::event{"order",
+                                                  std::to_string(i),
+                                                  "order_placed",
+                                                  R"({"i":)" + std::to_string(i) + "}",
+                                                  {{"tenant", "acme"}}}));
+    tx->commit();
+  }
+  const std::set<outbox::uuid> failing{ids[1], ids[4], ids[7]};
+  outbox::testing::memory_transport broker;
+  outbox::testing::faulty_transport<outbox::testing::memory_transport> faulty(broker);
+  faulty.fail_when([&](const outbox::message& m) { return failing.contains(m.id); },
+                   outbox::errc::permanent);
+  outbox::relay relay(*st, faulty, {.batch_size = 100});
+  while (relay.run_once() > 0) {
+  }
+  BOOST_TEST(relay.stats().dead_lettered == 3u);
+  BOOST_TEST(relay.stats().published == 7u);
+  return {ids[1], ids[4], ids[7]};
+}
+
+/// Publishes what is pending through a healthy transport; returns how many.
+std::uint64_t publish_pending(fixture& fx) {
+  auto sql = fx.open_session();
+  auto st = fx.make_store(*sql);
+  outbox::testing::memory_transport broker;
+  outbox::relay relay(*st, broker, {.batch_size = 100});
+  while (relay.run_once() > 0) {
+  }
+  return relay.stats().published;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(outbox_tool,
+                      *boost::unit_test::precondition(outbox::test::services_of<fixture>))
+
+BOOST_AUTO_TEST_CASE(help_for_every_subcommand_and_usage_errors_exit_2) {
+  fixture fx;
+  const auto url = url_of(fx);
+  const auto help = tool({"--help"});
+  BOOST_TEST(help.code == 0);
+  for (const char* sub : {"migrate", "stats", "dead-letters", "requeue", "purge"})
+    BOOST_TEST(help.out.find(sub) != std::string::npos, sub);
+  for (const std::vector<std::string>& sub : {std::vector<std::string>{"migrate"},
+                                              {"stats"},
+                                              {"dead-letters"},
+                                              {"dead-letters", "list"},
+                                              {"dead-letters", "show"},
+                                              {"requeue"},
+                                              {"purge"}}) {
+    auto args = sub;
+    args.push_back("--help");
+    const auto r = tool(args);
+    BOOST_TEST(r.code == 0, sub.back() << ": " << r.err);
+    const bool group = sub == std::vector<std::string>{"dead-letters"};  // no store of its own
+    BOOST_TEST((group || r.out.find("--store") != std::string::npos), r.out);
+  }
+  BOOST_TEST(tool({}).code == 2);                                            // no subcommand
+  BOOST_TEST(tool({"stats"}).code == 2);                                     // no store
+  BOOST_TEST(tool({"frobnicate"}).code == 2);                                // no such subcommand
+  BOOST_TEST(tool({"stats", "--store", "nowhere"}).code == 2);               // no scheme
+  BOOST_TEST(tool({"stats", "--store", "oracle://u@h/db"}).code == 2);       // not in this build
+  BOOST_TEST(tool({"stats", "--store", "mysql://u@h:99999/db"}).code == 2);  // bad port
+  BOOST_TEST(tool({"requeue", "--store", url}).code == 2);  // neither ids nor --all
+  BOOST_TEST(tool({"requeue", "--store", url, "not-a-uuid"}).code == 2);
+  const auto age = tool({"purge", "--store", url, "--published-before", "7x"});
+  BOOST_TEST(age.code == 2);
+  BOOST_TEST(age.err.find("7d") != std::string::npos, age.err);
+  BOOST_TEST(tool({"purge", "--store", url}).code == 2);  // neither window
+  // The store from the environment.
+  BOOST_TEST(tool({"stats"}, url).code == 0);
+}
+
+BOOST_AUTO_TEST_CASE(migrate_prints_the_schema_version) {
+  fixture fx;  // migrated already: migrate again is a no-op that says where it is
+  const auto text = tool({"migrate", "--store", url_of(fx)});
+  BOOST_TEST(text.code == 0, text.err);
+  BOOST_TEST(text.out ==
+             "schema version " + std::to_string(fixture::store_type::schema_version) + "\n");
+  const auto j = json_of(tool({"migrate", "--store", url_of(fx), "--json"}));
+  BOOST_TEST(j.at("schema_version").get<int>() == fixture::store_type::schema_version);
+}
+
+BOOST_AUTO_TEST_CASE(dead_letters_are_listed_shown_requeued_and_published) {
+  fixture fx;
+  const auto url = url_of(fx);
+  const auto dead = make_dead_letters(fx);
+  auto stats = json_of(tool({"stats", "--store", url, "--json"}));
+  BOOST_TEST(stats.at("dead").get<int>() == 3);
+  BOOST_TEST(stats.at("pending").get<int>() == 0);
+  BOOST_TEST(stats.at("in_flight").get<int>() == 0);
+  const auto text_stats = tool({"stats", "--store", url});
+  BOOST_TEST(text_stats.out.find("dead-lettered        3") != std::string::npos, text_stats.out);
+
+  const auto list = json_of(tool({"dead-letters", "list", "--store", url, "--json"}));
+  BOOST_TEST_REQUIRE(list.size() == 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    BOOST_TEST(list[i].at("id").get<std::string>() == dead[i].to_string());
+    BOOST_TEST(list[i].at("event_type").get<std::string>() == "order_placed");
+    BOOST_TEST(list[i].at("attempts").get<int>() == 1);
+    BOOST_TEST(!list[i].at("last_error").get<std::string>().empty());
+  }
+  const auto limited =
+      json_of(tool({"dead-letters", "list", "--store", url, "--json", "--limit", "1"}));
+  BOOST_TEST(limited.size() == 1u);
+  const auto table = tool({"dead-letters", "list", "--store", url});
+  BOOST_TEST(table.out.find(dead[2].to_string()) != std::string::npos, table.out);
+
+  const auto shown =
+      json_of(tool({"dead-letters", "show", "--store", url, "--json", dead[1].to_string()}));
+  BOOST_TEST(shown.at("payload").at("i").get<int>() == 4);
+  BOOST_TEST(shown.at("headers").at("tenant").get<std::string>() == "acme");
+  BOOST_TEST(shown.at("aggregate_id").get<std::string>() == "4");
+  const auto unknown = outbox::make_uuid_v7().to_string();
+  BOOST_TEST(tool({"dead-letters", "show", "--store", url, unknown}).code == 1);
+
+  // One by id (and one that is not a dead letter: exit 1, the other still requeued) ...
+  const auto some = tool({"requeue", "--store", url, "--json", dead[0].to_string(), unknown});
+  BOOST_TEST(some.code == 1);
+  const auto some_j = nlohmann::json::parse(some.out);
+  BOOST_TEST(some_j.at("requeued").get<int>() == 1);
+  BOOST_TEST(some_j.at("not_dead_lettered").at(0).get<std::string>() == unknown);
+  // ... the rest of one event type (none here) and then all, in batches of one.
+  const auto typed =
+      json_of(tool({"requeue", "--store", url, "--json", "--all", "--event-type", "other"}));
+  BOOST_TEST(typed.at("requeued").get<int>() == 0);
+  const auto all = tool({"requeue", "--store", url, "--all", "--batch", "1"});
+  BOOST_TEST(all.code == 0, all.err);
+  BOOST_TEST(all.out == "requeued 2\n");
+  BOOST_TEST(all.err.find("requeued 2") != std::string::npos, all.err);  // progress, plain lines
+  stats = json_of(tool({"stats", "--store", url, "--json"}));
+  BOOST_TEST(stats.at("dead").get<int>() == 0);
+  BOOST_TEST(stats.at("pending").get<int>() == 3);
+  BOOST_TEST(publish_pending(fx) == 3u);
+  stats = json_of(tool({"stats", "--store", url, "--json"}));
+  BOOST_TEST(stats.at("pending").get<int>() == 0);
+  BOOST_TEST(json_of(tool({"dead-letters", "list", "--store", url, "--json"})).empty());
+}
+
+BOOST_AUTO_TEST_CASE(purges_count_and_refuse_a_short_inbox_window) {
+  fixture fx;
+  const auto url = url_of(fx);
+  (void)make_dead_letters(fx);  // 7 published, 3 dead
+  {
+    auto sql = fx.open_session();
+    auto st = fx.make_store(*sql);
+    auto tx = st->begin();
+    for (int i = 0; i < 5; ++i)
+      (void)st->record_delivery("billing", outbox::make_uuid_v7(),
+                                std::chrono::system_clock::now() - std::chrono::hours(24 * 40));
+    (void)st->record_delivery("billing", outbox::make_uuid_v7(), std::chrono::system_clock::now());
+    tx.commit();
+  }
+  // Nothing published a day ago yet.
+  BOOST_TEST(json_of(tool({"purge", "--store", url, "--json", "--published-before", "1d"}))
+                 .at("purged")
+                 .get<int>() == 0);
+  const auto published =
+      tool({"purge", "--store", url, "--published-before", "0s", "--batch", "3"});
+  BOOST_TEST(published.code == 0, published.err);
+  BOOST_TEST(published.out == "purged 7 published events\n");
+  const auto stats = json_of(tool({"stats", "--store", url, "--json"}));
+  BOOST_TEST(stats.at("dead").get<int>() == 3);  // dead letters are not published events
+
+  const auto short_window = tool({"purge", "--store", url, "--inbox-before", "1d"});
+  BOOST_TEST(short_window.code == 2);
+  BOOST_TEST(short_window.err.find("--force") != std::string::npos, short_window.err);
+  BOOST_TEST(short_window.err.find("applied twice") != std::string::npos, short_window.err);
+  const auto inbox = json_of(tool({"purge", "--store", url, "--json", "--inbox-before", "30d"}));
+  BOOST_TEST(inbox.at("purged").get<int>() == 5);
+  const auto forced =
+      json_of(tool({"purge", "--store", url, "--json", "--inbox-before", "0s", "--force"}));
+  BOOST_TEST(forced.at("purged").get<int>() == 1);
+}
+
+BOOST_AUTO_TEST_CASE(a_store_that_refuses_exits_1_without_the_password) {
+  fixture fx;
+#if defined(OUTBOX_TOOL_TEST_SQLITE)
+  const auto r = tool({"stats", "--store", "sqlite:///nonexistent-dir-outbox/x.db"});
+  BOOST_TEST(r.code == 1);
+  BOOST_TEST(r.err.find("outbox: error") != std::string::npos, r.err);
+#else
+  const std::string secret = "wrong-Secret-4711";
+  const auto r = tool({"stats", "--store", url_of(fx, secret)});
+  BOOST_TEST(r.code == 1);
+  BOOST_TEST(r.err.find("outbox: error") != std::string::npos, r.err);
+  BOOST_TEST(r.err.find(secret) == std::string::npos, r.err);
+  BOOST_TEST(r.out.find(secret) == std::string::npos, r.out);
+#endif
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+#if defined(OUTBOX_TOOL_TEST_SQLITE)
+OUTBOX_TEST_MAIN()
+#elif defined(OUTBOX_TOOL_TEST_POSTGRESQL)
+OUTBOX_TEST_MAIN_REQUIRING("OUTBOX_TEST_POSTGRESQL")
+#else
+OUTBOX_TEST_MAIN_REQUIRING("OUTBOX_TEST_MYSQL")
+#endif

@@ -1,0 +1,636 @@
+// outbox: the operator's command-line tool. One binary for every store this build has, picked at
+// run time from a URL (--store, or OUTBOX_STORE):
+//   sqlite:///var/lib/app/orders.db   sqlite:relative/path.db
+//   postgresql://user:password@host:5432/db?options=-csearch_path%3Dapp   (postgres:// too)
+//   mysql://user:password@host:3306/db
+// Subcommands: migrate, stats, dead-letters (list, show), requeue, purge. `outbox --help` and
+// `outbox <subcommand> --help` say more. Exit codes: 0 ok, 1 error (the class, the adapter and its
+// native code are printed; never a password), 2 usage.
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <soci/soci.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <outbox/outbox.hpp>
+#ifdef OUTBOX_TOOL_SQLITE
+#include <outbox/sqlite/store.hpp>
+#endif
+#ifdef OUTBOX_TOOL_POSTGRESQL
+#include <outbox/postgresql/store.hpp>
+#endif
+#ifdef OUTBOX_TOOL_MYSQL
+#include <outbox/mysql/store.hpp>
+#endif
+
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr int exit_ok = 0;
+constexpr int exit_error = 1;
+constexpr int exit_usage = 2;
+
+/// A usage error found after parsing (a bad URL, a bad duration): exit 2.
+struct usage_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// ---- store URLs ---------------------------------------------------------------------------------
+
+std::string percent_decode(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size()) {
+      const auto hex = [](char c) -> int {
+        if (c >= '0' && c <= '9') return c - '0';
+        if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+        if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+        return -1;
+      };
+      const int hi = hex(s[i + 1]), lo = hex(s[i + 2]);
+      if (hi < 0 || lo < 0) throw usage_error("bad percent-escape in the store URL");
+      out.push_back(static_cast<char>(hi * 16 + lo));
+      i += 2;
+    } else if (s[i] == '%') {
+      throw usage_error("bad percent-escape in the store URL");
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
+
+/// A parsed store URL. `redacted` is what may be printed (the password replaced).
+struct store_url {
+  std::string scheme, user, password, host, path;
+  std::optional<int> port;
+  std::vector<std::pair<std::string, std::string>> query;
+  std::string redacted;
+};
+
+store_url parse_store_url(const std::string& url) {
+  store_url u;
+  const auto colon = url.find(':');
+  if (colon == std::string::npos || colon == 0)
+    throw usage_error("the store URL has no scheme (sqlite:, postgresql:, mysql:)");
+  u.scheme = url.substr(0, colon);
+  if (u.scheme == "postgres") u.scheme = "postgresql";
+  std::string rest = url.substr(colon + 1);
+  if (u.scheme == "sqlite") {
+    // sqlite:///abs/path, sqlite://relative/path, sqlite:relative/path
+    if (rest.rfind("//", 0) == 0) rest.erase(0, 2);
+    u.path = percent_decode(rest);
+    if (u.path.empty()) throw usage_error("the sqlite URL names no file (sqlite:///path/to.db)");
+    u.redacted = url;
+    return u;
+  }
+  if (rest.rfind("//", 0) != 0)
+    throw usage_error("the store URL must look like " + u.scheme + "://user:password@host/db");
+  rest.erase(0, 2);
+  std::string query;
+  if (const auto q = rest.find('?'); q != std::string::npos) {
+    query = rest.substr(q + 1);
+    rest.erase(q);
+  }
+  std::string authority = rest;
+  if (const auto slash = rest.find('/'); slash != std::string::npos) {
+    authority = rest.substr(0, slash);
+    u.path = percent_decode(rest.substr(slash + 1));
+  }
+  std::string hostport = authority;
+  std::string shown_authority = authority;
+  if (const auto at = authority.rfind('@'); at != std::string::npos) {
+    const std::string userinfo = authority.substr(0, at);
+    hostport = authority.substr(at + 1);
+    const auto c = userinfo.find(':');
+    u.user = percent_decode(userinfo.substr(0, c));
+    if (c != std::string::npos) u.password = percent_decode(userinfo.substr(c + 1));
+    shown_authority =
+        userinfo.substr(0, c) + (c != std::string::npos ? ":***" : "") + "@" + hostport;
+  }
+  if (const auto c = hostport.rfind(':'); c != std::string::npos && hostport.back() != ']') {
+    const std::string p = hostport.substr(c + 1);
+    hostport.erase(c);
+    try {
+      std::size_t used = 0;
+      const int port = std::stoi(p, &used);
+      if (used != p.size() || port < 1 || port > 65535) throw std::out_of_range(p);
+      u.port = port;
+    } catch (const std::exception&) {
+      throw usage_error("bad port in the store URL: '" + p + "'");
+    }
+  }
+  u.host = percent_decode(hostport);
+  if (!query.empty()) {
+    std::string_view q = query;
+    while (!q.empty()) {
+      const auto amp = q.find('&');
+      const std::string_view item = q.substr(0, amp);
+      const auto eq = item.find('=');
+      if (eq == std::string_view::npos || eq == 0)
+        throw usage_error("bad parameter in the store URL: '" + std::string(item) + "'");
+      u.query.emplace_back(percent_decode(item.substr(0, eq)), percent_decode(item.substr(eq + 1)));
+      q = amp == std::string_view::npos ? std::string_view{} : q.substr(amp + 1);
+    }
+  }
+  u.redacted = u.scheme + "://" + shown_authority + (u.path.empty() ? "" : "/" + u.path) +
+               (query.empty() ? "" : "?" + query);
+  return u;
+}
+
+/// `key='value'` for libpq and SOCI's MySQL backend (a quote or backslash escaped).
+std::string keyword(const std::string& key, const std::string& value) {
+  std::string out = key + "='";
+  for (const char c : value) {
+    if (c == '\'' || c == '\\') out.push_back('\\');
+    out.push_back(c);
+  }
+  return out + "' ";
+}
+
+/// The keyword connect string of a server URL (libpq's, and SOCI's MySQL backend's: the same
+/// form), the database under `db_keyword`, the URL's parameters passed as keywords.
+[[maybe_unused]] std::string connect_string(const store_url& u, const char* db_keyword) {
+  std::string out;
+  if (!u.host.empty()) out += keyword("host", u.host);
+  if (u.port) out += keyword("port", std::to_string(*u.port));
+  if (!u.path.empty()) out += keyword(db_keyword, u.path);
+  if (!u.user.empty()) out += keyword("user", u.user);
+  if (!u.password.empty()) out += keyword("password", u.password);
+  for (const auto& [k, v] : u.query) out += keyword(k, v);
+  return out;
+}
+
+/// Replaces every occurrence of `secret` in `text` (an error message) by ***.
+std::string redact(std::string text, const std::string& secret) {
+  if (secret.empty()) return text;
+  for (auto at = text.find(secret); at != std::string::npos; at = text.find(secret, at + 3))
+    text.replace(at, secret.size(), "***");
+  return text;
+}
+
+// ---- the stores, behind one interface -----------------------------------------------------------
+
+/// What the tool does with a store, whichever it is.
+class store_ops {
+ public:
+  virtual ~store_ops() = default;
+  virtual int migrate() = 0;
+  virtual outbox::backlog_stats stats() = 0;
+  virtual std::vector<outbox::dead_letter> dead_letters(std::size_t n) = 0;
+  virtual bool requeue(const outbox::uuid& id) = 0;
+  virtual std::size_t purge_published(outbox::time_point before, std::size_t n) = 0;
+  virtual std::size_t purge_inbox(outbox::time_point before, std::size_t n) = 0;
+};
+
+/// `Store` on a session of its own, opened on first use (so that bad arguments are refused before
+/// any connection). The store object is made after `migrate` if that is what runs (a store
+/// checks the schema version).
+template <class Store>
+class store_ops_for final : public store_ops {
+ public:
+  store_ops_for(outbox::store_options options, std::string backend, std::string connect)
+      : options_(std::move(options)), backend_(std::move(backend)), connect_(std::move(connect)) {}
+  int migrate() override { return Store::migrate(session()); }
+  outbox::backlog_stats stats() override { return store().stats(std::chrono::system_clock::now()); }
+  std::vector<outbox::dead_letter> dead_letters(std::size_t n) override {
+    return store().dead_letters(n);
+  }
+  bool requeue(const outbox::uuid& id) override { return store().requeue(id); }
+  std::size_t purge_published(outbox::time_point before, std::size_t n) override {
+    return store().purge_published(before, n);
+  }
+  std::size_t purge_inbox(outbox::time_point before, std::size_t n) override {
+    return store().purge_inbox(before, n);
+  }
+
+ private:
+  soci::session& session() {
+    if (!sql_) {
+      sql_ = std::make_unique<soci::session>(backend_, connect_);
+      Store::configure(*sql_, options_.session);
+    }
+    return *sql_;
+  }
+  Store& store() {
+    if (!store_) store_.emplace(session(), options_);
+    return *store_;
+  }
+  outbox::store_options options_;
+  std::string backend_, connect_;
+  std::unique_ptr<soci::session> sql_;
+  std::optional<Store> store_;
+};
+
+std::unique_ptr<store_ops> open_store(const store_url& u) {
+  const outbox::store_options options{.listen = false};
+#ifdef OUTBOX_TOOL_SQLITE
+  if (u.scheme == "sqlite") {
+    if (!u.query.empty()) throw usage_error("a sqlite URL takes no parameters");
+    // SOCI's sqlite3 backend takes a connect string without '=' as the file name, whole.
+    if (u.path.find('=') != std::string::npos)
+      throw usage_error("a sqlite file name with '=' in it is not supported");
+    return std::make_unique<store_ops_for<outbox::sqlite::store>>(options, "sqlite3", u.path);
+  }
+#endif
+#ifdef OUTBOX_TOOL_POSTGRESQL
+  if (u.scheme == "postgresql") {
+    // The parameters are libpq's own keywords.
+    return std::make_unique<store_ops_for<outbox::postgresql::store>>(options, "postgresql",
+                                                                      connect_string(u, "dbname"));
+  }
+#endif
+#ifdef OUTBOX_TOOL_MYSQL
+  if (u.scheme == "mysql") {
+    // The parameters are SOCI's MySQL keywords.
+    return std::make_unique<store_ops_for<outbox::mysql::store>>(options, "mysql",
+                                                                 connect_string(u, "db"));
+  }
+#endif
+  throw usage_error("store '" + u.scheme + "' is not in this build of outbox (it has:" +
+#ifdef OUTBOX_TOOL_SQLITE
+                    " sqlite" +
+#endif
+#ifdef OUTBOX_TOOL_POSTGRESQL
+                    " postgresql" +
+#endif
+#ifdef OUTBOX_TOOL_MYSQL
+                    " mysql" +
+#endif
+                    std::string(")"));
+}
+
+// ---- output -------------------------------------------------------------------------------------
+
+std::string iso8601(outbox::time_point t) {
+  const auto secs = std::chrono::time_point_cast<std::chrono::seconds>(t);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t - secs).count();
+  const std::time_t tt = std::chrono::system_clock::to_time_t(secs);
+  std::tm tm{};
+  gmtime_r(&tt, &tm);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms));
+  return buf;
+}
+
+/// Progress of a long operation: a line rewritten in place on a terminal (stderr), or one plain
+/// line per step when stderr is not one (logs, pipes).
+class progress {
+ public:
+  explicit progress(std::string what) : what_(std::move(what)), tty_(::isatty(2) == 1) {}
+  void step(std::size_t done, std::optional<std::size_t> total = std::nullopt) {
+    std::string line = what_ + " " + std::to_string(done);
+    if (total) {
+      line += " of " + std::to_string(*total);
+      if (tty_ && *total > 0) {
+        const std::size_t width = 30, filled = std::min(width, done * width / *total);
+        line = "[" + std::string(filled, '#') + std::string(width - filled, '.') + "] " + line;
+      }
+    }
+    if (tty_) {
+      std::fprintf(stderr, "\r%s\033[K", line.c_str());
+      drawn_ = true;
+    } else {
+      std::fprintf(stderr, "%s\n", line.c_str());
+    }
+    std::fflush(stderr);
+  }
+  ~progress() {
+    if (drawn_) std::fputc('\n', stderr);
+  }
+
+ private:
+  std::string what_;
+  bool tty_;
+  bool drawn_ = false;
+};
+
+/// "7d", "12h", "30m", "45s": an age.
+std::chrono::seconds parse_age(const std::string& text, const char* option) {
+  std::size_t used = 0;
+  long long n = -1;
+  try {
+    n = std::stoll(text, &used);
+  } catch (const std::exception&) {
+  }
+  const std::string unit = n >= 0 ? text.substr(used) : "";
+  const std::map<std::string, long long> units{{"s", 1}, {"m", 60}, {"h", 3600}, {"d", 86400}};
+  const auto u = units.find(unit);
+  if (n < 0 || u == units.end() || n > 100LL * 365 * 86400 / u->second)
+    throw usage_error(std::string(option) + " takes an age such as 7d, 12h, 30m or 45s, got '" +
+                      text + "'");
+  return std::chrono::seconds(n * u->second);
+}
+
+std::string base64(std::string_view bytes) {
+  static constexpr char alphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  for (std::size_t i = 0; i < bytes.size(); i += 3) {
+    const auto b = [&](std::size_t k) {
+      return k < bytes.size() ? static_cast<unsigned>(static_cast<unsigned char>(bytes[k])) : 0U;
+    };
+    const unsigned v = (b(i) << 16) | (b(i + 1) << 8) | b(i + 2);
+    out.push_back(alphabet[(v >> 18) & 63]);
+    out.push_back(alphabet[(v >> 12) & 63]);
+    out.push_back(i + 1 < bytes.size() ? alphabet[(v >> 6) & 63] : '=');
+    out.push_back(i + 2 < bytes.size() ? alphabet[v & 63] : '=');
+  }
+  return out;
+}
+
+/// A dead letter as JSON; `whole`: with its content type, headers and payload (JSON as JSON,
+/// anything else as base64).
+nlohmann::json to_json(const outbox::dead_letter& d, bool whole) {
+  nlohmann::json j{{"id", d.msg.id.to_string()},         {"aggregate_type", d.msg.aggregate_type},
+                   {"aggregate_id", d.msg.aggregate_id}, {"event_type", d.msg.event_type},
+                   {"attempts", d.msg.attempts},         {"last_error", d.last_error},
+                   {"dead_at", iso8601(d.dead_at)},      {"created_at", iso8601(d.msg.created_at)}};
+  if (whole) {
+    j["content_type"] = d.msg.content_type;
+    j["headers"] = d.msg.headers;
+    if (outbox::is_json_content_type(d.msg.content_type) && nlohmann::json::accept(d.msg.payload))
+      j["payload"] = nlohmann::json::parse(d.msg.payload);
+    else
+      j["payload_base64"] = base64(d.msg.payload);
+  }
+  return j;
+}
+
+// ---- the subcommands ----------------------------------------------------------------------------
+
+struct options {
+  std::string store;
+  bool json = false;
+  std::size_t limit = 100;
+  std::size_t batch = 1000;
+  std::size_t scan = 100'000;
+  std::string id;
+  std::vector<std::string> ids;
+  bool all = false;
+  std::string event_type;
+  std::string published_before, inbox_before;
+  bool force = false;
+};
+
+/// The shortest inbox window `purge --inbox-before` takes without --force.
+constexpr auto inbox_floor = std::chrono::hours(24 * 7);
+
+int cmd_migrate(store_ops& s, const options& o) {
+  const int version = s.migrate();
+  if (o.json)
+    std::cout << nlohmann::json{{"schema_version", version}}.dump() << "\n";
+  else
+    std::cout << "schema version " << version << "\n";
+  return exit_ok;
+}
+
+int cmd_stats(store_ops& s, const options& o) {
+  const auto st = s.stats();
+  if (o.json) {
+    std::cout << nlohmann::json{{"pending", st.pending},
+                                {"in_flight", st.in_flight},
+                                {"dead", st.dead},
+                                {"oldest_pending_age_ms", st.oldest_pending_age.count()}}
+                     .dump()
+              << "\n";
+    return exit_ok;
+  }
+  std::printf("pending              %lld\n", static_cast<long long>(st.pending));
+  std::printf("in flight            %lld\n", static_cast<long long>(st.in_flight));
+  std::printf("dead-lettered        %lld\n", static_cast<long long>(st.dead));
+  std::printf("oldest pending age   %.1f s\n",
+              static_cast<double>(st.oldest_pending_age.count()) / 1000.0);
+  return exit_ok;
+}
+
+int cmd_dead_letters_list(store_ops& s, const options& o) {
+  const auto dead = s.dead_letters(o.limit);
+  if (o.json) {
+    auto arr = nlohmann::json::array();
+    for (const auto& d : dead) arr.push_back(to_json(d, false));
+    std::cout << arr.dump() << "\n";
+    return exit_ok;
+  }
+  if (dead.empty()) {
+    std::cout << "no dead letters\n";
+    return exit_ok;
+  }
+  std::printf("%-36s  %-24s  %-20s  %8s  %-24s  %s\n", "id", "aggregate", "event type", "attempts",
+              "dead at", "last error");
+  for (const auto& d : dead) {
+    const std::string agg = d.msg.aggregate_type + "/" + d.msg.aggregate_id;
+    std::printf("%-36s  %-24.24s  %-20.20s  %8d  %-24s  %s\n", d.msg.id.to_string().c_str(),
+                agg.c_str(), d.msg.event_type.c_str(), d.msg.attempts, iso8601(d.dead_at).c_str(),
+                outbox::sanitize_text(d.last_error, 200).c_str());
+  }
+  if (dead.size() == o.limit) std::cout << "(the oldest " << o.limit << "; --limit N for more)\n";
+  return exit_ok;
+}
+
+outbox::uuid parse_id(const std::string& text) {
+  const auto id = outbox::uuid::parse(text);
+  if (!id) throw usage_error("not an event id (UUID): '" + text + "'");
+  return *id;
+}
+
+int cmd_dead_letters_show(store_ops& s, const options& o) {
+  const auto id = parse_id(o.id);
+  for (const auto& d : s.dead_letters(o.scan)) {
+    if (d.msg.id != id) continue;
+    const auto j = to_json(d, true);
+    std::cout << (o.json ? j.dump() : j.dump(2)) << "\n";
+    return exit_ok;
+  }
+  std::cerr << "outbox: " << o.id << " is not among the oldest " << o.scan
+            << " dead letters (--scan N looks further)\n";
+  return exit_error;
+}
+
+int cmd_requeue(store_ops& s, const options& o) {
+  if (o.all == !o.ids.empty()) throw usage_error("requeue takes event ids, or --all (not both)");
+  if (!o.event_type.empty() && !o.all) throw usage_error("--event-type goes with --all");
+  std::size_t requeued = 0;
+  std::vector<std::string> missing;
+  if (!o.all) {
+    std::vector<outbox::uuid> ids;
+    for (const auto& t : o.ids) ids.push_back(parse_id(t));  // all checked before any change
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (s.requeue(ids[i]))
+        ++requeued;
+      else
+        missing.push_back(o.ids[i]);
+    }
+  } else {
+    // In bounded batches, the oldest first. A dead letter requeued here that fails again while
+    // this runs (a relay is running) is not requeued twice: the run ends when a batch holds
+    // nothing new.
+    std::set<outbox::uuid> seen;
+    progress bar("requeued");
+    const std::size_t total_hint =
+        static_cast<std::size_t>(std::max<std::int64_t>(0, s.stats().dead));
+    for (;;) {
+      const auto batch = s.dead_letters(o.event_type.empty() ? o.batch : o.scan);
+      std::size_t fresh = 0;
+      for (const auto& d : batch) {
+        if (!seen.insert(d.msg.id).second) continue;
+        if (!o.event_type.empty() && d.msg.event_type != o.event_type) continue;
+        ++fresh;
+        if (s.requeue(d.msg.id)) ++requeued;
+      }
+      bar.step(requeued, o.event_type.empty() ? std::optional(total_hint) : std::nullopt);
+      if (fresh == 0 || !o.event_type.empty()) break;
+    }
+  }
+  if (o.json) {
+    std::cout << nlohmann::json{{"requeued", requeued}, {"not_dead_lettered", missing}}.dump()
+              << "\n";
+  } else {
+    std::cout << "requeued " << requeued << "\n";
+    for (const auto& m : missing) std::cout << "not a dead letter: " << m << "\n";
+  }
+  return missing.empty() ? exit_ok : exit_error;
+}
+
+int cmd_purge(store_ops& s, const options& o) {
+  if (o.published_before.empty() == o.inbox_before.empty())
+    throw usage_error("purge takes --published-before AGE or --inbox-before AGE (one of them)");
+  const bool inbox = !o.inbox_before.empty();
+  const auto age = inbox ? parse_age(o.inbox_before, "--inbox-before")
+                         : parse_age(o.published_before, "--published-before");
+  if (inbox && age < inbox_floor && !o.force)
+    throw usage_error(
+        "--inbox-before " + o.inbox_before +
+        " is shorter than 7d: the inbox must remember an event longer than any redelivery of "
+        "it can take (a broker's requeue, a relay's retry after its lease, a restore), or a "
+        "late copy is applied twice. Add --force if you know your longest redelivery path");
+  const auto before = std::chrono::system_clock::now() - age;
+  std::size_t total = 0;
+  progress bar(inbox ? "purged inbox records" : "purged published events");
+  for (;;) {
+    const std::size_t n =
+        inbox ? s.purge_inbox(before, o.batch) : s.purge_published(before, o.batch);
+    total += n;
+    bar.step(total);
+    if (n < o.batch) break;
+  }
+  if (o.json)
+    std::cout << nlohmann::json{{"purged", total}, {"what", inbox ? "inbox" : "published"}}.dump()
+              << "\n";
+  else
+    std::cout << "purged " << total << (inbox ? " inbox records" : " published events") << "\n";
+  return exit_ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "outbox: operate a transactional outbox: apply the schema, see the backlog and the dead "
+      "letters, requeue, purge.\nThe store is a URL: sqlite:///path/to.db, "
+      "postgresql://user:password@host:5432/db, mysql://user:password@host:3306/db (--store, or "
+      "the environment variable OUTBOX_STORE).\nExit codes: 0 ok, 1 error, 2 usage.",
+      "outbox"};
+  app.set_version_flag("--version", std::string(OUTBOX_TOOL_VERSION));
+  app.require_subcommand(1);
+  options o;
+  const auto with_store = [&](CLI::App* c) {
+    c->add_option("--store", o.store, "the store URL")->envname("OUTBOX_STORE")->required();
+    c->add_flag("--json", o.json, "print JSON instead of text");
+  };
+  auto* migrate = app.add_subcommand("migrate", "apply the schema's migrations; print the version");
+  with_store(migrate);
+  auto* stats = app.add_subcommand(
+      "stats", "the backlog: pending, in flight, dead-lettered, the oldest pending event's age");
+  with_store(stats);
+  auto* dead = app.add_subcommand("dead-letters", "the relay's dead letters");
+  dead->require_subcommand(1);
+  auto* list = dead->add_subcommand("list",
+                                    "the oldest dead letters: id, aggregate, event type, "
+                                    "attempts, when, the last error");
+  with_store(list);
+  list->add_option("--limit", o.limit, "at most this many (default 100)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1'000'000}));
+  auto* show = dead->add_subcommand("show", "one dead letter, whole: payload and headers too");
+  with_store(show);
+  show->add_option("id", o.id, "the event id")->required();
+  show->add_option("--scan", o.scan, "look among the oldest N dead letters (default 100000)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{10'000'000}));
+  auto* requeue = app.add_subcommand(
+      "requeue", "put dead letters back in the outbox (pending, attempts reset): ids, or --all");
+  with_store(requeue);
+  requeue->add_option("ids", o.ids, "event ids");
+  requeue->add_flag("--all", o.all, "every dead letter, the oldest first, in bounded batches");
+  requeue->add_option("--event-type", o.event_type,
+                      "with --all: only these (among the oldest --scan dead letters)");
+  requeue->add_option("--batch", o.batch, "dead letters per batch (default 1000)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{100'000}));
+  requeue->add_option("--scan", o.scan, "with --event-type: how many to look at (default 100000)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{10'000'000}));
+  auto* purge = app.add_subcommand(
+      "purge", "delete published events, or inbox records, older than an age, in bounded batches");
+  with_store(purge);
+  purge->add_option("--published-before", o.published_before,
+                    "published events older than this (7d, 12h, 30m, 45s)");
+  purge->add_option("--inbox-before", o.inbox_before,
+                    "consumers' inbox records older than this (at least 7d without --force)");
+  purge->add_flag("--force", o.force, "take an inbox window under 7 days");
+  purge->add_option("--batch", o.batch, "rows per statement (default 1000)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{100'000}));
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    (void)app.exit(e);
+    return exit_usage;
+  }
+
+  std::string password;
+  try {
+    const store_url url = parse_store_url(o.store);
+    password = url.password;
+    auto store = open_store(url);
+    if (migrate->parsed()) return cmd_migrate(*store, o);
+    if (stats->parsed()) return cmd_stats(*store, o);
+    if (list->parsed()) return cmd_dead_letters_list(*store, o);
+    if (show->parsed()) return cmd_dead_letters_show(*store, o);
+    if (requeue->parsed()) return cmd_requeue(*store, o);
+    if (purge->parsed()) return cmd_purge(*store, o);
+    return exit_usage;
+  } catch (const usage_error& e) {
+    std::cerr << "outbox: " << redact(e.what(), password) << "\n";
+    return exit_usage;
+  } catch (const outbox::error& e) {
+    std::cerr << "outbox: error (" << e.code().message() << ", " << e.adapter()
+              << (e.native_code().empty() ? "" : " " + e.native_code())
+              << "): " << redact(e.what(), password) << "\n";
+    return exit_error;
+  } catch (const std::exception& e) {
+    std::cerr << "outbox: error: " << redact(e.what(), password) << "\n";
+    return exit_error;
+  }
+}
