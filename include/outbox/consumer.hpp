@@ -439,6 +439,7 @@ class consumer {
     }
     if (kind == errc::transient || kind == errc::in_doubt) {
       // Not the event's fault: no attempt spent, but never a tight loop either.
+      block_behind(d);
       return requeue(d, ++transient_streak_);
     }
     transient_streak_ = 0;
@@ -466,7 +467,23 @@ class consumer {
       dead_.fetch_add(1, std::memory_order_relaxed);
       return outcome::dead_lettered;
     }
+    block_behind(d);
     return requeue(d, attempt);
+  }
+
+  /// A stamped delivery (its relay stamps predecessors: one consumer per queue) that failed and
+  /// goes back for a retry holds back the later events of its aggregate that arrive meanwhile
+  /// (`earlier_held`), so an unstamped one (the first of its aggregate in a later batch) does
+  /// not overtake it from the receiver's prefetch.
+  void block_behind(const delivery& d) {
+    if constexpr (concepts::inbox_lookup_store<Store>) {
+      if (options_.predecessor_wait.count() <= 0 || !d.msg.headers.contains(predecessor_header))
+        return;
+      const auto now = std::chrono::steady_clock::now();
+      const blocker b{d.msg.id, now + options_.predecessor_wait};
+      auto [it, fresh] = blocked_.try_emplace(aggregate_key(d.msg), b);
+      if (!fresh && (d.msg.id < it->second.id || it->second.until <= now)) it->second = b;
+    }
   }
 
   outcome requeue(const delivery& d, int attempt) {

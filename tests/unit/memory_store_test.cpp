@@ -1128,6 +1128,36 @@ BOOST_AUTO_TEST_CASE(a_delivery_goes_behind_an_earlier_one_of_its_aggregate_held
   BOOST_TEST(broker.unacked() == 0u);
 }
 
+// A stamped delivery that fails on its first try, never held, goes back for a retry; the next
+// event of its aggregate, unstamped (the first of a later batch) and already prefetched, waits
+// for it.
+BOOST_AUTO_TEST_CASE(a_stamped_delivery_that_fails_holds_back_the_next_of_its_aggregate) {
+  memory_database db;
+  outbox::testing::memory_transport broker;
+  requeue_at_back rcv{&broker};
+  const auto x1 = stamped("x", std::nullopt);
+  const auto x2 = stamped("x", x1.id);
+  const auto x3 = stamped("x", std::nullopt);
+  const auto y1 = stamped("y", std::nullopt);
+  memory_session sql(db);
+  memory_store store(sql);
+  std::vector<outbox::uuid> applied;
+  int x2_failures = 0;
+  outbox::consumer<memory_store<>, requeue_at_back> c(
+      store, rcv,
+      [&](memory_session&, const outbox::message& m) {
+        if (m.id == x2.id && x2_failures++ == 0) throw std::runtime_error("handler failed once");
+        applied.push_back(m.id);
+      },
+      {.name = "billing", .poll_timeout = 10ms},
+      outbox::exponential_backoff{.initial = 1ms, .max_delay = 1ms, .max_attempts = 3});
+  for (const auto* m : {&x1, &x2, &x3, &y1}) put_on_wire(broker, *m);
+  for (int i = 0; i < 20 && applied.size() < 4; ++i) (void)c.poll_once();
+  BOOST_TEST((applied == std::vector<outbox::uuid>{x1.id, y1.id, x2.id, x3.id}));
+  BOOST_TEST(c.stats().out_of_order == 0u);
+  BOOST_TEST(c.held() == 0u);
+}
+
 // When the oldest held delivery's wait runs out and its own predecessor is held too, the
 // first of the chain goes first.
 BOOST_AUTO_TEST_CASE(when_a_wait_runs_out_the_first_of_the_chain_goes_first) {
