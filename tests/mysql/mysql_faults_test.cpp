@@ -187,7 +187,9 @@ BOOST_AUTO_TEST_CASE(a_consumer_commit_interrupted_by_kill_query_reports_what_it
   for (const auto& id : not_committed) hidden += recorded(id);
   BOOST_TEST_MESSAGE(committed.size() << " committed, " << not_committed.size()
                                       << " not committed, " << in_doubt << " in doubt");
-  BOOST_TEST(not_committed.size() > 100u);  // the kills did hit
+  // The kills did hit (how many depends on the machine's load: 24 on a loaded CI run, several
+  // hundred alone); what matters is the two checks below.
+  BOOST_TEST(not_committed.size() >= 10u);
   BOOST_TEST(lost == 0u);
   BOOST_TEST(hidden == 0u);
 }
