@@ -34,6 +34,18 @@
 
 namespace outbox {
 
+/// What one settled batch came to (`relay_options::on_batch`).
+struct batch_report {
+  std::size_t unreadable = 0;  ///< Rows the claim could not read (dead-lettered by the store).
+  settle_result settled{};     ///< What the settle did with `messages`.
+  /// How long the claim, the publish (from the first send to the last confirm or the deadline)
+  /// and the settle took. A pipelined relay runs a batch's claim while the batch before it is
+  /// in flight: the three add up to the batch's own work, not its time from claim to settle.
+  std::chrono::nanoseconds claim{0}, publish{0}, settle{0};
+  std::span<const message> messages{};  ///< The batch (in publish order).
+  std::span<const settlement> fates{};  ///< What became of each of `messages` (same order).
+};
+
 /// Options of a relay. Fill with designated initialisers: `relay_options{.batch_size = 1000}`.
 struct relay_options {
   /// The largest `batch_size` accepted: a batch is held in memory and published as one unit.
@@ -72,6 +84,11 @@ struct relay_options {
   /// Called by `run` with every error it backs off from (for logs and metrics), on the relay's
   /// thread; must not throw. Empty: errors are only counted (`relay_stats::errors`).
   std::function<void(const error&)> on_error{};
+  /// Called after each batch is settled (`run` and `run_once`), for metrics: what the batch came
+  /// to and how long its steps took. On the thread that settled it (the relay's, or a pipelined
+  /// relay's worker); must not throw, and should be quick (it delays the next batch). Not
+  /// called for a batch whose settle failed (that is an error, see `on_error`).
+  std::function<void(const batch_report&)> on_batch{};
 };
 
 /// Counters of one relay (a snapshot; the relay updates them as it goes).
@@ -88,6 +105,9 @@ struct relay_stats {
   /// promise, or, with `stamp_predecessors`, one that does not make it (the consumer puts them
   /// back in order); 0 otherwise.
   std::uint64_t reordered = 0;
+  /// Errors in a row since `run`'s last step that went through (0 when it did): a database or
+  /// broker that has been away for a while, for health checks.
+  std::uint64_t consecutive_errors = 0;
 };
 
 namespace detail {
@@ -225,10 +245,12 @@ class relay {
   ///         left to its lease) first.
   std::size_t run_once(std::stop_token stop = {}) {
     released_only_ = false;
+    const auto claim_start = std::chrono::steady_clock::now();
     claimed_batch batch = claim_from(*stores_[0]);
     if (batch.empty()) return batch.unreadable;
+    const auto claim_time = std::chrono::steady_clock::now() - claim_start;
     const outcome o = publish_batch(batch, stop);
-    settle_batch(*stores_[0], batch, o);
+    settle_batch(*stores_[0], batch, o, claim_time);
     if (o.failure) std::rethrow_exception(o.failure);
     return batch.size() + batch.unreadable;
   }
@@ -300,8 +322,9 @@ class relay {
   }
 
   [[nodiscard]] relay_stats stats() const noexcept {
-    return {batches_.load(),  published_.load(), retried_.load(), dead_.load(),
-            released_.load(), fenced_.load(),    errors_.load(),  reordered_.load()};
+    return {batches_.load(), published_.load(), retried_.load(),
+            dead_.load(),    released_.load(),  fenced_.load(),
+            errors_.load(),  reordered_.load(), consecutive_errors_.load()};
   }
   [[nodiscard]] const relay_options& options() const noexcept { return options_; }
 
@@ -311,6 +334,7 @@ class relay {
   struct outcome {
     std::vector<settlement> fates;
     std::exception_ptr failure;
+    std::chrono::nanoseconds publish_time{0};
   };
 
   /// A claimed batch, the store holding it, and (once published) its outcome.
@@ -318,6 +342,7 @@ class relay {
     claimed_batch batch;
     std::size_t store = 0;
     outcome result{};
+    std::chrono::nanoseconds claim_time{0};
   };
 
   /// The loop of `run`: `step` processes a batch and returns how many rows it claimed;
@@ -339,10 +364,13 @@ class relay {
         again = n > 0 && !std::exchange(released_only_, false);
         if (!again) before_sleep();
         failures = 0;
+        consecutive_errors_.store(0, std::memory_order_relaxed);
       } catch (const error& e) {
         if (e.kind() == errc::misconfigured) throw;
+        consecutive_errors_.store(static_cast<std::uint64_t>(++failures),
+                                  std::memory_order_relaxed);
         count_error(e);
-        sleep_for(stop, std::max(retry_.delay(++failures, rng_), options_.idle_poll_min));
+        sleep_for(stop, std::max(retry_.delay(failures, rng_), options_.idle_poll_min));
         continue;
       }
       if (again) {
@@ -393,9 +421,11 @@ class relay {
     released_only_ = false;
     if (!ahead_) {
       settle_unsettled();
+      const auto claim_start = std::chrono::steady_clock::now();
       claimed_batch b = claim_from(*stores_[next_store_]);
       if (b.empty()) return b.unreadable;
-      ahead_.emplace(held_batch{std::move(b), next_store_, {}});
+      ahead_.emplace(held_batch{
+          std::move(b), next_store_, {}, std::chrono::steady_clock::now() - claim_start});
     }
     held_batch current = std::move(*ahead_);
     ahead_.reset();
@@ -407,9 +437,12 @@ class relay {
       // message in flight holds its aggregate back as a message waiting for a retry does.)
       settle_unsettled();
       if (stop.stop_requested()) return;
+      const auto claim_start = std::chrono::steady_clock::now();
       claimed_batch b = claim_from(*stores_[other], ahead_scan_limit(in_flight));
       note_ahead_claim(b.size() + b.unreadable);
-      if (!b.empty()) ahead_.emplace(held_batch{std::move(b), other, {}});
+      if (!b.empty())
+        ahead_.emplace(
+            held_batch{std::move(b), other, {}, std::chrono::steady_clock::now() - claim_start});
     });
     try {
       current.result = publish_batch(current.batch, stop);
@@ -471,7 +504,7 @@ class relay {
     if (!unsettled_) return;
     held_batch b = std::move(*unsettled_);
     unsettled_.reset();
-    settle_batch(*stores_[b.store], b.batch, b.result);
+    settle_batch(*stores_[b.store], b.batch, b.result, b.claim_time);
   }
 
   /// Settles the batch published and releases the batch claimed ahead (worker idle).
@@ -499,6 +532,7 @@ class relay {
   /// or in waves), and decides each message's fate. Touches only the transport.
   outcome publish_batch(claimed_batch& batch, std::stop_token& stop) {
     const std::size_t n = batch.size();
+    const auto publish_start = std::chrono::steady_clock::now();
     outcome out{std::vector<settlement>(n), nullptr};
     std::vector<settlement>& fates = out.fates;
     // A message whose earlier attempts never settled (the relay died, or was killed, while
@@ -566,11 +600,18 @@ class relay {
     released_only_ = batch.unreadable == 0 &&
                      std::all_of(fates.begin(), fates.end(),
                                  [](const auto& f) { return f.what == settlement::kind::release; });
+    out.publish_time = std::chrono::steady_clock::now() - publish_start;
     return out;
   }
 
-  void settle_batch(Store& store, const claimed_batch& batch, const outcome& o) {
+  void settle_batch(Store& store, const claimed_batch& batch, const outcome& o,
+                    std::chrono::nanoseconds claim_time) {
+    const auto settle_start = std::chrono::steady_clock::now();
     const settle_result r = settle_with_retries(store, batch, o.fates);
+    if (options_.on_batch)
+      options_.on_batch(batch_report{batch.unreadable, r, claim_time, o.publish_time,
+                                     std::chrono::steady_clock::now() - settle_start,
+                                     batch.messages, o.fates});
     batches_.fetch_add(1, std::memory_order_relaxed);
     published_.fetch_add(r.published, std::memory_order_relaxed);
     retried_.fetch_add(r.retried, std::memory_order_relaxed);
@@ -782,7 +823,7 @@ class relay {
   std::optional<held_batch> ahead_, unsettled_;
   std::size_t next_store_ = 0;
   std::atomic<std::uint64_t> batches_{0}, published_{0}, retried_{0}, dead_{0}, released_{0},
-      fenced_{0}, errors_{0}, reordered_{0};
+      fenced_{0}, errors_{0}, reordered_{0}, consecutive_errors_{0};
 };
 
 }  // namespace outbox

@@ -5,8 +5,10 @@
 #define BOOST_TEST_MODULE memory store
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <span>
@@ -846,6 +848,55 @@ BOOST_AUTO_TEST_CASE(stopping_leaves_nothing_held) {
   BOOST_TEST(s.in_flight == 0);
   BOOST_TEST(s.pending == static_cast<std::int64_t>(1000 - relay.stats().published));
   for (const auto& row : db.outbox()) BOOST_TEST(row.attempts == (row.published_at ? 1 : 0));
+}
+
+// What a metrics exporter sees: one report per settled batch (from the relay's thread or the
+// worker's), whose fates match its settle and add up to the relay's counters; and a run of
+// errors counted in `consecutive_errors` until a step goes through again.
+BOOST_AUTO_TEST_CASE(batch_reports_add_up_and_error_runs_are_counted) {
+  memory_database db;
+  enqueue_spread(db, 600, 600);
+  memory_session relay_sql(db);
+  memory_store store(relay_sql);
+  outbox::testing::memory_transport broker({.confirm_latency = 1ms});
+  std::mutex mutex;
+  std::size_t reports = 0, published = 0, messages = 0, mismatched = 0, untimed = 0;
+  std::vector<std::uint64_t> runs;  // consecutive_errors as each error is reported
+  outbox::relay<memory_store<>, outbox::testing::memory_transport>* self = nullptr;
+  outbox::relay relay(
+      store, broker,
+      {.batch_size = 50,
+       .idle_poll_min = 1ms,
+       .idle_poll_max = 2ms,
+       .on_error = [&](const outbox::error&) { runs.push_back(self->stats().consecutive_errors); },
+       .on_batch =
+           [&](const outbox::batch_report& r) {
+             std::lock_guard lock(mutex);
+             ++reports;
+             published += r.settled.published;
+             messages += r.messages.size();
+             const auto confirmed = std::count_if(r.fates.begin(), r.fates.end(), [](auto& f) {
+               return f.what == outbox::settlement::kind::published;
+             });
+             if (r.fates.size() != r.messages.size() ||
+                 static_cast<std::size_t>(confirmed) != r.settled.published)
+               ++mismatched;
+             if (r.publish <= 0ns || r.claim <= 0ns || r.settle <= 0ns) ++untimed;
+           }},
+      outbox::exponential_backoff{.initial = 1ms, .max_delay = 2ms});
+  self = &relay;
+  BOOST_TEST(relay.pipelines());
+  db.fail_next(3, outbox::errc::transient, memory_operation::claim);
+  run_until(relay, [&] { return relay.stats().published == 600u; });
+  const auto st = relay.stats();
+  std::lock_guard lock(mutex);
+  BOOST_TEST(reports == st.batches);
+  BOOST_TEST(published == 600u);
+  BOOST_TEST(messages == 600u);
+  BOOST_TEST(mismatched == 0u);
+  BOOST_TEST(untimed == 0u);
+  BOOST_TEST((runs == std::vector<std::uint64_t>{1, 2, 3}));
+  BOOST_TEST(st.consecutive_errors == 0u);  // the steps after them went through
 }
 
 BOOST_AUTO_TEST_SUITE_END()
