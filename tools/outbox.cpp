@@ -27,163 +27,16 @@
 #include <nlohmann/json.hpp>
 
 #include <outbox/outbox.hpp>
-#ifdef OUTBOX_TOOL_SQLITE
-#include <outbox/sqlite/store.hpp>
-#endif
-#ifdef OUTBOX_TOOL_POSTGRESQL
-#include <outbox/postgresql/store.hpp>
-#endif
-#ifdef OUTBOX_TOOL_MYSQL
-#include <outbox/mysql/store.hpp>
-#endif
+
+#include "common.hpp"
+#include "relay_command.hpp"
+#include "stores.hpp"
+#include "transports.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
-
-constexpr int exit_ok = 0;
-constexpr int exit_error = 1;
-constexpr int exit_usage = 2;
-
-/// A usage error found after parsing (a bad URL, a bad duration): exit 2.
-struct usage_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-// ---- store URLs ---------------------------------------------------------------------------------
-
-std::string percent_decode(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '%' && i + 2 < s.size()) {
-      const auto hex = [](char c) -> int {
-        if (c >= '0' && c <= '9') return c - '0';
-        if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-        if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-        return -1;
-      };
-      const int hi = hex(s[i + 1]), lo = hex(s[i + 2]);
-      if (hi < 0 || lo < 0) throw usage_error("bad percent-escape in the store URL");
-      out.push_back(static_cast<char>(hi * 16 + lo));
-      i += 2;
-    } else if (s[i] == '%') {
-      throw usage_error("bad percent-escape in the store URL");
-    } else {
-      out.push_back(s[i]);
-    }
-  }
-  return out;
-}
-
-/// A parsed store URL. `redacted` is what may be printed (the password replaced).
-struct store_url {
-  std::string scheme, user, password, host, path;
-  std::optional<int> port;
-  std::vector<std::pair<std::string, std::string>> query;
-  std::string redacted;
-};
-
-store_url parse_store_url(const std::string& url) {
-  store_url u;
-  const auto colon = url.find(':');
-  if (colon == std::string::npos || colon == 0)
-    throw usage_error("the store URL has no scheme (sqlite:, postgresql:, mysql:)");
-  u.scheme = url.substr(0, colon);
-  if (u.scheme == "postgres") u.scheme = "postgresql";
-  std::string rest = url.substr(colon + 1);
-  if (u.scheme == "sqlite") {
-    // sqlite:///abs/path, sqlite://relative/path, sqlite:relative/path
-    if (rest.rfind("//", 0) == 0) rest.erase(0, 2);
-    u.path = percent_decode(rest);
-    if (u.path.empty()) throw usage_error("the sqlite URL names no file (sqlite:///path/to.db)");
-    u.redacted = url;
-    return u;
-  }
-  if (rest.rfind("//", 0) != 0)
-    throw usage_error("the store URL must look like " + u.scheme + "://user:password@host/db");
-  rest.erase(0, 2);
-  std::string query;
-  if (const auto q = rest.find('?'); q != std::string::npos) {
-    query = rest.substr(q + 1);
-    rest.erase(q);
-  }
-  std::string authority = rest;
-  if (const auto slash = rest.find('/'); slash != std::string::npos) {
-    authority = rest.substr(0, slash);
-    u.path = percent_decode(rest.substr(slash + 1));
-  }
-  std::string hostport = authority;
-  std::string shown_authority = authority;
-  if (const auto at = authority.rfind('@'); at != std::string::npos) {
-    const std::string userinfo = authority.substr(0, at);
-    hostport = authority.substr(at + 1);
-    const auto c = userinfo.find(':');
-    u.user = percent_decode(userinfo.substr(0, c));
-    if (c != std::string::npos) u.password = percent_decode(userinfo.substr(c + 1));
-    shown_authority =
-        userinfo.substr(0, c) + (c != std::string::npos ? ":***" : "") + "@" + hostport;
-  }
-  if (const auto c = hostport.rfind(':'); c != std::string::npos && hostport.back() != ']') {
-    const std::string p = hostport.substr(c + 1);
-    hostport.erase(c);
-    try {
-      std::size_t used = 0;
-      const int port = std::stoi(p, &used);
-      if (used != p.size() || port < 1 || port > 65535) throw std::out_of_range(p);
-      u.port = port;
-    } catch (const std::exception&) {
-      throw usage_error("bad port in the store URL: '" + p + "'");
-    }
-  }
-  u.host = percent_decode(hostport);
-  if (!query.empty()) {
-    std::string_view q = query;
-    while (!q.empty()) {
-      const auto amp = q.find('&');
-      const std::string_view item = q.substr(0, amp);
-      const auto eq = item.find('=');
-      if (eq == std::string_view::npos || eq == 0)
-        throw usage_error("bad parameter in the store URL: '" + std::string(item) + "'");
-      u.query.emplace_back(percent_decode(item.substr(0, eq)), percent_decode(item.substr(eq + 1)));
-      q = amp == std::string_view::npos ? std::string_view{} : q.substr(amp + 1);
-    }
-  }
-  u.redacted = u.scheme + "://" + shown_authority + (u.path.empty() ? "" : "/" + u.path) +
-               (query.empty() ? "" : "?" + query);
-  return u;
-}
-
-/// `key='value'` for libpq and SOCI's MySQL backend (a quote or backslash escaped).
-std::string keyword(const std::string& key, const std::string& value) {
-  std::string out = key + "='";
-  for (const char c : value) {
-    if (c == '\'' || c == '\\') out.push_back('\\');
-    out.push_back(c);
-  }
-  return out + "' ";
-}
-
-/// The keyword connect string of a server URL (libpq's, and SOCI's MySQL backend's: the same
-/// form), the database under `db_keyword`, the URL's parameters passed as keywords.
-[[maybe_unused]] std::string connect_string(const store_url& u, const char* db_keyword) {
-  std::string out;
-  if (!u.host.empty()) out += keyword("host", u.host);
-  if (u.port) out += keyword("port", std::to_string(*u.port));
-  if (!u.path.empty()) out += keyword(db_keyword, u.path);
-  if (!u.user.empty()) out += keyword("user", u.user);
-  if (!u.password.empty()) out += keyword("password", u.password);
-  for (const auto& [k, v] : u.query) out += keyword(k, v);
-  return out;
-}
-
-/// Replaces every occurrence of `secret` in `text` (an error message) by ***.
-std::string redact(std::string text, const std::string& secret) {
-  if (secret.empty()) return text;
-  for (auto at = text.find(secret); at != std::string::npos; at = text.find(secret, at + 3))
-    text.replace(at, secret.size(), "***");
-  return text;
-}
+using namespace outbox_tool;
 
 // ---- the stores, behind one interface -----------------------------------------------------------
 
@@ -239,56 +92,14 @@ class store_ops_for final : public store_ops {
 };
 
 std::unique_ptr<store_ops> open_store(const store_url& u) {
-  const outbox::store_options options{.listen = false};
-#ifdef OUTBOX_TOOL_SQLITE
-  if (u.scheme == "sqlite") {
-    if (!u.query.empty()) throw usage_error("a sqlite URL takes no parameters");
-    // SOCI's sqlite3 backend takes a connect string without '=' as the file name, whole.
-    if (u.path.find('=') != std::string::npos)
-      throw usage_error("a sqlite file name with '=' in it is not supported");
-    return std::make_unique<store_ops_for<outbox::sqlite::store>>(options, "sqlite3", u.path);
-  }
-#endif
-#ifdef OUTBOX_TOOL_POSTGRESQL
-  if (u.scheme == "postgresql") {
-    // The parameters are libpq's own keywords.
-    return std::make_unique<store_ops_for<outbox::postgresql::store>>(options, "postgresql",
-                                                                      connect_string(u, "dbname"));
-  }
-#endif
-#ifdef OUTBOX_TOOL_MYSQL
-  if (u.scheme == "mysql") {
-    // The parameters are SOCI's MySQL keywords.
-    return std::make_unique<store_ops_for<outbox::mysql::store>>(options, "mysql",
-                                                                 connect_string(u, "db"));
-  }
-#endif
-  throw usage_error("store '" + u.scheme + "' is not in this build of outbox (it has:" +
-#ifdef OUTBOX_TOOL_SQLITE
-                    " sqlite" +
-#endif
-#ifdef OUTBOX_TOOL_POSTGRESQL
-                    " postgresql" +
-#endif
-#ifdef OUTBOX_TOOL_MYSQL
-                    " mysql" +
-#endif
-                    std::string(")"));
+  return with_store_type(
+      u, [&]<class Store>(std::string backend, std::string connect) -> std::unique_ptr<store_ops> {
+        return std::make_unique<store_ops_for<Store>>(outbox::store_options{.listen = false},
+                                                      std::move(backend), std::move(connect));
+      });
 }
 
 // ---- output -------------------------------------------------------------------------------------
-
-std::string iso8601(outbox::time_point t) {
-  const auto secs = std::chrono::time_point_cast<std::chrono::seconds>(t);
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t - secs).count();
-  const std::time_t tt = std::chrono::system_clock::to_time_t(secs);
-  std::tm tm{};
-  gmtime_r(&tt, &tm);
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms));
-  return buf;
-}
 
 /// Progress of a long operation: a line rewritten in place on a terminal (stderr), or one plain
 /// line per step when stderr is not one (logs, pipes).
@@ -321,23 +132,6 @@ class progress {
   bool tty_;
   bool drawn_ = false;
 };
-
-/// "7d", "12h", "30m", "45s": an age.
-std::chrono::seconds parse_age(const std::string& text, const char* option) {
-  std::size_t used = 0;
-  long long n = -1;
-  try {
-    n = std::stoll(text, &used);
-  } catch (const std::exception&) {
-  }
-  const std::string unit = n >= 0 ? text.substr(used) : "";
-  const std::map<std::string, long long> units{{"s", 1}, {"m", 60}, {"h", 3600}, {"d", 86400}};
-  const auto u = units.find(unit);
-  if (n < 0 || u == units.end() || n > 100LL * 365 * 86400 / u->second)
-    throw usage_error(std::string(option) + " takes an age such as 7d, 12h, 30m or 45s, got '" +
-                      text + "'");
-  return std::chrono::seconds(n * u->second);
-}
 
 std::string base64(std::string_view bytes) {
   static constexpr char alphabet[] =
@@ -545,7 +339,7 @@ int cmd_purge(store_ops& s, const options& o) {
 int main(int argc, char** argv) {
   CLI::App app{
       "outbox: operate a transactional outbox: apply the schema, see the backlog and the dead "
-      "letters, requeue, purge.\nThe store is a URL: sqlite:///path/to.db, "
+      "letters, requeue, purge, run relays.\nThe store is a URL: sqlite:///path/to.db, "
       "postgresql://user:password@host:5432/db, mysql://user:password@host:3306/db (--store, or "
       "the environment variable OUTBOX_STORE).\nExit codes: 0 ok, 1 error, 2 usage.",
       "outbox"};
@@ -596,6 +390,48 @@ int main(int argc, char** argv) {
   purge->add_option("--batch", o.batch, "rows per statement (default 1000)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{100'000}));
 
+  relay_command_options ro;
+  auto* relay = app.add_subcommand(
+      "relay",
+      "run relays: publish the outbox through a transport until SIGTERM or SIGINT, with "
+      "Prometheus metrics on /metrics and a health check on /healthz");
+  relay->add_option("--store", ro.store, "the store URL")->envname("OUTBOX_STORE")->required();
+  relay
+      ->add_option("--transport", ro.transport,
+                   "the transport URL: amqp://user:password@host:5672/vhost?exchange=outbox, "
+                   "zmq+tcp://127.0.0.1:5557, zmq+ipc:///path, kafka://host:9092?topic_pattern=...")
+      ->envname("OUTBOX_TRANSPORT")
+      ->required();
+  relay->add_option("--threads", ro.threads, "relays, each with its own connections (default 1)");
+  relay->add_option("--batch-size", ro.batch_size, "events per batch (default 500)")
+      ->check(CLI::Range(std::size_t{1}, outbox::relay_options::max_batch_size));
+  relay->add_option("--publish-timeout", ro.publish_timeout,
+                    "confirms not in by then are failures (default 10s)");
+  relay->add_option("--lease", ro.lease, "how long a claim holds (default 30s)");
+  relay->add_option("--claim-policy", ro.claim_policy,
+                    "default, locking or leasing (default: the store's)");
+  relay->add_option("--retention", ro.retention,
+                    "keep (mark published; purge later) or delete (on publish); default keep");
+  relay
+      ->add_option("--max-attempts", ro.max_attempts,
+                   "failed publishes before an event is dead-lettered (default 10)")
+      ->check(CLI::Range(1, 1000));
+  relay->add_flag("--no-pipeline", ro.no_pipeline,
+                  "one batch at a time (default: the next batch is claimed while one is in "
+                  "flight, on a second connection)");
+  relay->add_flag("--stamp-predecessors", ro.stamp_predecessors,
+                  "send a hot aggregate's run in one call, stamped for the consumers to keep "
+                  "order (README, \"Hot aggregates\")");
+  relay->add_option("--metrics-address", ro.metrics_address,
+                    "host:port of /metrics and /healthz (default 127.0.0.1:9464; port 0: any "
+                    "free port, logged; off: none)");
+  relay->add_option("--unhealthy-after", ro.unhealthy_after,
+                    "/healthz fails when a relay has been failing this long (default 60s)");
+  relay->add_option("--backlog-interval", ro.backlog_interval,
+                    "how often the backlog gauges are sampled (default 5s)");
+  app.set_config("--config", "",
+                 "read options from a TOML or INI file (relay options under [relay])");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -609,10 +445,22 @@ int main(int argc, char** argv) {
     return exit_usage;
   }
 
-  std::string password;
+  std::vector<std::string> secrets;
   try {
+    if (relay->parsed()) {
+      const auto add_secrets = [&](auto parse, const std::string& url) {
+        try {
+          const auto u = parse(url);
+          secrets.insert(secrets.end(), u.secrets.begin(), u.secrets.end());
+        } catch (const usage_error&) {  // NOLINT(bugprone-empty-catch): cmd_relay says so
+        }
+      };
+      add_secrets(parse_store_url, ro.store);
+      add_secrets(parse_transport_url, ro.transport);
+      return cmd_relay(ro);
+    }
     const store_url url = parse_store_url(o.store);
-    password = url.password;
+    secrets = url.secrets;
     auto store = open_store(url);
     if (migrate->parsed()) return cmd_migrate(*store, o);
     if (stats->parsed()) return cmd_stats(*store, o);
@@ -622,15 +470,15 @@ int main(int argc, char** argv) {
     if (purge->parsed()) return cmd_purge(*store, o);
     return exit_usage;
   } catch (const usage_error& e) {
-    std::cerr << "outbox: " << redact(e.what(), password) << "\n";
+    std::cerr << "outbox: " << redact(e.what(), secrets) << "\n";
     return exit_usage;
   } catch (const outbox::error& e) {
     std::cerr << "outbox: error (" << e.code().message() << ", " << e.adapter()
               << (e.native_code().empty() ? "" : " " + e.native_code())
-              << "): " << redact(e.what(), password) << "\n";
+              << "): " << redact(e.what(), secrets) << "\n";
     return exit_error;
   } catch (const std::exception& e) {
-    std::cerr << "outbox: error: " << redact(e.what(), password) << "\n";
+    std::cerr << "outbox: error: " << redact(e.what(), secrets) << "\n";
     return exit_error;
   }
 }

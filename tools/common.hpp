@@ -1,0 +1,248 @@
+#pragma once
+// What the `outbox` tool's commands share: exit codes, usage errors, server URLs (parsed,
+// percent-decoded, printed with the password replaced) and timestamps.
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <outbox/outbox.hpp>
+
+namespace outbox_tool {
+
+inline constexpr int exit_ok = 0;
+inline constexpr int exit_error = 1;
+inline constexpr int exit_usage = 2;
+
+/// A usage error found after parsing (a bad URL, a bad duration): exit 2.
+struct usage_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// ---- URLs ---------------------------------------------------------------------------------------
+
+inline std::string percent_decode(std::string_view s, std::string_view what = "store") {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size()) {
+      const auto hex = [](char c) -> int {
+        if (c >= '0' && c <= '9') return c - '0';
+        if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+        if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+        return -1;
+      };
+      const int hi = hex(s[i + 1]), lo = hex(s[i + 2]);
+      if (hi < 0 || lo < 0)
+        throw usage_error("bad percent-escape in the " + std::string(what) + " URL");
+      out.push_back(static_cast<char>(hi * 16 + lo));
+      i += 2;
+    } else if (s[i] == '%') {
+      throw usage_error("bad percent-escape in the " + std::string(what) + " URL");
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
+
+/// A parsed URL (a store's or a transport's). `redacted` is what may be printed (the password
+/// replaced).
+struct store_url {
+  std::string scheme, user, password, host, path;
+  std::optional<int> port;
+  std::vector<std::pair<std::string, std::string>> query;
+  std::string redacted;
+  std::vector<std::string> secrets;  ///< The password and secret parameters: never printed.
+};
+
+/// A URL parameter whose value is a secret (a password, a key).
+inline bool is_secret_key(std::string_view key) {
+  return key.find("password") != std::string_view::npos ||
+         key.find("secret") != std::string_view::npos;
+}
+
+/// Percent-encodes all but RFC 3986's unreserved characters.
+inline std::string percent_encode(std::string_view s) {
+  static constexpr char hex[] = "0123456789ABCDEF";
+  std::string out;
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+        c == '.' || c == '_' || c == '~') {
+      out.push_back(ch);
+    } else {
+      out.push_back('%');
+      out.push_back(hex[c >> 4]);
+      out.push_back(hex[c & 15]);
+    }
+  }
+  return out;
+}
+
+/// Parses `scheme://[user[:password]@]host[:port][/path][?k=v&...]`, or, for a scheme that names
+/// a file (`sqlite`, `zmq+ipc`), `scheme://path` / `scheme:path`. `what`: "store" or "transport",
+/// and `schemes` the ones to suggest, for the messages.
+inline store_url parse_url(const std::string& url, std::string_view what,
+                           std::string_view schemes) {
+  const std::string kind(what);
+  store_url u;
+  const auto colon = url.find(':');
+  if (colon == std::string::npos || colon == 0)
+    throw usage_error("the " + kind + " URL has no scheme (" + std::string(schemes) + ")");
+  u.scheme = url.substr(0, colon);
+  if (u.scheme == "postgres") u.scheme = "postgresql";
+  std::string rest = url.substr(colon + 1);
+  if (u.scheme == "sqlite" || u.scheme == "zmq+ipc") {
+    // sqlite:///abs/path, sqlite://relative/path, sqlite:relative/path
+    if (rest.rfind("//", 0) == 0) rest.erase(0, 2);
+    u.path = percent_decode(rest, what);
+    if (u.path.empty())
+      throw usage_error("the " + u.scheme + " URL names no file (" + u.scheme + ":///path)");
+    u.redacted = url;
+    return u;
+  }
+  if (rest.rfind("//", 0) != 0)
+    throw usage_error("the " + kind + " URL must look like " + u.scheme +
+                      "://user:password@host/path");
+  rest.erase(0, 2);
+  std::string query;
+  if (const auto q = rest.find('?'); q != std::string::npos) {
+    query = rest.substr(q + 1);
+    rest.erase(q);
+  }
+  std::string authority = rest;
+  if (const auto slash = rest.find('/'); slash != std::string::npos) {
+    authority = rest.substr(0, slash);
+    u.path = percent_decode(rest.substr(slash + 1), what);
+  }
+  std::string hostport = authority;
+  std::string shown_authority = authority;
+  if (const auto at = authority.rfind('@'); at != std::string::npos) {
+    const std::string userinfo = authority.substr(0, at);
+    hostport = authority.substr(at + 1);
+    const auto c = userinfo.find(':');
+    u.user = percent_decode(userinfo.substr(0, c), what);
+    if (c != std::string::npos) u.password = percent_decode(userinfo.substr(c + 1), what);
+    shown_authority =
+        userinfo.substr(0, c) + (c != std::string::npos ? ":***" : "") + "@" + hostport;
+  }
+  // kafka://host:port,host:port: the authority is the bootstrap list, kept whole.
+  if (const auto c = hostport.rfind(':');
+      c != std::string::npos && hostport.back() != ']' && u.scheme != "kafka") {
+    const std::string p = hostport.substr(c + 1);
+    hostport.erase(c);
+    try {
+      std::size_t used = 0;
+      const int port = std::stoi(p, &used);
+      if (used != p.size() || port < 1 || port > 65535) throw std::out_of_range(p);
+      u.port = port;
+    } catch (const std::exception&) {
+      throw usage_error("bad port in the " + kind + " URL: '" + p + "'");
+    }
+  }
+  u.host = percent_decode(hostport, what);
+  if (!query.empty()) {
+    std::string_view q = query;
+    while (!q.empty()) {
+      const auto amp = q.find('&');
+      const std::string_view item = q.substr(0, amp);
+      const auto eq = item.find('=');
+      if (eq == std::string_view::npos || eq == 0)
+        throw usage_error("bad parameter in the " + kind + " URL: '" + std::string(item) + "'");
+      u.query.emplace_back(percent_decode(item.substr(0, eq), what),
+                           percent_decode(item.substr(eq + 1), what));
+      q = amp == std::string_view::npos ? std::string_view{} : q.substr(amp + 1);
+    }
+  }
+  // Parameters that carry a secret (sasl.password, ...) are not printed either.
+  std::string shown_query;
+  for (const auto& [k, v] : u.query) {
+    shown_query += (shown_query.empty() ? "?" : "&") + k + "=" + (is_secret_key(k) ? "***" : v);
+    if (is_secret_key(k)) u.secrets.push_back(v);
+  }
+  if (!u.password.empty()) u.secrets.push_back(u.password);
+  u.redacted =
+      u.scheme + "://" + shown_authority + (u.path.empty() ? "" : "/" + u.path) + shown_query;
+  return u;
+}
+
+inline store_url parse_store_url(const std::string& url) {
+  return parse_url(url, "store", "sqlite:, postgresql:, mysql:");
+}
+
+/// `key='value'` for libpq and SOCI's MySQL backend (a quote or backslash escaped).
+inline std::string keyword(const std::string& key, const std::string& value) {
+  std::string out = key + "='";
+  for (const char c : value) {
+    if (c == '\'' || c == '\\') out.push_back('\\');
+    out.push_back(c);
+  }
+  return out + "' ";
+}
+
+/// The keyword connect string of a server URL (libpq's, and SOCI's MySQL backend's: the same
+/// form), the database under `db_keyword`, the URL's parameters passed as keywords.
+inline std::string connect_string(const store_url& u, const char* db_keyword) {
+  std::string out;
+  if (!u.host.empty()) out += keyword("host", u.host);
+  if (u.port) out += keyword("port", std::to_string(*u.port));
+  if (!u.path.empty()) out += keyword(db_keyword, u.path);
+  if (!u.user.empty()) out += keyword("user", u.user);
+  if (!u.password.empty()) out += keyword("password", u.password);
+  for (const auto& [k, v] : u.query) out += keyword(k, v);
+  return out;
+}
+
+/// Replaces every occurrence of `secret` in `text` (an error message) by ***.
+inline std::string redact(std::string text, const std::string& secret) {
+  if (secret.empty()) return text;
+  for (auto at = text.find(secret); at != std::string::npos; at = text.find(secret, at + 3))
+    text.replace(at, secret.size(), "***");
+  return text;
+}
+
+/// Replaces every occurrence of each of `secrets` in `text` by ***.
+inline std::string redact(std::string text, const std::vector<std::string>& secrets) {
+  for (const auto& s : secrets) text = redact(std::move(text), s);
+  return text;
+}
+
+inline std::string iso8601(outbox::time_point t) {
+  const auto secs = std::chrono::time_point_cast<std::chrono::seconds>(t);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t - secs).count();
+  const std::time_t tt = std::chrono::system_clock::to_time_t(secs);
+  std::tm tm{};
+  gmtime_r(&tt, &tm);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms));
+  return buf;
+}
+
+/// "7d", "12h", "30m", "45s", "250ms": an age, or a duration.
+inline std::chrono::milliseconds parse_age(const std::string& text, const char* option) {
+  std::size_t used = 0;
+  long long n = -1;
+  try {
+    n = std::stoll(text, &used);
+  } catch (const std::exception&) {
+  }
+  const std::string unit = n >= 0 ? text.substr(used) : "";
+  const std::map<std::string, long long> units{
+      {"ms", 1}, {"s", 1000}, {"m", 60'000}, {"h", 3'600'000}, {"d", 86'400'000}};
+  const auto u = units.find(unit);
+  if (n < 0 || u == units.end() || n > 100LL * 365 * 86'400'000 / u->second)
+    throw usage_error(std::string(option) + " takes an age such as 7d, 12h, 30m or 45s, got '" +
+                      text + "'");
+  return std::chrono::milliseconds(n * u->second);
+}
+
+}  // namespace outbox_tool

@@ -1,0 +1,114 @@
+#include "http_server.hpp"
+
+#include <chrono>
+#include <thread>
+#include <utility>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+namespace outbox_tool {
+
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+/// One connection: read a request, answer it, close.
+class session : public std::enable_shared_from_this<session> {
+ public:
+  session(tcp::socket socket, const http_server::handler& handle)
+      : stream_(std::move(socket)), handle_(handle) {}
+
+  void start() {
+    stream_.expires_after(std::chrono::seconds(5));
+    http::async_read(stream_, buffer_, request_,
+                     [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                       if (!ec) self->answer();
+                     });
+  }
+
+ private:
+  void answer() {
+    response_.version(request_.version());
+    response_.keep_alive(false);
+    response_.set(http::field::server, "outbox");
+    if (request_.method() != http::verb::get && request_.method() != http::verb::head) {
+      response_.result(http::status::method_not_allowed);
+      response_.set(http::field::allow, "GET, HEAD");
+      response_.set(http::field::content_type, "text/plain; charset=utf-8");
+      response_.body() = "GET or HEAD\n";
+    } else {
+      std::string_view target(request_.target().data(), request_.target().size());
+      target = target.substr(0, target.find('?'));
+      http_response r;
+      try {
+        r = handle_(target);
+      } catch (const std::exception& e) {
+        r = http_response{500, "text/plain; charset=utf-8", std::string(e.what()) + "\n"};
+      }
+      response_.result(static_cast<unsigned>(r.status));
+      response_.set(http::field::content_type, r.content_type);
+      if (request_.method() != http::verb::head) response_.body() = std::move(r.body);
+    }
+    response_.prepare_payload();
+    stream_.expires_after(std::chrono::seconds(5));
+    http::async_write(stream_, response_,
+                      [self = shared_from_this()](beast::error_code, std::size_t) {
+                        beast::error_code ignored;
+                        self->stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+                      });
+  }
+
+  beast::tcp_stream stream_;
+  const http_server::handler& handle_;
+  beast::flat_buffer buffer_;
+  http::request<http::empty_body> request_;
+  http::response<http::string_body> response_;
+};
+
+}  // namespace
+
+struct http_server::impl {
+  impl(const std::string& address, unsigned short port, handler h)
+      : handle(std::move(h)), acceptor(ioc) {
+    const tcp::endpoint at(asio::ip::make_address(address), port);
+    acceptor.open(at.protocol());
+    acceptor.set_option(asio::socket_base::reuse_address(true));
+    acceptor.bind(at);
+    acceptor.listen();
+    accept();
+    thread = std::thread([this] { ioc.run(); });
+  }
+  ~impl() {
+    ioc.stop();
+    if (thread.joinable()) thread.join();
+  }
+
+  void accept() {
+    acceptor.async_accept(asio::make_strand(ioc), [this](beast::error_code ec, tcp::socket s) {
+      if (!ec) std::make_shared<session>(std::move(s), handle)->start();
+      if (acceptor.is_open()) accept();
+    });
+  }
+
+  handler handle;
+  asio::io_context ioc{1};
+  tcp::acceptor acceptor;
+  std::thread thread;
+};
+
+http_server::http_server(const std::string& address, unsigned short port, handler handle)
+    : impl_(std::make_unique<impl>(address, port, std::move(handle))) {}
+
+http_server::~http_server() = default;
+
+unsigned short http_server::port() const noexcept {
+  return impl_->acceptor.local_endpoint().port();
+}
+
+}  // namespace outbox_tool

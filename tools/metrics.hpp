@@ -1,0 +1,70 @@
+#pragma once
+// Prometheus text exposition (format 0.0.4) for `outbox relay`: counters, gauges and histograms
+// with fixed buckets, written by the relays' threads and read by the metrics server's.
+
+#include <array>
+#include <cstdint>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace outbox_tool {
+
+/// A Prometheus number: integral values without a fraction, others with enough digits.
+inline std::string prom_number(double v) {
+  char buf[64];
+  if (v == static_cast<double>(static_cast<std::int64_t>(v)) && v < 1e15 && v > -1e15)
+    std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(v));
+  else
+    std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+/// `# HELP` and `# TYPE` lines, then one sample.
+inline void prom_metric(std::string& out, const std::string& name, const char* type,
+                        const char* help, double value) {
+  out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " +
+         prom_number(value) + "\n";
+}
+
+/// A histogram of durations in seconds, with fixed bucket bounds. Thread-safe.
+class histogram {
+ public:
+  explicit histogram(std::vector<double> bounds)
+      : bounds_(std::move(bounds)), counts_(bounds_.size(), 0) {}
+
+  void observe(double seconds) {
+    std::lock_guard lock(mutex_);
+    for (std::size_t i = 0; i < bounds_.size(); ++i)
+      if (seconds <= bounds_[i]) ++counts_[i];
+    ++count_;
+    sum_ += seconds;
+  }
+
+  void render(std::string& out, const std::string& name, const char* help) const {
+    std::lock_guard lock(mutex_);
+    out += "# HELP " + name + " " + help + "\n# TYPE " + name + " histogram\n";
+    for (std::size_t i = 0; i < bounds_.size(); ++i)
+      out += name + "_bucket{le=\"" + prom_number(bounds_[i]) + "\"} " +
+             std::to_string(counts_[i]) + "\n";
+    out += name + "_bucket{le=\"+Inf\"} " + std::to_string(count_) + "\n";
+    out += name + "_sum " + prom_number(sum_) + "\n";
+    out += name + "_count " + std::to_string(count_) + "\n";
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<double> bounds_;
+  std::vector<std::uint64_t> counts_;  // cumulative, as exposed
+  std::uint64_t count_ = 0;
+  double sum_ = 0;
+};
+
+/// Bounds from 1 ms to 60 s, for batch and publish durations and an event's commit-to-confirm
+/// latency.
+inline std::vector<double> latency_bounds() {
+  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+}
+
+}  // namespace outbox_tool

@@ -1,0 +1,523 @@
+// `outbox relay`: relays from a store URL to a transport URL until SIGTERM or SIGINT, with
+// Prometheus metrics and a health check over HTTP. See relay_command.hpp and the README
+// ("Operating an outbox").
+
+#include "relay_command.hpp"
+
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <soci/soci.h>
+
+#include <outbox/outbox.hpp>
+
+#include "common.hpp"
+#include "http_server.hpp"
+#include "metrics.hpp"
+#include "stores.hpp"
+#include "transports.hpp"
+
+namespace outbox_tool {
+
+namespace {
+
+using namespace std::chrono_literals;
+using steady = std::chrono::steady_clock;
+
+/// One line per state change on stderr, with a UTC timestamp; secrets never printed.
+class logger {
+ public:
+  explicit logger(std::vector<std::string> secrets) : secrets_(std::move(secrets)) {}
+  void operator()(const std::string& line) const {
+    const std::string text = iso8601(std::chrono::system_clock::now()) +
+                             " outbox relay: " + redact(line, secrets_) + "\n";
+    std::lock_guard lock(mutex_);
+    std::fputs(text.c_str(), stderr);
+    std::fflush(stderr);
+  }
+
+ private:
+  std::vector<std::string> secrets_;
+  mutable std::mutex mutex_;
+};
+
+/// "transient (postgresql 08006): what happened".
+std::string describe(const outbox::error& e) {
+  return e.code().message() + " (" + e.adapter() +
+         (e.native_code().empty() ? "" : " " + e.native_code()) + "): " + e.what();
+}
+
+std::string describe(const std::exception_ptr& p) {
+  try {
+    std::rethrow_exception(p);
+  } catch (const outbox::error& e) {
+    return describe(e);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "an unknown exception";
+  }
+}
+
+double unix_seconds(std::chrono::system_clock::time_point t) {
+  return std::chrono::duration<double>(t.time_since_epoch()).count();
+}
+
+/// What every relay thread feeds and the metrics server reads.
+struct shared_metrics {
+  histogram batch_duration{latency_bounds()};
+  histogram publish_duration{latency_bounds()};
+  histogram event_latency{latency_bounds()};
+  std::atomic<double> last_batch_at{0};  ///< Unix seconds of the last settled batch; 0: none.
+
+  std::mutex backlog_mutex;
+  std::optional<outbox::backlog_stats> backlog;  ///< The last sample; none until one succeeded.
+  double backlog_at = 0;                         ///< Unix seconds of that sample.
+  std::uint64_t backlog_errors = 0;
+};
+
+/// A relay thread's state, as the main loop, the health check and the metrics see it.
+struct slot_state {
+  unsigned index = 0;
+  std::atomic<bool> failing{false};            ///< In a run of errors (logged when it began).
+  std::atomic<bool> done{false};               ///< `run` returned.
+  std::atomic<std::int64_t> failing_since{0};  ///< steady_clock ms when the run began.
+  std::mutex mutex;
+  std::string last_error;  ///< Of the current run of errors.
+  std::string fatal;       ///< Why `run` ended, when it ended on an error.
+};
+
+std::int64_t steady_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(steady::now().time_since_epoch())
+      .count();
+}
+
+/// host:port of --metrics-address; "off" = none.
+std::optional<std::pair<std::string, unsigned short>> parse_address(const std::string& text) {
+  if (text == "off") return std::nullopt;
+  const auto colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0)
+    throw usage_error(
+        "--metrics-address takes host:port (127.0.0.1:9464, or port 0 for any) or "
+        "off, got '" +
+        text + "'");
+  std::string host = text.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  const std::string p = text.substr(colon + 1);
+  try {
+    std::size_t used = 0;
+    const int port = std::stoi(p, &used);
+    if (used == p.size() && port >= 0 && port <= 65535)
+      return std::pair{host, static_cast<unsigned short>(port)};
+  } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch): refused below
+  }
+  throw usage_error("bad port in --metrics-address: '" + p + "'");
+}
+
+/// The relays of one store type and one transport type.
+template <class Store, class Transport>
+class service {
+  using relay_type = outbox::relay<Store, Transport>;
+
+ public:
+  service(const relay_command_options& o, const store_url& store_u, const store_url& transport_u,
+          std::string backend, std::string connect, transport_maker<Transport> maker)
+      : o_(o),
+        store_u_(store_u),
+        transport_u_(transport_u),
+        backend_(std::move(backend)),
+        connect_(std::move(connect)),
+        maker_(std::move(maker)),
+        log_(secrets()) {}
+
+  int run() {
+    outbox::store_options so;
+    if (o_.claim_policy == "locking")
+      so.policy = outbox::claim_policy::locking;
+    else if (o_.claim_policy == "leasing")
+      so.policy = outbox::claim_policy::leasing;
+    if (o_.retention == "delete") so.retention = outbox::retention::delete_on_publish;
+    outbox::relay_options ro{
+        .batch_size = o_.batch_size,
+        .lease = parse_age(o_.lease, "--lease"),
+        .publish_timeout = parse_age(o_.publish_timeout, "--publish-timeout"),
+        .pipeline = !o_.no_pipeline,
+        .stamp_predecessors = o_.stamp_predecessors,
+    };
+    const outbox::exponential_backoff retry{.max_attempts = o_.max_attempts};
+    const auto unhealthy_after = parse_age(o_.unhealthy_after, "--unhealthy-after");
+    const auto backlog_interval = parse_age(o_.backlog_interval, "--backlog-interval");
+    const auto address = parse_address(o_.metrics_address);
+
+    // Start-up: every connection opened, every check made, before the first batch; anything
+    // wrong here (a password, a schema, a broker that refuses) ends the tool with exit 1.
+    log_("starting " + std::to_string(o_.threads) + " relay thread(s): store " + store_u_.redacted +
+         ", transport " + transport_u_.redacted);
+    monitor_sql_ = open_session();
+    monitor_ = std::make_unique<Store>(*monitor_sql_, with_listen(so, false));
+    sample_backlog();
+    const bool two_stores = !o_.no_pipeline;
+    for (unsigned i = 0; i < o_.threads; ++i) {
+      auto t = std::make_unique<thread_parts>();
+      t->state.index = i;
+      t->sql[0] = open_session();
+      t->store[0] = std::make_unique<Store>(*t->sql[0], with_listen(so, true));
+      if (two_stores) {
+        t->sql[1] = open_session();
+        t->store[1] = std::make_unique<Store>(*t->sql[1], with_listen(so, false));
+      }
+      t->transport.emplace(maker_.make());
+      maker_.check(*t->transport);
+      auto opts = ro;
+      slot_state* st = &t->state;
+      opts.on_error = [this, st](const outbox::error& e) { on_error(*st, e); };
+      opts.on_batch = [this](const outbox::batch_report& r) { on_batch(r); };
+      t->relay =
+          two_stores
+              ? std::make_unique<relay_type>(*t->store[0], *t->store[1], *t->transport, opts, retry)
+              : std::make_unique<relay_type>(*t->store[0], *t->transport, opts, retry);
+      parts_.push_back(std::move(t));
+    }
+    std::optional<http_server> http;
+    if (address) {
+      http.emplace(address->first, address->second,
+                   [this, unhealthy_after](std::string_view path) -> http_response {
+                     if (path == "/metrics")
+                       return {200, "text/plain; version=0.0.4; charset=utf-8", metrics()};
+                     if (path == "/healthz") return health(unhealthy_after);
+                     return {404, "text/plain; charset=utf-8", "/metrics or /healthz\n"};
+                   });
+      const std::string host = address->first.find(':') != std::string::npos
+                                   ? "[" + address->first + "]"
+                                   : address->first;
+      log_("metrics on http://" + host + ":" + std::to_string(http->port()) +
+           "/metrics, health on /healthz");
+    }
+    log_(std::string("batch ") + std::to_string(o_.batch_size) + ", " +
+         (parts_.front()->relay->pipelines() ? "pipelined" : "one batch at a time") +
+         (o_.stamp_predecessors ? ", predecessor stamps" : "") + "; running");
+
+    // The relays, and the backlog sampler.
+    std::vector<std::thread> threads;
+    for (auto& t : parts_) {
+      thread_parts* p = t.get();
+      threads.emplace_back([this, p] { relay_thread(*p); });
+    }
+    std::jthread sampler([this, backlog_interval](std::stop_token stop) {
+      std::mutex m;
+      std::condition_variable_any cv;
+      std::unique_lock lock(m);
+      while (!cv.wait_for(lock, stop, backlog_interval, [] { return false; }) &&
+             !stop.stop_requested())
+        sample_backlog();
+    });
+
+    const int code = supervise();
+    sampler.request_stop();
+    for (auto& t : threads) t.join();
+    const auto s = totals();
+    log_("stopped: published " + std::to_string(s.published) + ", retried " +
+         std::to_string(s.retried) + ", dead-lettered " + std::to_string(s.dead_lettered) +
+         ", released " + std::to_string(s.released) + ", fenced " + std::to_string(s.fenced) +
+         ", errors " + std::to_string(s.errors));
+    return code;
+  }
+
+ private:
+  struct thread_parts {
+    slot_state state;
+    std::unique_ptr<soci::session> sql[2];
+    std::unique_ptr<Store> store[2];
+    std::optional<Transport> transport;
+    std::unique_ptr<relay_type> relay;
+  };
+
+  std::vector<std::string> secrets() const {
+    auto s = store_u_.secrets;
+    s.insert(s.end(), transport_u_.secrets.begin(), transport_u_.secrets.end());
+    return s;
+  }
+
+  static outbox::store_options with_listen(outbox::store_options so, bool listen) {
+    so.listen = listen;
+    return so;
+  }
+
+  std::unique_ptr<soci::session> open_session() {
+    auto sql = std::make_unique<soci::session>(backend_, connect_);
+    Store::configure(*sql, {});
+    return sql;
+  }
+
+  void relay_thread(thread_parts& p) {
+    try {
+      p.relay->run(stop_.get_token());
+    } catch (...) {
+      const std::string why = describe(std::current_exception());
+      {
+        std::lock_guard lock(p.state.mutex);
+        p.state.fatal = why;
+      }
+      log_("relay " + std::to_string(p.state.index) + " stopped: " + why);
+    }
+    p.state.done = true;
+  }
+
+  void on_error(slot_state& st, const outbox::error& e) {
+    const std::string why = describe(e);
+    {
+      std::lock_guard lock(st.mutex);
+      st.last_error = why;
+    }
+    if (!st.failing.exchange(true)) {
+      st.failing_since = steady_ms();
+      log_("relay " + std::to_string(st.index) + " failing, retrying with backoff: " + why);
+    }
+  }
+
+  void on_batch(const outbox::batch_report& r) {
+    const auto now = std::chrono::system_clock::now();
+    metrics_.batch_duration.observe(
+        std::chrono::duration<double>(r.claim + r.publish + r.settle).count());
+    metrics_.publish_duration.observe(std::chrono::duration<double>(r.publish).count());
+    for (std::size_t i = 0; i < r.messages.size() && i < r.fates.size(); ++i)
+      if (r.fates[i].what == outbox::settlement::kind::published)
+        metrics_.event_latency.observe(
+            std::chrono::duration<double>(now - r.messages[i].created_at).count());
+    metrics_.last_batch_at = unix_seconds(now);
+  }
+
+  void sample_backlog() {
+    try {
+      const auto s = monitor_->stats(std::chrono::system_clock::now());
+      std::lock_guard lock(metrics_.backlog_mutex);
+      metrics_.backlog = s;
+      metrics_.backlog_at = unix_seconds(std::chrono::system_clock::now());
+      if (backlog_failing_) log_("backlog readable again");
+      backlog_failing_ = false;
+    } catch (const std::exception& e) {
+      if (!parts_.empty() || backlog_failing_) {  // at start-up, the caller reports it
+        std::lock_guard lock(metrics_.backlog_mutex);
+        ++metrics_.backlog_errors;
+        if (!backlog_failing_) log_(std::string("cannot read the backlog: ") + e.what());
+        backlog_failing_ = true;
+        return;
+      }
+      throw;
+    }
+  }
+
+  /// Waits for SIGTERM or SIGINT (blocked in every thread; taken here) or for a relay to stop on
+  /// its own; logs the relays' recoveries. Returns the exit code.
+  int supervise() {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    bool stopping = false;
+    int code = exit_ok;
+    for (;;) {
+      const timespec tick{0, 100'000'000};
+      const int sig = sigtimedwait(&set, nullptr, &tick);
+      if (sig > 0) {
+        const char* name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
+        if (stopping) {
+          log_(std::string(name) +
+               " again: exiting now; batches in flight are left to their leases");
+          std::fflush(stderr);
+          std::_Exit(exit_error);
+        }
+        log_(std::string(name) + ": stopping; the batches in flight are settled or released");
+        stopping = true;
+        stop_.request_stop();
+      }
+      bool all_done = true;
+      for (auto& t : parts_) {
+        auto& st = t->state;
+        if (st.failing && t->relay->stats().consecutive_errors == 0 && st.failing.exchange(false))
+          log_("relay " + std::to_string(st.index) + " recovered");
+        if (!st.done) {
+          all_done = false;
+          continue;
+        }
+        std::lock_guard lock(st.mutex);
+        if (!st.fatal.empty() && code == exit_ok) {
+          code = exit_error;
+          if (!stopping) log_("stopping the other relays");
+          stopping = true;
+          stop_.request_stop();
+        }
+      }
+      stopping_ = stopping;
+      if (all_done) return code;
+    }
+  }
+
+  outbox::relay_stats totals() const {
+    outbox::relay_stats sum;
+    for (const auto& t : parts_) {
+      const auto s = t->relay->stats();
+      sum.batches += s.batches;
+      sum.published += s.published;
+      sum.retried += s.retried;
+      sum.dead_lettered += s.dead_lettered;
+      sum.released += s.released;
+      sum.fenced += s.fenced;
+      sum.errors += s.errors;
+      sum.reordered += s.reordered;
+    }
+    return sum;
+  }
+
+  http_response health(std::chrono::milliseconds unhealthy_after) {
+    if (stopping_) return {503, "text/plain; charset=utf-8", "stopping\n"};
+    for (auto& t : parts_) {
+      auto& st = t->state;
+      std::lock_guard lock(st.mutex);
+      const std::string who = "relay " + std::to_string(st.index);
+      if (st.done) return {503, "text/plain; charset=utf-8", who + " stopped: " + st.fatal + "\n"};
+      const auto since = steady_ms() - st.failing_since.load();
+      if (st.failing && since > unhealthy_after.count())
+        return {503, "text/plain; charset=utf-8",
+                who + " failing for " + std::to_string(since / 1000) +
+                    " s: " + redact(st.last_error, secrets()) + "\n"};
+    }
+    return {200, "text/plain; charset=utf-8", "ok\n"};
+  }
+
+  std::string metrics() {
+    const auto s = totals();
+    std::string out;
+    prom_metric(out, "outbox_relay_published_total", "counter",
+                "Events published (confirmed by the broker) and settled.",
+                static_cast<double>(s.published));
+    prom_metric(out, "outbox_relay_retried_total", "counter",
+                "Events that failed and wait for a retry.", static_cast<double>(s.retried));
+    prom_metric(out, "outbox_relay_dead_lettered_total", "counter",
+                "Events dead-lettered (failed for good, out of attempts, or unreadable).",
+                static_cast<double>(s.dead_lettered));
+    prom_metric(out, "outbox_relay_fenced_total", "counter",
+                "Events confirmed after their lease was lost (another relay owns them).",
+                static_cast<double>(s.fenced));
+    prom_metric(out, "outbox_relay_released_total", "counter",
+                "Events claimed and given back unsent (stopping, or behind a failure).",
+                static_cast<double>(s.released));
+    prom_metric(out, "outbox_relay_reordered_total", "counter",
+                "Events confirmed ahead of an earlier failed event of their aggregate.",
+                static_cast<double>(s.reordered));
+    prom_metric(out, "outbox_relay_batches_total", "counter", "Batches settled.",
+                static_cast<double>(s.batches));
+    prom_metric(out, "outbox_relay_errors_total", "counter",
+                "Errors the relays backed off from (database or broker away).",
+                static_cast<double>(s.errors));
+    double running = 0, failing = 0;
+    for (const auto& t : parts_) {
+      running += t->state.done ? 0 : 1;
+      failing += t->state.failing ? 1 : 0;
+    }
+    prom_metric(out, "outbox_relay_threads_running", "gauge", "Relay threads running.", running);
+    prom_metric(out, "outbox_relay_threads_failing", "gauge", "Relay threads in a run of errors.",
+                failing);
+    prom_metric(out, "outbox_relay_last_batch_timestamp_seconds", "gauge",
+                "When the last batch was settled (Unix time; 0: none yet).",
+                metrics_.last_batch_at.load());
+    metrics_.batch_duration.render(out, "outbox_relay_batch_duration_seconds",
+                                   "A batch's claim, publish and settle.");
+    metrics_.publish_duration.render(out, "outbox_relay_publish_duration_seconds",
+                                     "A batch's publish: from its first send to its last confirm.");
+    metrics_.event_latency.render(out, "outbox_relay_event_latency_seconds",
+                                  "An event's creation (its transaction) to its confirm.");
+    std::lock_guard lock(metrics_.backlog_mutex);
+    prom_metric(out, "outbox_backlog_sample_errors_total", "counter",
+                "Backlog samples that failed (the database away).",
+                static_cast<double>(metrics_.backlog_errors));
+    if (metrics_.backlog) {
+      const auto& b = *metrics_.backlog;
+      prom_metric(out, "outbox_backlog_pending", "gauge",
+                  "Events waiting to be published (those waiting for a retry included).",
+                  static_cast<double>(b.pending));
+      prom_metric(out, "outbox_backlog_in_flight", "gauge", "Events claimed under a live lease.",
+                  static_cast<double>(b.in_flight));
+      prom_metric(out, "outbox_backlog_dead_lettered", "gauge", "Dead letters in the store.",
+                  static_cast<double>(b.dead));
+      prom_metric(out, "outbox_backlog_oldest_pending_age_seconds", "gauge",
+                  "Age of the oldest pending event (0: none).",
+                  std::chrono::duration<double>(b.oldest_pending_age).count());
+      prom_metric(out, "outbox_backlog_sample_timestamp_seconds", "gauge",
+                  "When the backlog gauges were sampled (Unix time).", metrics_.backlog_at);
+    }
+    return out;
+  }
+
+  const relay_command_options& o_;
+  const store_url& store_u_;
+  const store_url& transport_u_;
+  std::string backend_, connect_;
+  transport_maker<Transport> maker_;
+  logger log_;
+  shared_metrics metrics_;
+  std::unique_ptr<soci::session> monitor_sql_;
+  std::unique_ptr<Store> monitor_;
+  bool backlog_failing_ = false;  // the sampler's (and start-up's) only
+  std::vector<std::unique_ptr<thread_parts>> parts_;
+  std::stop_source stop_;
+  std::atomic<bool> stopping_{false};
+};
+
+}  // namespace
+
+int cmd_relay(const relay_command_options& o) {
+  // Everything that can be refused without a connection is, first (exit 2).
+  const store_url su = parse_store_url(o.store);
+  const store_url tu = parse_transport_url(o.transport);
+  if (o.threads < 1 || o.threads > 64) throw usage_error("--threads takes 1 to 64");
+  if (o.claim_policy != "default" && o.claim_policy != "locking" && o.claim_policy != "leasing")
+    throw usage_error("--claim-policy takes default, locking or leasing");
+  if (o.retention != "keep" && o.retention != "delete")
+    throw usage_error("--retention takes keep or delete");
+  if (parse_age(o.lease, "--lease") <= parse_age(o.publish_timeout, "--publish-timeout"))
+    throw usage_error(
+        "--lease must be longer than --publish-timeout, or a slow confirm would let "
+        "another relay publish a batch still in flight");
+  (void)parse_age(o.unhealthy_after, "--unhealthy-after");
+  if (parse_age(o.backlog_interval, "--backlog-interval") < 100ms)
+    throw usage_error("--backlog-interval takes at least 100ms");
+  (void)parse_address(o.metrics_address);
+
+  // SIGTERM and SIGINT are taken by the supervising loop only: blocked here, before any thread
+  // (ours, the HTTP server's, a client library's) starts, so every thread inherits the mask.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+
+  return with_store_type(su, [&]<class Store>(std::string backend, std::string connect) -> int {
+    return with_transport_type(tu, [&]<class Transport>(transport_maker<Transport> maker) -> int {
+      if (!maker.shareable && o.threads > 1)
+        throw usage_error("a transport that binds its endpoint (" + tu.scheme +
+                          ") takes one relay thread (--threads 1)");
+      service<Store, Transport> s(o, su, tu, std::move(backend), std::move(connect),
+                                  std::move(maker));
+      return s.run();
+    });
+  });
+}
+
+}  // namespace outbox_tool

@@ -1,0 +1,29 @@
+#pragma once
+// `outbox relay`: a relay as a service, from a store URL and a transport URL.
+
+#include <cstddef>
+#include <string>
+
+namespace outbox_tool {
+
+struct relay_command_options {
+  std::string store, transport;
+  unsigned threads = 1;
+  std::size_t batch_size = 500;
+  std::string publish_timeout = "10s", lease = "30s";
+  std::string claim_policy = "default";  ///< default, locking, leasing
+  std::string retention = "keep";        ///< keep, delete
+  int max_attempts = 10;
+  bool no_pipeline = false;
+  bool stamp_predecessors = false;
+  std::string metrics_address = "127.0.0.1:9464";  ///< host:port, or "off"
+  std::string unhealthy_after = "60s";
+  std::string backlog_interval = "5s";
+};
+
+/// Runs relays until SIGTERM or SIGINT; returns the exit code (0 after a graceful stop, 1 when a
+/// relay stopped on an error retrying cannot help, or start-up failed).
+/// @throws usage_error for bad options (before anything is opened).
+int cmd_relay(const relay_command_options& o);
+
+}  // namespace outbox_tool
