@@ -1,0 +1,348 @@
+// `outbox relay` run as a process against a real store (the one named by
+// -DOUTBOX_TOOL_TEST_<STORE>) and real transports: it drains an outbox to RabbitMQ and over
+// ZeroMQ, its /metrics (scraped with a plain HTTP client) count what the consumer received, a
+// SIGTERM in the middle of a run loses nothing and leaves nothing claimed, and what it cannot
+// start with (a wrong password, a bad URL, contradictory options) ends it with a clear message,
+// exit 1 or 2, without the password.
+#define BOOST_TEST_MODULE outbox relay tool
+#define BOOST_TEST_NO_MAIN
+#include <boost/test/unit_test.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <outbox/amqp/amqp.hpp>
+#include <outbox/outbox.hpp>
+#include <outbox/zeromq/zeromq.hpp>
+
+#include "../support/amqp_fixture.hpp"
+#include "tool_process.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+
+/// GET `path` from 127.0.0.1:`port` with a plain HTTP/1.0 request: the status and the body
+/// (status 0 when nothing answered).
+std::pair<int, std::string> http_get(int port, const std::string& path) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return {0, {}};
+  sockaddr_in at{};
+  at.sin_family = AF_INET;
+  at.sin_port = htons(static_cast<std::uint16_t>(port));
+  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string response;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0) {
+    const std::string request = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    if (::send(fd, request.data(), request.size(), 0) == static_cast<ssize_t>(request.size())) {
+      char buf[4096];
+      for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;)
+        response.append(buf, static_cast<std::size_t>(n));
+    }
+  }
+  ::close(fd);
+  const auto space = response.find(' ');
+  const auto body = response.find("\r\n\r\n");
+  if (space == std::string::npos || body == std::string::npos) return {0, {}};
+  return {std::stoi(response.substr(space + 1, 3)), response.substr(body + 4)};
+}
+
+/// The samples of a Prometheus text page without labels (and the +Inf buckets, as
+/// `name_bucket_inf`).
+std::map<std::string, double> samples(const std::string& page) {
+  std::map<std::string, double> out;
+  std::istringstream in(page);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const auto space = line.rfind(' ');
+    std::string name = line.substr(0, space);
+    if (const auto brace = name.find('{'); brace != std::string::npos) {
+      if (name.find("le=\"+Inf\"") == std::string::npos) continue;
+      name = name.substr(0, brace) + "_inf";
+    }
+    out[name] = std::stod(line.substr(space + 1));
+  }
+  return out;
+}
+
+/// The port `outbox relay` logged for its metrics (waits for the line, bounded).
+int metrics_port(const tool_process& p) {
+  const std::string marker = "metrics on http://127.0.0.1:";
+  for (int i = 0; i < 1500; ++i) {
+    const std::string log = p.log();
+    if (const auto at = log.find(marker); at != std::string::npos)
+      return std::stoi(log.substr(at + marker.size()));
+    if (!p.running()) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  BOOST_FAIL("no metrics line in the log: " << p.log());
+  return 0;
+}
+
+/// Scrapes until `done(samples)` (bounded: 120 s); returns the last samples.
+template <class Done>
+std::map<std::string, double> scrape_until(int port, Done done) {
+  std::map<std::string, double> s;
+  const auto until = std::chrono::steady_clock::now() + 120s;
+  while (std::chrono::steady_clock::now() < until) {
+    const auto [status, body] = http_get(port, "/metrics");
+    if (status == 200) {
+      s = samples(body);
+      if (done(s)) break;
+    }
+    std::this_thread::sleep_for(50ms);
+  }
+  return s;
+}
+
+/// `n` events over `aggregates` aggregates, committed in transactions of 1,000.
+std::vector<outbox::uuid> write_events(fixture& fx, int n, int aggregates) {
+  auto sql = fx.open_session();
+  auto st = fx.make_store(*sql);
+  outbox::writer w(*st);
+  std::vector<outbox::uuid> ids;
+  for (int i = 0; i < n;) {
+    auto tx = fixture::begin(*sql);
+    for (const int end = std::min(n, i + 1000); i < end; ++i)
+      ids.push_back(w.enqueue(*sql, outbox::event{"order",
+                                                  std::to_string(i % aggregates),
+                                                  "order_placed",
+                                                  R"({"i":)" + std::to_string(i) + "}",
+                                                  {}}));
+    tx->commit();
+  }
+  return ids;
+}
+
+outbox::backlog_stats backlog(fixture& fx) {
+  auto sql = fx.open_session();
+  auto st = fx.make_store(*sql);
+  return st->stats(std::chrono::system_clock::now());
+}
+
+/// Receives (and acks) until `expected` distinct ids came or nothing arrives for 5 s; returns
+/// the distinct ids, and counts every delivery in `deliveries`.
+template <class Receiver>
+std::set<outbox::uuid> receive_all(Receiver& r, std::size_t expected, std::size_t* deliveries) {
+  std::set<outbox::uuid> ids;
+  const auto until = std::chrono::steady_clock::now() + 120s;
+  while (ids.size() < expected && std::chrono::steady_clock::now() < until) {
+    auto d = r.receive(5s);
+    if (!d) break;
+    ids.insert(d->msg.id);
+    if (deliveries) ++*deliveries;
+    r.ack(*d);
+  }
+  return ids;
+}
+
+std::vector<std::string> relay_args(const std::string& store, const std::string& transport,
+                                    std::vector<std::string> more = {}) {
+  std::vector<std::string> args{"relay",   "--store",           store,         "--transport",
+                                transport, "--metrics-address", "127.0.0.1:0", "--backlog-interval",
+                                "100ms"};
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+/// The test broker's password and host:port (from its URL, amqp://user:password@host:port).
+std::string amqp_password() {
+  const auto url = outbox::test::amqp_fixture::url();
+  const auto colon = url.find(':', url.find("://") + 3);
+  return url.substr(colon + 1, url.find('@') - colon - 1);
+}
+std::string amqp_host_port() {
+  const auto url = outbox::test::amqp_fixture::url();
+  return url.substr(url.find('@') + 1);
+}
+
+/// N of the relay's last log line, "stopped: published N, ...".
+std::uint64_t published_in_log(const std::string& log) {
+  const std::string marker = "stopped: published ";
+  const auto at = log.rfind(marker);
+  BOOST_TEST_REQUIRE(at != std::string::npos, log);
+  return std::stoull(log.substr(at + marker.size()));
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(
+    outbox_relay_to_rabbitmq,
+    *boost::unit_test::precondition(outbox::test::services_of<fixture, outbox::test::amqp_fixture>))
+
+BOOST_AUTO_TEST_CASE(drains_the_outbox_and_its_metrics_count_what_the_consumer_received) {
+  fixture fx;
+  outbox::test::amqp_fixture broker;  // its queue is bound to its exchange before the relay runs
+  const auto ids = write_events(fx, 3000, 100);
+  tool_process relay(
+      relay_args(url_of(fx), outbox::test::amqp_fixture::url() + "?exchange=" + broker.exchange(),
+                 {"--batch-size", "200"}));
+  const int port = metrics_port(relay);
+  const auto s = scrape_until(port, [](auto& s) {
+    return s["outbox_relay_published_total"] >= 3000 && s["outbox_backlog_pending"] == 0 &&
+           s.count("outbox_backlog_pending") == 1;
+  });
+  BOOST_TEST(s.at("outbox_relay_published_total") == 3000);
+  BOOST_TEST(s.at("outbox_relay_dead_lettered_total") == 0);
+  BOOST_TEST(s.at("outbox_relay_retried_total") == 0);
+  BOOST_TEST(s.at("outbox_relay_threads_running") == 1);
+  BOOST_TEST(s.at("outbox_relay_batches_total") >= 15);  // 3,000 in batches of at most 200
+  // One observation per batch, and one per event published.
+  BOOST_TEST(s.at("outbox_relay_batch_duration_seconds_count") ==
+             s.at("outbox_relay_batches_total"));
+  BOOST_TEST(s.at("outbox_relay_batch_duration_seconds_bucket_inf") ==
+             s.at("outbox_relay_batches_total"));
+  BOOST_TEST(s.at("outbox_relay_publish_duration_seconds_count") ==
+             s.at("outbox_relay_batches_total"));
+  BOOST_TEST(s.at("outbox_relay_event_latency_seconds_count") == 3000);
+  BOOST_TEST(s.at("outbox_relay_last_batch_timestamp_seconds") > 1.7e9);
+  BOOST_TEST(s.at("outbox_backlog_in_flight") == 0);
+  BOOST_TEST(s.at("outbox_backlog_oldest_pending_age_seconds") == 0);
+  const auto health = http_get(port, "/healthz");
+  BOOST_TEST(health.first == 200);
+  BOOST_TEST(health.second == "ok\n");
+  BOOST_TEST(http_get(port, "/nothing").first == 404);
+
+  std::size_t deliveries = 0;
+  const auto got = receive_all(broker.receiver(), ids.size(), &deliveries);
+  BOOST_TEST(got == std::set<outbox::uuid>(ids.begin(), ids.end()));
+  BOOST_TEST(deliveries == 3000u);  // no failure, so no duplicate
+
+  relay.signal(SIGTERM);
+  BOOST_TEST(relay.wait(30s) == 0);
+  const auto log = relay.log();
+  BOOST_TEST(log.find("SIGTERM: stopping") != std::string::npos, log);
+  BOOST_TEST(log.find("stopped: published 3000,") != std::string::npos, log);
+  BOOST_TEST(log.find(":***@") != std::string::npos, log);  // the URLs, their passwords hidden
+  BOOST_TEST(log.find(amqp_password()) == std::string::npos, log);
+}
+
+// SIGTERM while batches are in flight: the relay settles the batch it published and releases
+// the one it claimed ahead, then exits 0. What its log says it published is exactly what the
+// queue got and what the store marked; nothing stays claimed; a second relay takes the rest at
+// once, and every event arrives exactly once.
+BOOST_AUTO_TEST_CASE(sigterm_in_the_middle_of_a_run_loses_nothing_and_leaves_nothing_claimed) {
+  fixture fx;
+  outbox::test::amqp_fixture broker;
+  const auto ids = write_events(fx, 20000, 1000);
+  const auto transport = outbox::test::amqp_fixture::url() + "?exchange=" + broker.exchange();
+  std::uint64_t first = 0;
+  {
+    tool_process relay(relay_args(url_of(fx), transport, {"--batch-size", "50"}));
+    const int port = metrics_port(relay);
+    (void)scrape_until(port, [](auto& s) { return s["outbox_relay_published_total"] >= 2000; });
+    relay.signal(SIGTERM);
+    BOOST_TEST_REQUIRE(relay.wait(30s) == 0, relay.log());
+    first = published_in_log(relay.log());
+  }
+  BOOST_TEST(first >= 2000u);
+  BOOST_TEST(first < 20000u);  // it stopped in the middle
+  const auto b = backlog(fx);
+  BOOST_TEST(b.in_flight == 0);
+  BOOST_TEST(b.pending == static_cast<std::int64_t>(20000 - first));
+  std::size_t deliveries = 0;
+  auto got = receive_all(broker.receiver(), first, &deliveries);
+  BOOST_TEST(got.size() == first);
+  BOOST_TEST(!broker.receiver().receive(1s).has_value());  // nothing beyond what it settled
+  {
+    tool_process relay(relay_args(url_of(fx), transport, {"--batch-size", "500"}));
+    const int port = metrics_port(relay);
+    const auto s = scrape_until(port, [&](auto& s) {
+      return s["outbox_relay_published_total"] >= static_cast<double>(20000 - first);
+    });
+    BOOST_TEST(s.at("outbox_relay_published_total") == static_cast<double>(20000 - first));
+    relay.signal(SIGINT);
+    BOOST_TEST(relay.wait(30s) == 0, relay.log());
+  }
+  const auto rest = receive_all(broker.receiver(), 20000 - first, &deliveries);
+  got.insert(rest.begin(), rest.end());
+  BOOST_TEST(got == std::set<outbox::uuid>(ids.begin(), ids.end()));
+  BOOST_TEST(deliveries == 20000u);
+  BOOST_TEST(backlog(fx).pending == 0);
+}
+
+// What the relay cannot start with ends it before any batch: exit 1 for what a server refused
+// (with the error's class and native code), exit 2 for what is wrong on the command line; the
+// password is printed nowhere.
+BOOST_AUTO_TEST_CASE(a_refused_login_or_a_bad_option_ends_it_with_a_clear_message) {
+  fixture fx;
+  const std::string secret = "wrong-Secret-4711";
+  const auto bad_login = tool(
+      relay_args(url_of(fx), "amqp://outbox:" + secret + "@" + amqp_host_port() + "?exchange=x"));
+  BOOST_TEST(bad_login.code == 1);
+  BOOST_TEST(bad_login.err.find("ACCESS_REFUSED") != std::string::npos, bad_login.err);
+  BOOST_TEST(bad_login.err.find("misconfigured") != std::string::npos, bad_login.err);
+  BOOST_TEST(bad_login.err.find(secret) == std::string::npos, bad_login.err);
+#if !defined(OUTBOX_TOOL_TEST_SQLITE)
+  const auto bad_db = tool(relay_args(url_of(fx, secret), "zmq+tcp://127.0.0.1:1"));
+  BOOST_TEST(bad_db.code == 1);
+  BOOST_TEST(bad_db.err.find("outbox: error") != std::string::npos, bad_db.err);
+  BOOST_TEST(bad_db.err.find(secret) == std::string::npos, bad_db.err);
+#endif
+  const auto url = url_of(fx);
+  BOOST_TEST(tool(relay_args(url, "mqtt://h:1")).code == 2);             // not in this build
+  BOOST_TEST(tool(relay_args(url, "amqp://h:1?exchnage=x")).code == 2);  // a misspelt parameter
+  BOOST_TEST(tool(relay_args(url, "zmq+tcp://127.0.0.1")).code == 2);    // no port
+  BOOST_TEST(tool(relay_args(url, "zmq+tcp://127.0.0.1:5", {"--threads", "2"})).code == 2);
+  BOOST_TEST(tool(relay_args(url, "zmq+tcp://127.0.0.1:5", {"--lease", "5s"})).code == 2);
+  BOOST_TEST(tool(relay_args(url, "zmq+tcp://127.0.0.1:5", {"--retention", "forever"})).code == 2);
+  BOOST_TEST(tool({"relay", "--store", url}).code == 2);  // no transport
+  // The metrics port taken: exit 1 at start, saying so.
+  const int taken = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in at{};
+  at.sin_family = AF_INET;
+  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  BOOST_TEST_REQUIRE(::bind(taken, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0);
+  BOOST_TEST_REQUIRE(::listen(taken, 1) == 0);
+  socklen_t len = sizeof at;
+  ::getsockname(taken, reinterpret_cast<sockaddr*>(&at), &len);
+  auto args = relay_args(url, outbox::test::amqp_fixture::url() + "?exchange=x");
+  args[6] = "127.0.0.1:" + std::to_string(ntohs(at.sin_port));
+  const auto in_use = tool(args);
+  ::close(taken);
+  BOOST_TEST(in_use.code == 1);
+  BOOST_TEST(in_use.err.find("in use") != std::string::npos, in_use.err);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(outbox_relay_over_zeromq,
+                      *boost::unit_test::precondition(outbox::test::services_of<fixture>))
+
+// The relay binds the endpoint; the consumer connects and acks, which is the relay's confirm.
+BOOST_AUTO_TEST_CASE(drains_the_outbox_to_a_zeromq_consumer) {
+  fixture fx;
+  const auto ids = write_events(fx, 1000, 50);
+  const auto socket = std::filesystem::temp_directory_path() /
+                      ("outbox-relay-" + std::to_string(::getpid()) + ".sock");
+  tool_process relay(relay_args(url_of(fx), "zmq+ipc://" + socket.string()));
+  const int port = metrics_port(relay);
+  outbox::zeromq::receiver r({.endpoint = "ipc://" + socket.string(), .name = "tool-test"});
+  std::size_t deliveries = 0;
+  const auto got = receive_all(r, ids.size(), &deliveries);
+  BOOST_TEST(got == std::set<outbox::uuid>(ids.begin(), ids.end()));
+  const auto s = scrape_until(port, [](auto& s) {
+    return s["outbox_relay_published_total"] >= 1000 && s["outbox_backlog_pending"] == 0 &&
+           s.count("outbox_backlog_pending") == 1;
+  });
+  BOOST_TEST(s.at("outbox_relay_published_total") == 1000);
+  BOOST_TEST(s.at("outbox_relay_event_latency_seconds_count") == 1000);
+  BOOST_TEST(static_cast<double>(deliveries) ==
+             1000 + s.at("outbox_relay_retried_total"));  // a retry is a second delivery
+  BOOST_TEST(http_get(port, "/healthz").first == 200);
+  relay.signal(SIGTERM);
+  BOOST_TEST(relay.wait(30s) == 0, relay.log());
+  std::filesystem::remove(socket);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+OUTBOX_TEST_MAIN()

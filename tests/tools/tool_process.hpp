@@ -1,0 +1,205 @@
+#pragma once
+// What the tests of the `outbox` tool share: the store fixture named by -DOUTBOX_TOOL_TEST_<STORE>,
+// running the tool (its path in OUTBOX_TOOL) as a process, and the store's URL.
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#if defined(OUTBOX_TOOL_TEST_SQLITE)
+#include "../support/sqlite_fixture.hpp"
+using fixture = outbox::test::sqlite_fixture;
+#elif defined(OUTBOX_TOOL_TEST_POSTGRESQL)
+#include "../support/postgresql_fixture.hpp"
+using fixture = outbox::test::postgresql_locking_fixture;
+#elif defined(OUTBOX_TOOL_TEST_MYSQL)
+#include "../support/mysql_fixture.hpp"
+using fixture = outbox::test::mysql_locking_fixture;
+#else
+#error "compile with -DOUTBOX_TOOL_TEST_<STORE>"
+#endif
+
+namespace {
+
+struct run_result {
+  int code = -1;
+  std::string out, err;
+};
+
+inline std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (const char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+inline std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+/// Runs the tool with `args` (OUTBOX_STORE unset unless given), returning its exit code and
+/// output.
+inline run_result tool(const std::vector<std::string>& args, const std::string& store_env = {}) {
+  const char* path = std::getenv("OUTBOX_TOOL");
+  BOOST_TEST_REQUIRE(path != nullptr, "OUTBOX_TOOL names the tool");
+  static int counter = 0;
+  const auto base = std::filesystem::temp_directory_path() /
+                    ("outbox-tool-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+  std::string cmd = "env -u OUTBOX_STORE ";
+  if (!store_env.empty()) cmd += "OUTBOX_STORE=" + shell_quote(store_env) + " ";
+  cmd += shell_quote(path);
+  for (const auto& a : args) cmd += " " + shell_quote(a);
+  cmd += " >" + shell_quote(base.string() + ".out") + " 2>" + shell_quote(base.string() + ".err");
+  const int rc = std::system(cmd.c_str());
+  run_result r;
+  r.code = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  r.out = slurp(base.string() + ".out");
+  r.err = slurp(base.string() + ".err");
+  std::filesystem::remove(base.string() + ".out");
+  std::filesystem::remove(base.string() + ".err");
+  return r;
+}
+
+/// Percent-encodes everything but RFC 3986's unreserved characters.
+[[maybe_unused]] std::string pct(const std::string& s) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  for (const unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(hex[c >> 4]);
+      out.push_back(hex[c & 15]);
+    }
+  }
+  return out;
+}
+
+/// The keywords of a libpq / SOCI MySQL connect string (`k=v`, `k='v w'`).
+[[maybe_unused]] std::map<std::string, std::string> keywords(const std::string& s) {
+  std::map<std::string, std::string> out;
+  std::size_t i = 0;
+  while (i < s.size()) {
+    while (i < s.size() && s[i] == ' ') ++i;
+    const auto eq = s.find('=', i);
+    if (eq == std::string::npos) break;
+    const std::string key = s.substr(i, eq - i);
+    std::string value;
+    i = eq + 1;
+    if (i < s.size() && s[i] == '\'') {
+      for (++i; i < s.size() && s[i] != '\''; ++i) {
+        if (s[i] == '\\' && i + 1 < s.size()) ++i;
+        value.push_back(s[i]);
+      }
+      ++i;
+    } else {
+      while (i < s.size() && s[i] != ' ') value.push_back(s[i++]);
+    }
+    out[key] = value;
+  }
+  return out;
+}
+
+/// The store URL of the fixture's database, with `password` instead of the real one if given.
+inline std::string url_of(const fixture& fx, const std::string& password = {}) {
+#if defined(OUTBOX_TOOL_TEST_SQLITE)
+  (void)password;
+  return "sqlite://" + fx.path().string();
+#else
+  auto k = keywords(fx.connect_string());
+  const std::string pw = password.empty() ? k["password"] : password;
+#if defined(OUTBOX_TOOL_TEST_POSTGRESQL)
+  const char* scheme = "postgresql://";
+  const std::string db = k["dbname"];
+  const std::string query = "?options=" + pct(k["options"]);
+#else
+  const char* scheme = "mysql://";
+  const std::string db = k["db"];
+  const std::string query = k.count("charset") ? "?charset=" + k["charset"] : "";
+#endif
+  return scheme + pct(k["user"]) + (pw.empty() ? "" : ":" + pct(pw)) + "@" +
+         (k.count("host") ? k["host"] : "127.0.0.1") + (k.count("port") ? ":" + k["port"] : "") +
+         "/" + db + query;
+#endif
+}
+
+/// The tool running in the background (`outbox relay`), its stderr in a file.
+class tool_process {
+ public:
+  explicit tool_process(const std::vector<std::string>& args) {
+    const char* path = std::getenv("OUTBOX_TOOL");
+    BOOST_TEST_REQUIRE(path != nullptr, "OUTBOX_TOOL names the tool");
+    static int counter = 0;
+    err_ = std::filesystem::temp_directory_path() / ("outbox-relay-" + std::to_string(::getpid()) +
+                                                     "-" + std::to_string(counter++) + ".err");
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, 2, err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    std::vector<std::string> all{path};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : all) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const int rc = posix_spawn(&pid_, path, &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    BOOST_TEST_REQUIRE(rc == 0, "posix_spawn: " << rc);
+  }
+  tool_process(const tool_process&) = delete;
+  tool_process& operator=(const tool_process&) = delete;
+  ~tool_process() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      int status = 0;
+      ::waitpid(pid_, &status, 0);
+    }
+    std::filesystem::remove(err_);
+  }
+
+  void signal(int sig) const { ::kill(pid_, sig); }
+
+  /// Its exit code once it exits, within `limit`; -1 if it had to be killed (or died of a signal).
+  int wait(std::chrono::seconds limit) {
+    const auto until = std::chrono::steady_clock::now() + limit;
+    int status = 0;
+    for (;;) {
+      const pid_t r = ::waitpid(pid_, &status, WNOHANG);
+      if (r == pid_) break;
+      if (std::chrono::steady_clock::now() >= until) {
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, &status, 0);
+        pid_ = -1;
+        return -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+  [[nodiscard]] bool running() const { return pid_ > 0 && ::kill(pid_, 0) == 0; }
+  [[nodiscard]] std::string log() const { return slurp(err_); }
+
+ private:
+  pid_t pid_ = -1;
+  std::filesystem::path err_;
+};
+
+}  // namespace
