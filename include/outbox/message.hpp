@@ -162,6 +162,20 @@ struct backlog_stats {
   std::int64_t in_flight = 0;  ///< Claimed under a lease that has not expired.
   std::int64_t dead = 0;       ///< Dead-lettered.
   std::chrono::milliseconds oldest_pending_age{0};  ///< 0 when nothing is pending.
+  /// Of `pending`, those waiting for a retry: held by no claim (no lease token, live or
+  /// expired) and claimable only after `now` (`available_at`, the retry time). Only the settle
+  /// of a failed attempt leaves a row so (a claim stamps a lease token; a release and a requeue
+  /// make the row claimable at once), so these rows failed at least once and are not due yet;
+  /// the other `pending - waiting_retry` are due (claimable, unless an earlier row of their
+  /// aggregate holds them back). The same test on every store; under a *locking* claim policy
+  /// a claimed row counts in `pending` (not `in_flight`), never here.
+  std::int64_t waiting_retry = 0;
+};
+
+/// The backlog of one aggregate type (`concepts::aggregate_stats_store`).
+struct aggregate_type_stats {
+  std::string aggregate_type{};
+  backlog_stats stats{};  ///< Only the rows of `aggregate_type`.
 };
 
 /// One transport confirm or failure, matched to its message by id (confirms may arrive in any

@@ -21,10 +21,12 @@
 // tests/support/memory_store_fixture.hpp on a memory_database.)
 
 #include <chrono>
+#include <cstdint>
 #include <limits>
 #include <string>
 #include <thread>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
@@ -56,12 +58,14 @@ inline outbox::message delivered(std::string agg_id, std::string payload = "{}")
   return m;
 }
 
-/// Enqueues and commits events through a writer on a fresh application session.
-template <class Fixture>
-std::vector<outbox::uuid> commit_events(Fixture& fx, const std::vector<outbox::event>& events) {
+/// Enqueues and commits events through a writer on a fresh application session; `clock` stamps
+/// their `created_at`.
+template <class Fixture, class Clock = outbox::system_clock>
+std::vector<outbox::uuid> commit_events(Fixture& fx, const std::vector<outbox::event>& events,
+                                        Clock clock = {}) {
   auto sql = fx.open_session();
   auto st = fx.make_store(*sql);
-  outbox::writer w(*st);
+  outbox::writer w(*st, {}, std::move(clock));
   auto tx = Fixture::begin(*sql);
   auto ids = w.enqueue(*sql, events);
   tx->commit();
@@ -481,6 +485,122 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(backlog_stats_count_pending_in_flight_dead_and_age
   }
   BOOST_TEST(s.dead == 1);
   BOOST_TEST(s.oldest_pending_age >= std::chrono::milliseconds(9'000));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(backlog_stats_count_retries_and_break_down_by_aggregate_type, Fixture,
+                              store_fixtures) {
+  // Two aggregate types with a row in every state (pending, waiting for a retry, in flight,
+  // dead), "audit" with a dead letter only and "payment" with a published row only.
+  using kind = outbox::settlement::kind;
+  static_assert(outbox::concepts::aggregate_stats_store<typename Fixture::store_type>);
+  Fixture fx;
+  auto sql = fx.open_session();
+  auto st = fx.make_store(*sql);
+  BOOST_TEST(st->stats_by_aggregate_type(std::chrono::system_clock::now()).empty());
+  // Whole seconds: every store keeps created_at to the millisecond, so the ages are exact.
+  outbox::testing::manual_clock clock(
+      std::chrono::floor<std::chrono::seconds>(std::chrono::system_clock::now()));
+  const auto ev = [](std::string type, std::string id) {
+    return outbox::event{std::move(type), std::move(id), "happened", "{}", {}};
+  };
+  // "Shipment"'s oldest row is dead-lettered: its oldest pending row is one second younger.
+  conformance::commit_events(fx,
+                             {ev("payment", "published"), ev("Shipment", "dead"),
+                              ev("order", "retry"), ev("audit", "dead")},
+                             clock);
+  clock.advance(1s);
+  conformance::commit_events(fx, {ev("order", "dead"), ev("Shipment", "retry")}, clock);
+  clock.advance(1s);
+  conformance::commit_events(fx, {ev("order", "flight"), ev("Shipment", "flight")}, clock);
+  clock.advance(1s);
+  conformance::commit_events(
+      fx, {ev("order", "pending-1"), ev("order", "pending-2"), ev("Shipment", "pending-1")}, clock);
+  // The first six: each settled as its aggregate id says; the retries are due in an hour.
+  auto first = st->claim(conformance::req(clock, 6));
+  BOOST_TEST_REQUIRE(first.size() == 6u);
+  std::vector<outbox::settlement> fates(first.size());
+  for (std::size_t i = 0; i < fates.size(); ++i) {
+    const auto& id = first.messages[i].aggregate_id;
+    fates[i].what = id == "published" ? kind::published : id == "dead" ? kind::dead : kind::retry;
+    fates[i].retry_at = clock.now() + 1h;
+    fates[i].error = "refused";
+  }
+  const auto settled = st->settle(first, fates, clock.now());
+  BOOST_TEST(settled.published == 1u);
+  BOOST_TEST(settled.dead == 3u);
+  BOOST_TEST(settled.retried == 2u);
+  // The two "flight" rows, claimed on another session (a locking claim holds its transaction
+  // open) under a lease that outlasts the test.
+  auto relay_sql = fx.open_session();
+  auto relay = fx.make_store(*relay_sql);
+  auto flying = relay->claim(conformance::req(clock, 2, 3h));
+  BOOST_TEST_REQUIRE(flying.size() == 2u);
+  for (const auto& m : flying.messages) BOOST_TEST(m.aggregate_id == "flight");
+
+  clock.advance(57s);  // 60 s after the first rows were written
+  // A locking claim writes nothing: its rows count as pending, not in flight.
+  const std::int64_t held = Fixture::in_flight_visible ? 1 : 0;
+  const auto expect = [&](const outbox::backlog_stats& s, std::int64_t pending,
+                          std::int64_t waiting_retry, std::int64_t in_flight, std::int64_t dead,
+                          std::int64_t age_ms) {
+    BOOST_TEST(s.pending == pending);
+    BOOST_TEST(s.waiting_retry == waiting_retry);
+    BOOST_TEST(s.in_flight == in_flight);
+    BOOST_TEST(s.dead == dead);
+    BOOST_TEST(s.oldest_pending_age.count() == age_ms);
+  };
+  BOOST_TEST_CONTEXT("stats") {
+    expect(st->stats(clock.now()), 7 - 2 * held, 2, 2 * held, 3, 60'000);
+  }
+  auto by_type = st->stats_by_aggregate_type(clock.now());
+  BOOST_TEST_REQUIRE(by_type.size() == 3u);  // byte order: upper case first; no "payment"
+  BOOST_TEST(by_type[0].aggregate_type == "Shipment");
+  BOOST_TEST_CONTEXT("Shipment") { expect(by_type[0].stats, 3 - held, 1, held, 1, 59'000); }
+  BOOST_TEST(by_type[1].aggregate_type == "audit");
+  BOOST_TEST_CONTEXT("audit") { expect(by_type[1].stats, 0, 0, 0, 1, 0); }
+  BOOST_TEST(by_type[2].aggregate_type == "order");
+  BOOST_TEST_CONTEXT("order") { expect(by_type[2].stats, 4 - held, 1, held, 1, 60'000); }
+
+  // Once the retries are due they are pending like the rest, no longer waiting.
+  clock.advance(1h);
+  BOOST_TEST_CONTEXT("stats, retries due") {
+    expect(st->stats(clock.now()), 7 - 2 * held, 0, 2 * held, 3, 3'660'000);
+  }
+  by_type = st->stats_by_aggregate_type(clock.now());
+  BOOST_TEST_REQUIRE(by_type.size() == 3u);
+  BOOST_TEST_CONTEXT("Shipment, retries due") {
+    expect(by_type[0].stats, 3 - held, 0, held, 1, 3'659'000);
+  }
+  BOOST_TEST_CONTEXT("order, retries due") {
+    expect(by_type[2].stats, 4 - held, 0, held, 1, 3'660'000);
+  }
+  relay->release(flying);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(aggregate_types_are_told_apart_and_sorted_byte_for_byte, Fixture,
+                              store_fixtures) {
+  // Whatever the database's collation: case and trailing spaces make other types (MySQL's
+  // utf8mb4_bin ignores trailing spaces in comparisons), and the order is that of the bytes
+  // (a locale would put "Order" after "order" and "\xc3\xa9" before "o").
+  Fixture fx;
+  const std::vector<std::string> types = {"order ", "\xc3\xa9v\xc3\xa9nement", "order", "Order"};
+  std::vector<outbox::event> events;
+  for (std::size_t i = 0; i < types.size(); ++i)
+    for (std::size_t n = 0; n <= i; ++n)  // i + 1 rows of types[i]
+      events.push_back(outbox::event{types[i], "a-" + std::to_string(n), "happened", "{}", {}});
+  conformance::commit_events(fx, events);
+  auto sql = fx.open_session();
+  auto st = fx.make_store(*sql);
+  const auto by_type = st->stats_by_aggregate_type(std::chrono::system_clock::now());
+  BOOST_TEST_REQUIRE(by_type.size() == 4u);
+  BOOST_TEST(by_type[0].aggregate_type == "Order");
+  BOOST_TEST(by_type[0].stats.pending == 4);
+  BOOST_TEST(by_type[1].aggregate_type == "order");
+  BOOST_TEST(by_type[1].stats.pending == 3);
+  BOOST_TEST(by_type[2].aggregate_type == "order ");
+  BOOST_TEST(by_type[2].stats.pending == 1);
+  BOOST_TEST(by_type[3].aggregate_type == types[1]);
+  BOOST_TEST(by_type[3].stats.pending == 2);
 }
 
 // ---- failure paths (issue 9): each of these failed on some store before its fix ------------

@@ -120,6 +120,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(an_unmigrated_database_is_misconfigured_on_every_s
   kit::expect_error(
       outbox::errc::misconfigured, [&] { (void)st->stats(clock.now()); }, "stats");
   kit::expect_error(
+      outbox::errc::misconfigured, [&] { (void)st->stats_by_aggregate_type(clock.now()); },
+      "stats_by_aggregate_type");
+  kit::expect_error(
       outbox::errc::misconfigured,
       [&] {
         auto tx = st->begin();

@@ -87,6 +87,17 @@ concept operable_store = requires(S& s, time_point t, std::size_t n, const uuid&
   { s.purge_inbox(t, n) } -> std::same_as<std::size_t>;
 };
 
+/// An operable store that also breaks its backlog down by aggregate type, for an operator who
+/// must find which kind of event is stuck. Optional: without it, only the totals of `stats`.
+///
+/// | operation                        | returns                             | guarantees                   | errors |
+/// |----------------------------------|-------------------------------------|------------------------------|--------|
+/// | `s.stats_by_aggregate_type(now)` | `std::vector<aggregate_type_stats>` | a consistent snapshot; one entry per aggregate type with pending, in-flight or dead-lettered rows (published rows alone make none), in byte order of the type; each entry's fields mean what `stats(now)`'s do, over that type's rows only: at one instant the counts add up to `stats(now)`'s, and the largest `oldest_pending_age` is its | `transient` |
+template <class S>
+concept aggregate_stats_store = operable_store<S> && requires(S& s, time_point now) {
+  { s.stats_by_aggregate_type(now) } -> std::same_as<std::vector<aggregate_type_stats>>;
+};
+
 /// A store the consumer keeps its inbox in: the business effect and the inbox record commit in
 /// one transaction of `s.session()`.
 ///

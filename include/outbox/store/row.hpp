@@ -1,13 +1,17 @@
 #pragma once
 /// @file
-/// What every store shares about its rows: the row states, the columns a claim and a
-/// dead-letter listing return (in one order, on every dialect) and their mapping to `message`.
+/// What every store shares about its rows: the row states, the columns a claim, a dead-letter
+/// listing and a backlog count return (in one order, on every dialect) and their mapping to
+/// `message` and `backlog_stats`.
 
+#include <chrono>
+#include <concepts>
 #include <cstdint>
 #include <string>
 #include <string_view>
 
 #include <outbox/message.hpp>
+#include <outbox/time.hpp>
 #include <outbox/validate.hpp>
 
 namespace outbox::store {
@@ -89,6 +93,41 @@ template <row_view Row>
   d.last_error = row.text(column::after_message);
   d.dead_at = row.time(column::after_message + 1);
   return d;
+}
+
+/// The columns of a backlog count, in this order on every dialect: stats.sql's, and
+/// stats_by_type.sql's after its aggregate type. The meanings are `backlog_stats`'.
+enum class stats_column : int {
+  pending = 0,        ///< Pending (state 0) and not under a live lease.
+  waiting_retry,      ///< Of those: no lease token and `available_at` after now.
+  in_flight,          ///< Pending under a live lease.
+  dead,               ///< Dead-lettered (state 2).
+  oldest_created_at,  ///< The oldest pending row's creation time (any value when there is none).
+};
+
+/// A row of a backlog count: `int64(c)`, the integer in column `c`.
+template <class R>
+concept backlog_row = requires(const R& r, int c) {
+  { r.int64(c) } -> std::same_as<std::int64_t>;
+};
+
+/// A backlog count's columns (`stats_column`, from column `first` on), as `backlog_stats`.
+/// @tparam Period the dialect's time unit (`std::milli`, `std::micro`): of `now` and of the
+///         creation time.
+template <class Period, backlog_row Row>
+[[nodiscard]] backlog_stats read_backlog(const Row& row, int first, std::int64_t now) {
+  const auto at = [&](stats_column c) { return row.int64(first + static_cast<int>(c)); };
+  backlog_stats s;
+  s.pending = at(stats_column::pending);
+  s.waiting_retry = at(stats_column::waiting_retry);
+  s.in_flight = at(stats_column::in_flight);
+  s.dead = at(stats_column::dead);
+  if (s.pending + s.in_flight > 0) {
+    const std::chrono::duration<std::int64_t, Period> age(
+        elapsed(now, at(stats_column::oldest_created_at)));
+    s.oldest_pending_age = std::chrono::duration_cast<std::chrono::milliseconds>(age);
+  }
+  return s;
 }
 
 /// An error text as a store keeps it: valid UTF-8 without NUL, at most 2 KiB. Every text a store

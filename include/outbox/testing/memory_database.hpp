@@ -52,7 +52,9 @@ enum class memory_operation : std::uint32_t {
   commit = 1U << 4,                ///< Committing a transaction on a session.
   record_delivery = 1U << 5,       ///< `memory_store::record_delivery` (the consumer's inbox).
   dead_letter_delivery = 1U << 6,  ///< `memory_store::dead_letter_delivery`.
-  operations = 1U << 7,  ///< `stats`, `dead_letters`, `requeue`, `purge_published`, `purge_inbox`.
+  /// `stats`, `stats_by_aggregate_type`, `dead_letters`, `requeue`, `purge_published`,
+  /// `purge_inbox`.
+  operations = 1U << 7,
   statement = 1U << 8,  ///< A session's own business statements (`insert`, `put`, `erase`, `find`).
   any = ~0U,
 };

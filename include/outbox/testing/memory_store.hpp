@@ -46,6 +46,7 @@
 #include <cstdint>
 #include <exception>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -297,25 +298,25 @@ class memory_store {
   // ---- operations -----------------------------------------------------------------------------
 
   backlog_stats stats(time_point now) {
-    backlog_stats s;
+    backlog_tally all;
     std::lock_guard lock(db_->mutex_);
     db_->check_fault(memory_operation::operations, "stats");
-    std::optional<time_point> oldest;
-    for (const auto& [seq, row] : db_->rows_) {
-      if (row.state == memory_row::state_type::dead) {
-        ++s.dead;
-        continue;
-      }
-      if (row.state != memory_row::state_type::pending) continue;
-      if (row.lease_token && row.available_at > now)
-        ++s.in_flight;
-      else
-        ++s.pending;
-      if (!oldest || row.created_at < *oldest) oldest = row.created_at;
-    }
-    if (oldest && now > *oldest)
-      s.oldest_pending_age = std::chrono::duration_cast<std::chrono::milliseconds>(now - *oldest);
-    return s;
+    for (const auto& [seq, row] : db_->rows_) all.add(row, now);
+    return all.finish(now);
+  }
+
+  /// The backlog per aggregate type (`concepts::aggregate_stats_store`): what `stats` counts,
+  /// over each type's rows.
+  std::vector<aggregate_type_stats> stats_by_aggregate_type(time_point now) {
+    std::map<std::string, backlog_tally, std::less<>> by_type;  // byte order, as the SQL stores
+    std::lock_guard lock(db_->mutex_);
+    db_->check_fault(memory_operation::operations, "stats_by_aggregate_type");
+    for (const auto& [seq, row] : db_->rows_)
+      if (row.state != memory_row::state_type::published) by_type[row.aggregate_type].add(row, now);
+    std::vector<aggregate_type_stats> out;
+    out.reserve(by_type.size());
+    for (const auto& [type, tally] : by_type) out.push_back({type, tally.finish(now)});
+    return out;
   }
 
   std::vector<dead_letter> dead_letters(std::size_t limit) {
@@ -412,6 +413,33 @@ class memory_store {
   }
 
  private:
+  /// A backlog being counted, row by row (`stats`, `stats_by_aggregate_type`).
+  struct backlog_tally {
+    backlog_stats counts{};
+    std::optional<time_point> oldest{};
+
+    void add(const memory_row& row, time_point now) {
+      if (row.state == memory_row::state_type::dead) {
+        ++counts.dead;
+        return;
+      }
+      if (row.state != memory_row::state_type::pending) return;
+      if (row.lease_token && row.available_at > now) {
+        ++counts.in_flight;
+      } else {
+        ++counts.pending;
+        if (!row.lease_token && row.available_at > now) ++counts.waiting_retry;
+      }
+      if (!oldest || row.created_at < *oldest) oldest = row.created_at;
+    }
+    [[nodiscard]] backlog_stats finish(time_point now) const {
+      backlog_stats s = counts;
+      if (oldest && now > *oldest)
+        s.oldest_pending_age = std::chrono::duration_cast<std::chrono::milliseconds>(now - *oldest);
+      return s;
+    }
+  };
+
   static std::string aggregate_key(const memory_row& row) {
     return outbox::detail::aggregate_key(row.aggregate_type, row.aggregate_id);
   }
@@ -450,5 +478,6 @@ static_assert(concepts::store<memory_store<>>);
 static_assert(concepts::waking_store<memory_store<>>);
 static_assert(concepts::classifying_store<memory_store<>>);
 static_assert(concepts::inbox_lookup_store<memory_store<>>);
+static_assert(concepts::aggregate_stats_store<memory_store<>>);
 
 }  // namespace outbox::testing

@@ -627,18 +627,16 @@ class store {
   /// count as pending and `in_flight` is 0; under *leasing* it counts rows under a live lease.
   backlog_stats stats(time_point now) {
     return link_->run("stats", [&](MYSQL*) {
-      long long at = detail::to_us(now), at2 = at;
-      long long pending = 0, in_flight = 0, oldest = 0, dead = 0;
-      link_->session() << std::string(statements::stats), ::soci::use(at, "now"),
-          ::soci::use(at2, "now2"), ::soci::into(pending), ::soci::into(in_flight),
-          ::soci::into(oldest), ::soci::into(dead);
-      backlog_stats s;
-      s.pending = pending;
-      s.in_flight = in_flight;
-      s.dead = dead;
-      if (s.pending + s.in_flight > 0)
-        s.oldest_pending_age = std::chrono::milliseconds(elapsed(at, oldest) / 1000);
-      return s;
+      const auto rows = count_backlog(statements::stats, false, detail::to_us(now));
+      return rows.empty() ? backlog_stats{} : rows.front().stats;  // one row: no GROUP BY
+    });
+  }
+
+  /// The backlog per aggregate type, in one statement (`concepts::aggregate_stats_store`); what
+  /// `stats` says of locking holds per type too.
+  std::vector<aggregate_type_stats> stats_by_aggregate_type(time_point now) {
+    return link_->run("stats_by_aggregate_type", [&](MYSQL*) {
+      return count_backlog(statements::stats_by_type, true, detail::to_us(now));
     });
   }
 
@@ -710,6 +708,35 @@ class store {
   }
 
  private:
+  /// Runs a backlog count at `now` (Unix us): stats.sql (one row, no aggregate type) or, with
+  /// `by_type`, stats_by_type.sql (a row per type).
+  std::vector<aggregate_type_stats> count_backlog(std::string_view text, bool by_type,
+                                                  long long now) {
+    long long at = now, at2 = now, at3 = now;
+    std::vector<aggregate_type_stats> out;
+    ::soci::statement st(link_->session());
+    detail::stats_rows chunk;
+    chunk.into(st, by_type);
+    st.exchange(::soci::use(at, "now"));
+    st.exchange(::soci::use(at2, "now2"));
+    st.exchange(::soci::use(at3, "now3"));
+    st.alloc();
+    st.prepare(std::string(text));
+    st.define_and_bind();
+    constexpr std::size_t fetch = 100;
+    chunk.resize(fetch, by_type);
+    bool got = st.execute(true);
+    while (got) {
+      for (std::size_t i = 0; i < chunk.size(); ++i)
+        out.push_back(
+            {by_type ? chunk.aggregate_type[i] : std::string(),
+             outbox::store::read_backlog<std::micro>(detail::stats_row{chunk, i}, 0, now)});
+      chunk.resize(fetch, by_type);
+      got = st.fetch();
+    }
+    return out;
+  }
+
   /// Statements a claim may run to get past aggregates held back behind other relays' rows or
   /// rows waiting for a retry.
   static constexpr int claim_passes = 4;
@@ -789,6 +816,7 @@ class store {
 
 static_assert(concepts::store<store>);
 static_assert(concepts::inbox_lookup_store<store>);
+static_assert(concepts::aggregate_stats_store<store>);
 
 /// `store::migrate`.
 inline int migrate(::soci::session& sql, int target = outbox::store::latest_version) {

@@ -503,17 +503,27 @@ class store {
   /// count as pending and `in_flight` is 0; under *leasing* it counts rows under a live lease.
   backlog_stats stats(time_point now) {
     return link_->run("stats", [&](PGconn* c) {
-      auto r = detail::exec(c, std::string(statements::stats),
-                            detail::params().add(detail::to_us(now)), "stats");
-      backlog_stats s;
-      s.pending = r.int64(0, 0);
-      s.in_flight = r.int64(0, 1);
-      s.dead = r.int64(0, 3);
-      if (s.pending + s.in_flight > 0) {
-        s.oldest_pending_age =
-            std::chrono::milliseconds(elapsed(detail::to_us(now), r.int64(0, 2)) / 1000);
+      const auto t = detail::to_us(now);
+      auto r = detail::exec(c, std::string(statements::stats), detail::params().add(t), "stats");
+      return outbox::store::read_backlog<std::micro>(detail::row{r, 0}, 0, t);
+    });
+  }
+
+  /// The backlog per aggregate type, in one statement (`concepts::aggregate_stats_store`); what
+  /// `stats` says of locking holds per type too.
+  std::vector<aggregate_type_stats> stats_by_aggregate_type(time_point now) {
+    return link_->run("stats_by_aggregate_type", [&](PGconn* c) {
+      const auto t = detail::to_us(now);
+      auto r = detail::exec(c, std::string(statements::stats_by_type), detail::params().add(t),
+                            "stats_by_aggregate_type");
+      std::vector<aggregate_type_stats> out;
+      out.reserve(static_cast<std::size_t>(r.rows()));
+      for (int i = 0; i < r.rows(); ++i) {
+        const detail::row row{r, i};
+        out.push_back(
+            {std::string(row.text(0)), outbox::store::read_backlog<std::micro>(row, 1, t)});
       }
-      return s;
+      return out;
     });
   }
 
@@ -588,6 +598,7 @@ class store {
 
 static_assert(concepts::store<store>);
 static_assert(concepts::inbox_lookup_store<store>);
+static_assert(concepts::aggregate_stats_store<store>);
 
 /// `store::migrate` (the name this namespace had before the store kit).
 inline int migrate(::soci::session& sql, int target = outbox::store::latest_version) {

@@ -384,17 +384,23 @@ class store {
   backlog_stats stats(time_point now) {
     prepare();
     const auto t = detail::to_ms(now);
-    backlog_stats s;
     detail::statement st(db_, statements::stats);
+    st.bind(1, t).step();
+    return outbox::store::read_backlog<std::milli>(detail::row{st}, 0, t);
+  }
+
+  /// The backlog per aggregate type, in one statement (`concepts::aggregate_stats_store`).
+  std::vector<aggregate_type_stats> stats_by_aggregate_type(time_point now) {
+    prepare();
+    const auto t = detail::to_ms(now);
+    detail::statement st(db_, statements::stats_by_type);
     st.bind(1, t);
-    st.step();
-    const auto all = st.column_int64(0);
-    s.in_flight = st.column_int64(1);
-    s.pending = all - s.in_flight;
-    if (!st.column_is_null(2))
-      s.oldest_pending_age = std::chrono::milliseconds(elapsed(t, st.column_int64(2)));
-    s.dead = st.column_int64(3);
-    return s;
+    std::vector<aggregate_type_stats> out;
+    while (st.step()) {
+      const detail::row r{st};
+      out.push_back({std::string(r.text(0)), outbox::store::read_backlog<std::milli>(r, 1, t)});
+    }
+    return out;
   }
 
   std::vector<dead_letter> dead_letters(std::size_t limit) {
@@ -473,6 +479,7 @@ class store {
 
 static_assert(concepts::store<store>);
 static_assert(concepts::inbox_lookup_store<store>);
+static_assert(concepts::aggregate_stats_store<store>);
 
 /// `store::configure` (the name this namespace had before the store kit).
 inline void configure(::soci::session& sql, const session_options& o = {}) {

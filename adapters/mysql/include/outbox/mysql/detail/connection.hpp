@@ -11,6 +11,8 @@
 /// character set the library does not know is the classic injection hole). Payloads are bytes:
 /// the statements prefix them with `_binary`, so no character set conversion touches them.
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -163,6 +165,36 @@ inline void append_hex(std::string& out, std::string_view s) {
     out += digits[b & 15];
   }
 }
+
+/// Rows of a backlog count, fetched into column vectors (SOCI's bulk into): the aggregate type
+/// (stats_by_type.sql only), then the `outbox::store::stats_column`s.
+struct stats_rows {
+  static constexpr std::size_t columns =
+      static_cast<std::size_t>(outbox::store::stats_column::oldest_created_at) + 1;
+  std::vector<std::string> aggregate_type;
+  std::array<std::vector<long long>, columns> counts;
+
+  /// Sizes every vector to `n` (SOCI fetches as many rows as the vectors hold).
+  void resize(std::size_t n, bool by_type) {
+    if (by_type) aggregate_type.resize(n);
+    for (auto& v : counts) v.resize(n);
+  }
+  [[nodiscard]] std::size_t size() const noexcept { return counts[0].size(); }
+
+  /// Binds the columns as intos of `st`.
+  template <class Statement>
+  void into(Statement& st, bool by_type) {
+    if (by_type) st.exchange(::soci::into(aggregate_type));
+    for (auto& v : counts) st.exchange(::soci::into(v));
+  }
+};
+
+/// Row `i` of `stats_rows`, as `outbox::store::read_backlog` reads it (its columns from 0).
+struct stats_row {
+  const stats_rows& r;
+  std::size_t i;
+  [[nodiscard]] std::int64_t int64(int c) const { return r.counts[static_cast<std::size_t>(c)][i]; }
+};
 
 /// Rows of a claim or a dead-letter listing, fetched into column vectors (SOCI's bulk into).
 struct message_rows {

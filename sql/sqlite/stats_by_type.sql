@@ -1,0 +1,12 @@
+-- Backlog per aggregate type, in byte order (BINARY): the type, then the columns of stats.sql
+-- (outbox::store::stats_column) over that type's rows. Only pending (0) and dead (2) rows are
+-- read, through outbox_by_state, so published rows kept under retention keep cost nothing; the
+-- groups are then sorted (a few rows, one per type).
+-- ?1 now (Unix ms).
+SELECT aggregate_type,
+       sum(state = 0 AND NOT (lease_token IS NOT NULL AND available_at > ?1)),
+       sum(state = 0 AND lease_token IS NULL AND available_at > ?1),
+       sum(state = 0 AND lease_token IS NOT NULL AND available_at > ?1),
+       sum(state = 2), min(CASE WHEN state = 0 THEN created_at END)
+FROM outbox INDEXED BY outbox_by_state WHERE state IN (0, 2)
+GROUP BY aggregate_type ORDER BY aggregate_type
