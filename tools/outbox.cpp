@@ -7,6 +7,8 @@
 // `outbox <subcommand> --help` say more. Exit codes: 0 ok, 1 error (the class, the adapter and its
 // native code are printed; never a password), 2 usage.
 
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -46,6 +48,7 @@ class store_ops {
   virtual ~store_ops() = default;
   virtual int migrate() = 0;
   virtual outbox::backlog_stats stats() = 0;
+  virtual std::vector<outbox::aggregate_type_stats> stats_by_type() = 0;
   virtual std::vector<outbox::dead_letter> dead_letters(std::size_t n) = 0;
   virtual bool requeue(const outbox::uuid& id) = 0;
   virtual std::size_t purge_published(outbox::time_point before, std::size_t n) = 0;
@@ -62,6 +65,9 @@ class store_ops_for final : public store_ops {
       : options_(std::move(options)), backend_(std::move(backend)), connect_(std::move(connect)) {}
   int migrate() override { return Store::migrate(session()); }
   outbox::backlog_stats stats() override { return store().stats(std::chrono::system_clock::now()); }
+  std::vector<outbox::aggregate_type_stats> stats_by_type() override {
+    return store().stats_by_aggregate_type(std::chrono::system_clock::now());
+  }
   std::vector<outbox::dead_letter> dead_letters(std::size_t n) override {
     return store().dead_letters(n);
   }
@@ -181,6 +187,7 @@ struct options {
   std::vector<std::string> ids;
   bool all = false;
   std::string event_type;
+  std::string watch;
   std::string published_before, inbox_before;
   bool force = false;
 };
@@ -197,23 +204,118 @@ int cmd_migrate(store_ops& s, const options& o) {
   return exit_ok;
 }
 
-int cmd_stats(store_ops& s, const options& o) {
-  const auto st = s.stats();
+nlohmann::json to_json(const outbox::backlog_stats& st) {
+  return {{"pending", st.pending},
+          {"waiting_retry", st.waiting_retry},
+          {"in_flight", st.in_flight},
+          {"dead", st.dead},
+          {"oldest_pending_age_ms", st.oldest_pending_age.count()}};
+}
+
+std::string seconds_text(std::chrono::milliseconds d) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f s", static_cast<double>(d.count()) / 1000.0);
+  return buf;
+}
+
+/// One look at the backlog: the totals and the same per aggregate type.
+struct backlog_view {
+  outbox::backlog_stats total;
+  std::vector<outbox::aggregate_type_stats> by_type;
+  std::chrono::steady_clock::time_point at;
+};
+
+backlog_view look(store_ops& s) {
+  backlog_view v;
+  v.by_type = s.stats_by_type();
+  v.total = s.stats();
+  v.at = std::chrono::steady_clock::now();
+  return v;
+}
+
+/// Prints `v`; `before`: the previous look of `--watch`, for the rates since it.
+void print_backlog(const backlog_view& v, const backlog_view* before, const options& o) {
+  double seconds = 0;
+  if (before) seconds = std::chrono::duration<double>(v.at - before->at).count();
+  const auto rate = [&](std::int64_t now, std::int64_t then) {
+    return seconds > 0 ? static_cast<double>(now - then) / seconds : 0.0;
+  };
+  const auto backlog = [](const outbox::backlog_stats& b) { return b.pending + b.in_flight; };
   if (o.json) {
-    std::cout << nlohmann::json{{"pending", st.pending},
-                                {"in_flight", st.in_flight},
-                                {"dead", st.dead},
-                                {"oldest_pending_age_ms", st.oldest_pending_age.count()}}
-                     .dump()
-              << "\n";
+    auto j = to_json(v.total);
+    auto types = nlohmann::json::array();
+    for (const auto& t : v.by_type) {
+      auto e = to_json(t.stats);
+      e["aggregate_type"] = t.aggregate_type;
+      types.push_back(std::move(e));
+    }
+    j["by_aggregate_type"] = std::move(types);
+    if (before) {
+      j["backlog_change_per_s"] = rate(backlog(v.total), backlog(before->total));
+      j["dead_change_per_s"] = rate(v.total.dead, before->total.dead);
+    }
+    std::cout << j.dump() << "\n";
+    return;
+  }
+  const auto& t = v.total;
+  std::printf("pending              %lld (waiting for a retry: %lld)\n",
+              static_cast<long long>(t.pending), static_cast<long long>(t.waiting_retry));
+  std::printf("in flight            %lld\n", static_cast<long long>(t.in_flight));
+  std::printf("dead-lettered        %lld\n", static_cast<long long>(t.dead));
+  std::printf("oldest pending age   %s\n", seconds_text(t.oldest_pending_age).c_str());
+  if (before)
+    std::printf(
+        "since the last look  backlog %+.0f/s, dead letters %+.0f/s (published: the "
+        "relay's /metrics)\n",
+        rate(backlog(v.total), backlog(before->total)), rate(v.total.dead, before->total.dead));
+  if (v.by_type.empty()) return;
+  std::printf("\n%-24s %10s %12s %10s %10s %12s\n", "aggregate type", "pending", "retry wait",
+              "in flight", "dead", "oldest age");
+  for (const auto& e : v.by_type)
+    std::printf("%-24.24s %10lld %12lld %10lld %10lld %12s\n",
+                outbox::sanitize_text(e.aggregate_type, 24).c_str(),
+                static_cast<long long>(e.stats.pending),
+                static_cast<long long>(e.stats.waiting_retry),
+                static_cast<long long>(e.stats.in_flight), static_cast<long long>(e.stats.dead),
+                seconds_text(e.stats.oldest_pending_age).c_str());
+}
+
+int cmd_stats(store_ops& s, const options& o) {
+  if (o.watch.empty()) {
+    print_backlog(look(s), nullptr, o);
     return exit_ok;
   }
-  std::printf("pending              %lld\n", static_cast<long long>(st.pending));
-  std::printf("in flight            %lld\n", static_cast<long long>(st.in_flight));
-  std::printf("dead-lettered        %lld\n", static_cast<long long>(st.dead));
-  std::printf("oldest pending age   %.1f s\n",
-              static_cast<double>(st.oldest_pending_age.count()) / 1000.0);
-  return exit_ok;
+  const auto every = parse_age(o.watch, "--watch");
+  if (every < std::chrono::milliseconds(100))
+    throw usage_error("--watch takes at least 100ms between looks");
+  // Until SIGINT or SIGTERM (taken here, not by their default action), so a terminal is left
+  // clean: on a terminal each look redraws the screen; elsewhere (a pipe, a log) looks follow
+  // one another, each after a timestamp line (JSON: one object per line).
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  const bool tty = ::isatty(1) == 1 && !o.json;
+  std::optional<backlog_view> before;
+  for (;;) {
+    const backlog_view now = look(s);
+    if (tty)
+      std::fputs("\033[H\033[2J", stdout);
+    else if (!o.json)
+      std::printf("%s\n", iso8601(std::chrono::system_clock::now()).c_str());
+    print_backlog(now, before ? &*before : nullptr, o);
+    if (tty)
+      std::printf("\n(every %s; Ctrl-C ends)\n", o.watch.c_str());
+    else if (!o.json)
+      std::fputs("\n", stdout);
+    std::fflush(stdout);
+    before = now;
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(every).count();
+    const timespec wait{static_cast<time_t>(ns / 1'000'000'000),
+                        static_cast<long>(ns % 1'000'000'000)};
+    if (sigtimedwait(&set, nullptr, &wait) > 0) return exit_ok;
+  }
 }
 
 int cmd_dead_letters_list(store_ops& s, const options& o) {
@@ -353,8 +455,13 @@ int main(int argc, char** argv) {
   auto* migrate = app.add_subcommand("migrate", "apply the schema's migrations; print the version");
   with_store(migrate);
   auto* stats = app.add_subcommand(
-      "stats", "the backlog: pending, in flight, dead-lettered, the oldest pending event's age");
+      "stats",
+      "the backlog: pending (and of those, waiting for a retry), in flight, dead-lettered, the "
+      "oldest pending event's age; in total and per aggregate type");
   with_store(stats);
+  stats->add_option("--watch", o.watch,
+                    "look again every interval (2s, 500ms) until Ctrl-C, with the rates since "
+                    "the last look");
   auto* dead = app.add_subcommand("dead-letters", "the relay's dead letters");
   dead->require_subcommand(1);
   auto* list = dead->add_subcommand("list",

@@ -185,6 +185,75 @@ BOOST_AUTO_TEST_CASE(dead_letters_are_listed_shown_requeued_and_published) {
   BOOST_TEST(json_of(tool({"dead-letters", "list", "--store", url, "--json"})).empty());
 }
 
+// Events of two aggregate types; the "invoice" ones fail once and wait an hour for their retry:
+// `stats` counts them as pending and waiting for a retry, in total and under their type (the
+// published "order" ones make no entry); `--watch` looks again until SIGINT and exits 0.
+BOOST_AUTO_TEST_CASE(stats_count_retries_per_aggregate_type_and_watch_ends_cleanly) {
+  fixture fx;
+  const auto url = url_of(fx);
+  {
+    auto sql = fx.open_session();
+    auto st = fx.make_store(*sql);
+    outbox::writer w(*st);
+    {
+      auto tx = fixture::begin(*sql);
+      for (int i = 0; i < 5; ++i)
+        (void)w.enqueue(
+            *sql,
+            outbox::event{i < 3 ? "order" : "invoice", std::to_string(i), "created", "{}", {}});
+      tx->commit();
+    }
+    outbox::testing::memory_transport broker;
+    outbox::testing::faulty_transport<outbox::testing::memory_transport> faulty(broker);
+    faulty.fail_when([](const outbox::message& m) { return m.aggregate_type == "invoice"; },
+                     outbox::errc::transient);
+    outbox::relay relay(*st, faulty, {.batch_size = 100},
+                        outbox::exponential_backoff{.initial = 1h, .max_delay = 1h, .jitter = 0});
+    while (relay.run_once() > 0) {
+    }
+    BOOST_TEST(relay.stats().retried == 2u);
+  }
+  const auto j = json_of(tool({"stats", "--store", url, "--json"}));
+  BOOST_TEST(j.at("pending").get<int>() == 2);
+  BOOST_TEST(j.at("waiting_retry").get<int>() == 2);
+  BOOST_TEST(j.at("in_flight").get<int>() == 0);
+  BOOST_TEST(j.at("dead").get<int>() == 0);
+  BOOST_TEST(j.at("oldest_pending_age_ms").get<std::int64_t>() >= 0);
+  const auto& types = j.at("by_aggregate_type");
+  BOOST_TEST_REQUIRE(types.size() == 1u, j.dump());
+  BOOST_TEST(types[0].at("aggregate_type").get<std::string>() == "invoice");
+  BOOST_TEST(types[0].at("pending").get<int>() == 2);
+  BOOST_TEST(types[0].at("waiting_retry").get<int>() == 2);
+  const auto text = tool({"stats", "--store", url});
+  BOOST_TEST(text.out.find("pending              2 (waiting for a retry: 2)") != std::string::npos,
+             text.out);
+  BOOST_TEST(text.out.find("\ninvoice ") != std::string::npos, text.out);
+
+  // --watch, plain (not a terminal) and JSON: looks follow one another until SIGINT.
+  for (const bool as_json : {false, true}) {
+    std::vector<std::string> args{"stats", "--store", url, "--watch", "200ms"};
+    if (as_json) args.push_back("--json");
+    tool_process watch(args);
+    const auto until = std::chrono::steady_clock::now() + 30s;
+    const std::string marker = as_json ? "backlog_change_per_s" : "since the last look";
+    while (watch.out().find(marker) == std::string::npos && watch.running() &&
+           std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(50ms);
+    watch.signal(SIGINT);
+    BOOST_TEST(watch.wait(10s) == 0, watch.log());
+    const auto out = watch.out();
+    BOOST_TEST(out.find(marker) != std::string::npos, out);
+    if (as_json) {
+      std::istringstream lines(out);
+      int n = 0;
+      for (std::string line; std::getline(lines, line); ++n)
+        BOOST_TEST(nlohmann::json::parse(line).at("waiting_retry").get<int>() == 2);
+      BOOST_TEST(n >= 2);
+    }
+  }
+  BOOST_TEST(tool({"stats", "--store", url, "--watch", "10ms"}).code == 2);
+}
+
 BOOST_AUTO_TEST_CASE(purges_count_and_refuse_a_short_inbox_window) {
   fixture fx;
   const auto url = url_of(fx);

@@ -140,7 +140,8 @@ inline std::string url_of(const fixture& fx, const std::string& password = {}) {
 #endif
 }
 
-/// The tool running in the background (`outbox relay`), its stderr in a file.
+/// The tool running in the background (`outbox relay`, `outbox stats --watch`), its stdout and
+/// stderr in files.
 class tool_process {
  public:
   explicit tool_process(const std::vector<std::string>& args) {
@@ -151,7 +152,9 @@ class tool_process {
                                                      "-" + std::to_string(counter++) + ".err");
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+    out_ = err_;
+    out_.replace_extension(".out");
+    posix_spawn_file_actions_addopen(&actions, 1, out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     posix_spawn_file_actions_addopen(&actions, 2, err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     std::vector<std::string> all{path};
     all.insert(all.end(), args.begin(), args.end());
@@ -171,6 +174,7 @@ class tool_process {
       ::waitpid(pid_, &status, 0);
     }
     std::filesystem::remove(err_);
+    std::filesystem::remove(out_);
   }
 
   void signal(int sig) const { ::kill(pid_, sig); }
@@ -195,11 +199,12 @@ class tool_process {
   }
 
   [[nodiscard]] bool running() const { return pid_ > 0 && ::kill(pid_, 0) == 0; }
-  [[nodiscard]] std::string log() const { return slurp(err_); }
+  [[nodiscard]] std::string log() const { return slurp(err_); }  ///< Its stderr so far.
+  [[nodiscard]] std::string out() const { return slurp(out_); }  ///< Its stdout so far.
 
  private:
   pid_t pid_ = -1;
-  std::filesystem::path err_;
+  std::filesystem::path err_, out_;
 };
 
 }  // namespace
