@@ -21,6 +21,20 @@ inline std::string prom_number(double v) {
   return buf;
 }
 
+/// A label value, escaped (backslash, double quote, line feed).
+inline std::string prom_label(const std::string& v) {
+  std::string out;
+  for (const char c : v) {
+    if (c == '\\' || c == '"')
+      out += {'\\', c};
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out.push_back(c);
+  }
+  return out;
+}
+
 /// `# HELP` and `# TYPE` lines, then one sample.
 inline void prom_metric(std::string& out, const std::string& name, const char* type,
                         const char* help, double value) {

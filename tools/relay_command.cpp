@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -87,7 +88,8 @@ struct shared_metrics {
 
   std::mutex backlog_mutex;
   std::optional<outbox::backlog_stats> backlog;  ///< The last sample; none until one succeeded.
-  double backlog_at = 0;                         ///< Unix seconds of that sample.
+  std::vector<outbox::aggregate_type_stats> by_type;  ///< Of the same sample.
+  double backlog_at = 0;                              ///< Unix seconds of that sample.
   std::uint64_t backlog_errors = 0;
 };
 
@@ -305,9 +307,25 @@ class service {
 
   void sample_backlog() {
     try {
-      const auto s = monitor_->stats(std::chrono::system_clock::now());
+      // One statement where the store can: the totals are the sums of the types', so the
+      // gauges agree with each other.
+      std::vector<outbox::aggregate_type_stats> by_type;
+      outbox::backlog_stats s;
+      if constexpr (outbox::concepts::aggregate_stats_store<Store>) {
+        by_type = monitor_->stats_by_aggregate_type(std::chrono::system_clock::now());
+        for (const auto& t : by_type) {
+          s.pending += t.stats.pending;
+          s.waiting_retry += t.stats.waiting_retry;
+          s.in_flight += t.stats.in_flight;
+          s.dead += t.stats.dead;
+          s.oldest_pending_age = std::max(s.oldest_pending_age, t.stats.oldest_pending_age);
+        }
+      } else {
+        s = monitor_->stats(std::chrono::system_clock::now());
+      }
       std::lock_guard lock(metrics_.backlog_mutex);
       metrics_.backlog = s;
+      metrics_.by_type = std::move(by_type);
       metrics_.backlog_at = unix_seconds(std::chrono::system_clock::now());
       if (backlog_failing_) log_("backlog readable again");
       backlog_failing_ = false;
@@ -459,8 +477,38 @@ class service {
       prom_metric(out, "outbox_backlog_oldest_pending_age_seconds", "gauge",
                   "Age of the oldest pending event (0: none).",
                   std::chrono::duration<double>(b.oldest_pending_age).count());
+      prom_metric(out, "outbox_backlog_waiting_retry", "gauge",
+                  "Pending events that failed and wait for their retry time.",
+                  static_cast<double>(b.waiting_retry));
       prom_metric(out, "outbox_backlog_sample_timestamp_seconds", "gauge",
                   "When the backlog gauges were sampled (Unix time).", metrics_.backlog_at);
+      // The same per aggregate type (types with pending, in-flight or dead events).
+      const struct {
+        const char* name;
+        const char* help;
+        double (*value)(const outbox::backlog_stats&);
+      } per_type[] = {
+          {"outbox_backlog_type_pending", "Pending events of an aggregate type.",
+           [](const outbox::backlog_stats& x) { return static_cast<double>(x.pending); }},
+          {"outbox_backlog_type_waiting_retry", "Events of an aggregate type waiting for a retry.",
+           [](const outbox::backlog_stats& x) { return static_cast<double>(x.waiting_retry); }},
+          {"outbox_backlog_type_in_flight", "Events of an aggregate type under a live lease.",
+           [](const outbox::backlog_stats& x) { return static_cast<double>(x.in_flight); }},
+          {"outbox_backlog_type_dead_lettered", "Dead letters of an aggregate type.",
+           [](const outbox::backlog_stats& x) { return static_cast<double>(x.dead); }},
+          {"outbox_backlog_type_oldest_pending_age_seconds",
+           "Age of the oldest pending event of an aggregate type (0: none).",
+           [](const outbox::backlog_stats& x) {
+             return std::chrono::duration<double>(x.oldest_pending_age).count();
+           }},
+      };
+      for (const auto& m : per_type) {
+        if (metrics_.by_type.empty()) break;
+        out += std::string("# HELP ") + m.name + " " + m.help + "\n# TYPE " + m.name + " gauge\n";
+        for (const auto& t : metrics_.by_type)
+          out += std::string(m.name) + "{aggregate_type=\"" + prom_label(t.aggregate_type) +
+                 "\"} " + prom_number(m.value(t.stats)) + "\n";
+      }
     }
     return out;
   }

@@ -55,7 +55,7 @@ std::pair<int, std::string> http_get(int port, const std::string& path) {
   return {std::stoi(response.substr(space + 1, 3)), response.substr(body + 4)};
 }
 
-/// The samples of a Prometheus text page without labels (and the +Inf buckets, as
+/// The samples of a Prometheus text page, by name and labels as written (the +Inf buckets as
 /// `name_bucket_inf`).
 std::map<std::string, double> samples(const std::string& page) {
   std::map<std::string, double> out;
@@ -64,10 +64,9 @@ std::map<std::string, double> samples(const std::string& page) {
     if (line.empty() || line[0] == '#') continue;
     const auto space = line.rfind(' ');
     std::string name = line.substr(0, space);
-    if (const auto brace = name.find('{'); brace != std::string::npos) {
-      if (name.find("le=\"+Inf\"") == std::string::npos) continue;
+    if (const auto brace = name.find('{');
+        brace != std::string::npos && name.find("le=\"+Inf\"") != std::string::npos)
       name = name.substr(0, brace) + "_inf";
-    }
     out[name] = std::stod(line.substr(space + 1));
   }
   return out;
@@ -238,8 +237,14 @@ BOOST_AUTO_TEST_CASE(sigterm_in_the_middle_of_a_run_loses_nothing_and_leaves_not
   {
     tool_process relay(relay_args(url_of(fx), transport, {"--batch-size", "50"}));
     const int port = metrics_port(relay);
-    (void)scrape_until(port, [](auto& s) { return s["outbox_relay_published_total"] >= 2000; });
+    const auto s =
+        scrape_until(port, [](auto& s) { return s["outbox_relay_published_total"] >= 2000; });
     relay.signal(SIGTERM);
+    // Sampled every 100 ms: the rest of the backlog, all of it of aggregate type "order".
+    BOOST_TEST(s.at("outbox_backlog_pending") > 0);
+    BOOST_TEST(s.at("outbox_backlog_type_pending{aggregate_type=\"order\"}") ==
+               s.at("outbox_backlog_pending"));
+    BOOST_TEST(s.at("outbox_backlog_waiting_retry") == 0);
     BOOST_TEST_REQUIRE(relay.wait(30s) == 0, relay.log());
     first = published_in_log(relay.log());
   }
