@@ -536,8 +536,12 @@ int main(int argc, char** argv) {
                     "/healthz fails when a relay has been failing this long (default 60s)");
   relay->add_option("--backlog-interval", ro.backlog_interval,
                     "how often the backlog gauges are sampled (default 5s)");
+  // Before the subcommand: `outbox --config /etc/outbox/relay.toml relay`, the relay's options
+  // under [relay]. A key that names no option is an error, not ignored.
   app.set_config("--config", "",
-                 "read options from a TOML or INI file (relay options under [relay])");
+                 "read options from a TOML file (before the subcommand; the relay's under "
+                 "[relay]: store = \"...\", batch-size = 500); the command line wins");
+  app.allow_config_extras(CLI::config_extras_mode::error);
 
   try {
     app.parse(argc, argv);

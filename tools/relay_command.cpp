@@ -348,21 +348,26 @@ class service {
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGINT);
-    bool stopping = false;
+    bool stopping = false, signalled = false;
+    steady::time_point first_signal{};
     int code = exit_ok;
     for (;;) {
       const timespec tick{0, 100'000'000};
       const int sig = sigtimedwait(&set, nullptr, &tick);
       if (sig > 0) {
         const char* name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
-        if (stopping) {
+        // A second signal forces the exit, but not one that came with the first (a wrapper
+        // such as timeout(1) that passes a signal on while the group gets it too).
+        if (signalled && steady::now() - first_signal < 1s) continue;
+        if (signalled) {
           log_(std::string(name) +
                " again: exiting now; batches in flight are left to their leases");
           std::fflush(stderr);
           std::_Exit(exit_error);
         }
         log_(std::string(name) + ": stopping; the batches in flight are settled or released");
-        stopping = true;
+        first_signal = steady::now();
+        stopping = signalled = true;
         stop_.request_stop();
       }
       bool all_done = true;

@@ -117,6 +117,25 @@ BOOST_AUTO_TEST_CASE(help_for_every_subcommand_and_usage_errors_exit_2) {
   BOOST_TEST(tool({"purge", "--store", url}).code == 2);  // neither window
   // The store from the environment.
   BOOST_TEST(tool({"stats"}, url).code == 0);
+  // ... or from a TOML file, a subcommand's options under its name; a key that names no option
+  // is refused, not ignored.
+  const auto config = std::filesystem::temp_directory_path() /
+                      ("outbox-tool-" + std::to_string(::getpid()) + ".toml");
+  std::ofstream(config) << "[stats]\nstore = \"" << url << "\"\njson = true\n";
+  const auto from_file = tool({"--config", config.string(), "stats"});
+  BOOST_TEST(from_file.code == 0, from_file.err);
+  BOOST_TEST(nlohmann::json::parse(from_file.out).contains("pending"));
+  std::ofstream(config) << "[relay]\nstore = \"" << url
+                        << "\"\ntransport = \"zmq+tcp://127.0.0.1:5\"\n"
+                        << "batch_sise = 3\n";
+  const auto misspelt = tool({"--config", config.string(), "relay"});
+  BOOST_TEST(misspelt.code == 2);
+  BOOST_TEST(misspelt.err.find("batch_sise") != std::string::npos, misspelt.err);
+  std::filesystem::remove(config);
+  // The relay's own help.
+  const auto relay_help = tool({"relay", "--help"});
+  BOOST_TEST(relay_help.code == 0);
+  BOOST_TEST(relay_help.out.find("--metrics-address") != std::string::npos, relay_help.out);
 }
 
 BOOST_AUTO_TEST_CASE(migrate_prints_the_schema_version) {
