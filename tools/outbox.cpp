@@ -188,6 +188,7 @@ struct options {
   bool all = false;
   std::string event_type;
   std::string watch;
+  std::string since;
   std::string published_before, inbox_before;
   bool force = false;
 };
@@ -363,7 +364,13 @@ int cmd_dead_letters_show(store_ops& s, const options& o) {
 
 int cmd_requeue(store_ops& s, const options& o) {
   if (o.all == !o.ids.empty()) throw usage_error("requeue takes event ids, or --all (not both)");
-  if (!o.event_type.empty() && !o.all) throw usage_error("--event-type goes with --all");
+  if ((!o.event_type.empty() || !o.since.empty()) && !o.all)
+    throw usage_error("--event-type and --since go with --all");
+  // Filtered: one pass over the oldest --scan dead letters, taking those that match.
+  const bool filtered = !o.event_type.empty() || !o.since.empty();
+  const auto dead_after = o.since.empty()
+                              ? outbox::time_point{}
+                              : std::chrono::system_clock::now() - parse_age(o.since, "--since");
   std::size_t requeued = 0;
   std::vector<std::string> missing;
   if (!o.all) {
@@ -384,16 +391,17 @@ int cmd_requeue(store_ops& s, const options& o) {
     const std::size_t total_hint =
         static_cast<std::size_t>(std::max<std::int64_t>(0, s.stats().dead));
     for (;;) {
-      const auto batch = s.dead_letters(o.event_type.empty() ? o.batch : o.scan);
+      const auto batch = s.dead_letters(filtered ? o.scan : o.batch);
       std::size_t fresh = 0;
       for (const auto& d : batch) {
         if (!seen.insert(d.msg.id).second) continue;
         if (!o.event_type.empty() && d.msg.event_type != o.event_type) continue;
+        if (d.dead_at < dead_after) continue;
         ++fresh;
         if (s.requeue(d.msg.id)) ++requeued;
       }
-      bar.step(requeued, o.event_type.empty() ? std::optional(total_hint) : std::nullopt);
-      if (fresh == 0 || !o.event_type.empty()) break;
+      bar.step(requeued, filtered ? std::nullopt : std::optional(total_hint));
+      if (fresh == 0 || filtered) break;
     }
   }
   if (o.json) {
@@ -482,9 +490,14 @@ int main(int argc, char** argv) {
   requeue->add_flag("--all", o.all, "every dead letter, the oldest first, in bounded batches");
   requeue->add_option("--event-type", o.event_type,
                       "with --all: only these (among the oldest --scan dead letters)");
+  requeue->add_option("--since", o.since,
+                      "with --all: only those dead-lettered within this age (1h, 2d; among the "
+                      "oldest --scan dead letters)");
   requeue->add_option("--batch", o.batch, "dead letters per batch (default 1000)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{100'000}));
-  requeue->add_option("--scan", o.scan, "with --event-type: how many to look at (default 100000)")
+  requeue
+      ->add_option("--scan", o.scan,
+                   "with --event-type or --since: how many to look at (default 100000)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{10'000'000}));
   auto* purge = app.add_subcommand(
       "purge", "delete published events, or inbox records, older than an age, in bounded batches");

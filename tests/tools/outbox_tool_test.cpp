@@ -191,6 +191,11 @@ BOOST_AUTO_TEST_CASE(dead_letters_are_listed_shown_requeued_and_published) {
   const auto typed =
       json_of(tool({"requeue", "--store", url, "--json", "--all", "--event-type", "other"}));
   BOOST_TEST(typed.at("requeued").get<int>() == 0);
+  // ... none dead-lettered in the future either (--since 0s), and --since needs --all.
+  const auto since = json_of(tool({"requeue", "--store", url, "--json", "--all", "--since", "0s"}));
+  BOOST_TEST(since.at("requeued").get<int>() == 0);
+  BOOST_TEST(tool({"requeue", "--store", url, "--since", "1h", dead[1].to_string()}).code == 2);
+  BOOST_TEST(tool({"requeue", "--store", url, "--all", "--since", "soon"}).code == 2);
   const auto all = tool({"requeue", "--store", url, "--all", "--batch", "1"});
   BOOST_TEST(all.code == 0, all.err);
   BOOST_TEST(all.out == "requeued 2\n");
@@ -307,6 +312,10 @@ BOOST_AUTO_TEST_CASE(purges_count_and_refuse_a_short_inbox_window) {
   const auto forced =
       json_of(tool({"purge", "--store", url, "--json", "--inbox-before", "0s", "--force"}));
   BOOST_TEST(forced.at("purged").get<int>() == 1);
+  // The dead letters (not purged) were dead-lettered within the last day.
+  const auto recent =
+      json_of(tool({"requeue", "--store", url, "--json", "--all", "--since", "1d"}));
+  BOOST_TEST(recent.at("requeued").get<int>() == 3);
 }
 
 BOOST_AUTO_TEST_CASE(a_store_that_refuses_exits_1_without_the_password) {
