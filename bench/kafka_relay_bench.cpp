@@ -184,11 +184,13 @@ outbox::bench::result bare_run(const std::string& bootstrap, const std::string& 
       rd_kafka_header_add(h, "event_type", -1, "order_placed", -1);
       rd_kafka_header_add(h, "aggregate_type", -1, "order", -1);
       rd_kafka_header_add(h, "content_type", -1, "application/json", -1);
-      if (rd_kafka_producev(rk.get(), RD_KAFKA_V_TOPIC(topic.c_str()),
-                            RD_KAFKA_V_KEY(keys[k].data(), keys[k].size()),
-                            RD_KAFKA_V_VALUE(bodies[k].data(), bodies[k].size()),
-                            RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                            RD_KAFKA_V_END) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      if (outbox::kafka::detail::record_fields{}
+              .topic(topic.c_str())
+              .key(keys[k])
+              .value(bodies[k])
+              .headers(h)
+              .flags(RD_KAFKA_MSG_F_COPY)
+              .produce(rk.get()) != RD_KAFKA_RESP_ERR_NO_ERROR) {
         std::cerr << "bench: bare produce failed\n";
         std::exit(1);
       }

@@ -42,7 +42,7 @@ readonly BUILD_DIR=build-ci
 readonly ASAN_DIR=build-asan
 readonly CORE_DIR=build-core
 readonly BUILD_PACKAGES=(
-    meson ninja-build pkg-config cmake g++ ccache python3 git clang-format
+    meson ninja-build pkg-config cmake g++ clang-14 libclang-rt-14-dev ccache python3 git clang-format
     libsoci-dev libboost-test-dev nlohmann-json3-dev
     libsqlite3-dev libzmq3-dev cppzmq-dev librdkafka-dev librabbitmq-dev libssl-dev openssl
     libpq-dev libmariadb-dev kcat libcli11-dev
@@ -129,9 +129,10 @@ section "build $BUILD_DIR"
 # consumer projects (tests/consumers/), which install this build into a prefix inside it. The
 # test executables are compiled at -O0 (-Dtest_optimization=0: their -O2 compile was most of
 # this build; tests/meson.build); the library runs at -O2 in the fault harness, which drives
-# every adapter, and in the examples.
-if ! build "$BUILD_DIR" --buildtype=debugoptimized -Dbench=true -Dconsumer_tests=true \
-    -Dtest_optimization=0 --prefix="$PWD/$BUILD_DIR/prefix"; then
+# every adapter, and in the examples. No debug information (-Ddebug=false): it was a quarter of
+# each test's compile time, and the sanitizer build, whose reports need it, has its own.
+if ! build "$BUILD_DIR" -Doptimization=2 -Ddebug=false -Dbench=true \
+    -Dconsumer_tests=true -Dtest_optimization=0 --prefix="$PWD/$BUILD_DIR/prefix"; then
     echo "error: the build in $BUILD_DIR failed" >&2
     exit 1
 fi
@@ -147,7 +148,9 @@ fi
 # of the compile time; and it runs the fault harness on a cover of the pairs (each store, claim
 # policy and transport once: -Dfault_pairs=each_once), build-ci on all of them. (Sanitizers at
 # -O2 would spare this build, but compile several times slower than the -O2 and -O0 builds
-# together.)
+# together.) It is compiled with clang 14: with the sanitizers, clang compiled this project in
+# half g++ 12's time (a test of the end-to-end matrix: 9.8 s against 19.5 s), and the project
+# is checked with a second compiler's warnings (-Werror) on the way.
 sanitize=0
 [[ ${OUTBOX_CI_SANITIZE:-1} == 1 ]] && sanitize=1
 set -m # the background job gets a process group of its own (finish ends it as a whole)
@@ -160,7 +163,8 @@ set -m # the background job gets a process group of its own (finish ends it as a
     echo $? >"$CORE_DIR.rc"
     if ((sanitize)); then
         rm -rf "$ASAN_DIR"
-        nice -n 10 meson setup "$ASAN_DIR" -Dwerror=true --buildtype=debug -De2e_pairs=with_memory \
+        CC=clang-14 CXX=clang++-14 nice -n 10 meson setup "$ASAN_DIR" -Dwerror=true \
+            --buildtype=debug -De2e_pairs=with_memory \
             -Dfault_pairs=each_once \
             -Db_sanitize=address,undefined -Db_lundef=false \
             -Dcpp_args=-fno-sanitize=vptr -Dcpp_link_args=-fno-sanitize=vptr >"$ASAN_DIR.log" 2>&1 &&

@@ -87,6 +87,83 @@ inline std::string percent_encode(std::string_view s) {
   return out;
 }
 
+/// Replaces every occurrence of `secret` in `text` (an error message) by ***.
+inline std::string redact(std::string text, const std::string& secret) {
+  if (secret.empty()) return text;
+  for (auto at = text.find(secret); at != std::string::npos; at = text.find(secret, at + 3))
+    text.replace(at, secret.size(), "***");
+  return text;
+}
+
+/// Replaces every occurrence of each of `secrets` in `text` by ***.
+inline std::string redact(std::string text, const std::vector<std::string>& secrets) {
+  for (const auto& s : secrets) text = redact(std::move(text), s);
+  return text;
+}
+
+/// Parses a port number of a URL (1 to 65535).
+inline int parse_port(const std::string& p, const std::string& kind) {
+  try {
+    std::size_t used = 0;
+    const int port = std::stoi(p, &used);
+    if (used != p.size() || port < 1 || port > 65535) throw std::out_of_range(p);
+    return port;
+  } catch (const std::exception&) {
+    throw usage_error("bad port in the " + kind + " URL: '" + p + "'");
+  }
+}
+
+/// Parses `host[:port][/path][?k=v&...]` (what follows the user information) into `u`. An IPv6
+/// address is written in brackets: `[::1]:5432`. For kafka, the host is the bootstrap list,
+/// kept whole (`host:port,host:port`).
+inline void parse_host_path_query(store_url& u, std::string rest, std::string_view what) {
+  const std::string kind(what);
+  std::string query;
+  if (const auto q = rest.find('?'); q != std::string::npos) {
+    query = rest.substr(q + 1);
+    rest.erase(q);
+  }
+  std::string hostport = rest;
+  if (const auto slash = rest.find('/'); slash != std::string::npos) {
+    hostport = rest.substr(0, slash);
+    u.path = percent_decode(rest.substr(slash + 1), what);
+  }
+  if (u.scheme == "kafka") {
+    u.host = percent_decode(hostport, what);
+  } else if (!hostport.empty() && hostport.front() == '[') {
+    const auto close = hostport.find(']');
+    if (close == std::string::npos)
+      throw usage_error("bad IPv6 address in the " + kind + " URL (no closing ']')");
+    u.host = hostport.substr(1, close - 1);
+    const std::string after = hostport.substr(close + 1);
+    if (!after.empty()) {
+      if (after.front() != ':')
+        throw usage_error("bad host in the " + kind + " URL: '" + hostport + "'");
+      u.port = parse_port(after.substr(1), kind);
+    }
+  } else {
+    if (const auto c = hostport.rfind(':'); c != std::string::npos) {
+      u.port = parse_port(hostport.substr(c + 1), kind);
+      hostport.erase(c);
+    }
+    u.host = percent_decode(hostport, what);
+  }
+  std::string_view q = query;
+  while (!q.empty()) {
+    const auto amp = q.find('&');
+    const std::string_view item = q.substr(0, amp);
+    const auto eq = item.find('=');
+    if (eq == 0)  // its value is not quoted: it may be a secret
+      throw usage_error("a parameter with no name in the " + kind + " URL");
+    if (eq == std::string_view::npos)
+      throw usage_error("bad parameter in the " + kind + " URL: '" + std::string(item) +
+                        "' (name=value)");
+    u.query.emplace_back(percent_decode(item.substr(0, eq), what),
+                         percent_decode(item.substr(eq + 1), what));
+    q = amp == std::string_view::npos ? std::string_view{} : q.substr(amp + 1);
+  }
+}
+
 /// Parses `scheme://[user[:password]@]host[:port][/path][?k=v&...]`, or, for a scheme that names
 /// a file (`sqlite`, `zmq+ipc`), `scheme://path` / `scheme:path`. `what`: "store" or "transport",
 /// and `schemes` the ones to suggest, for the messages.
@@ -113,54 +190,27 @@ inline store_url parse_url(const std::string& url, std::string_view what,
     throw usage_error("the " + kind + " URL must look like " + u.scheme +
                       "://user:password@host/path");
   rest.erase(0, 2);
-  std::string query;
-  if (const auto q = rest.find('?'); q != std::string::npos) {
-    query = rest.substr(q + 1);
-    rest.erase(q);
-  }
-  std::string authority = rest;
-  if (const auto slash = rest.find('/'); slash != std::string::npos) {
-    authority = rest.substr(0, slash);
-    u.path = percent_decode(rest.substr(slash + 1), what);
-  }
-  std::string hostport = authority;
-  std::string shown_authority = authority;
-  if (const auto at = authority.rfind('@'); at != std::string::npos) {
-    const std::string userinfo = authority.substr(0, at);
-    hostport = authority.substr(at + 1);
+  // The user information ends at the last '@': a password may hold '/', '?', '#', ':' or '@'
+  // unencoded and is still read whole, never split (and so never printed in part). A '@' in
+  // the host, path or parameters must be percent-encoded (%40).
+  std::string shown_userinfo;
+  if (const auto at = rest.rfind('@'); at != std::string::npos) {
+    const std::string userinfo = rest.substr(0, at);
+    rest.erase(0, at + 1);
     const auto c = userinfo.find(':');
+    if (c != std::string::npos) {
+      // Its errors (a bad escape) never quote it.
+      u.password = percent_decode(userinfo.substr(c + 1), what);
+      u.secrets.push_back(u.password);
+      if (userinfo.size() > c + 1) u.secrets.push_back(userinfo.substr(c + 1));  // as written
+    }
     u.user = percent_decode(userinfo.substr(0, c), what);
-    if (c != std::string::npos) u.password = percent_decode(userinfo.substr(c + 1), what);
-    shown_authority =
-        userinfo.substr(0, c) + (c != std::string::npos ? ":***" : "") + "@" + hostport;
+    shown_userinfo = userinfo.substr(0, c) + (c != std::string::npos ? ":***" : "") + "@";
   }
-  // kafka://host:port,host:port: the authority is the bootstrap list, kept whole.
-  if (const auto c = hostport.rfind(':');
-      c != std::string::npos && hostport.back() != ']' && u.scheme != "kafka") {
-    const std::string p = hostport.substr(c + 1);
-    hostport.erase(c);
-    try {
-      std::size_t used = 0;
-      const int port = std::stoi(p, &used);
-      if (used != p.size() || port < 1 || port > 65535) throw std::out_of_range(p);
-      u.port = port;
-    } catch (const std::exception&) {
-      throw usage_error("bad port in the " + kind + " URL: '" + p + "'");
-    }
-  }
-  u.host = percent_decode(hostport, what);
-  if (!query.empty()) {
-    std::string_view q = query;
-    while (!q.empty()) {
-      const auto amp = q.find('&');
-      const std::string_view item = q.substr(0, amp);
-      const auto eq = item.find('=');
-      if (eq == std::string_view::npos || eq == 0)
-        throw usage_error("bad parameter in the " + kind + " URL: '" + std::string(item) + "'");
-      u.query.emplace_back(percent_decode(item.substr(0, eq), what),
-                           percent_decode(item.substr(eq + 1), what));
-      q = amp == std::string_view::npos ? std::string_view{} : q.substr(amp + 1);
-    }
+  try {
+    parse_host_path_query(u, rest, what);
+  } catch (const usage_error& e) {
+    throw usage_error(redact(e.what(), u.secrets));
   }
   // Parameters that carry a secret (sasl.password, ...) are not printed either.
   std::string shown_query;
@@ -168,9 +218,10 @@ inline store_url parse_url(const std::string& url, std::string_view what,
     shown_query += (shown_query.empty() ? "?" : "&") + k + "=" + (is_secret_key(k) ? "***" : v);
     if (is_secret_key(k)) u.secrets.push_back(v);
   }
-  if (!u.password.empty()) u.secrets.push_back(u.password);
-  u.redacted =
-      u.scheme + "://" + shown_authority + (u.path.empty() ? "" : "/" + u.path) + shown_query;
+  const bool ipv6 = u.host.find(':') != std::string::npos && u.scheme != "kafka";
+  u.redacted = u.scheme + "://" + shown_userinfo + (ipv6 ? "[" + u.host + "]" : u.host) +
+               (u.port ? ":" + std::to_string(*u.port) : "") +
+               (u.path.empty() ? "" : "/" + u.path) + shown_query;
   return u;
 }
 
@@ -199,20 +250,6 @@ inline std::string connect_string(const store_url& u, const char* db_keyword) {
   if (!u.password.empty()) out += keyword("password", u.password);
   for (const auto& [k, v] : u.query) out += keyword(k, v);
   return out;
-}
-
-/// Replaces every occurrence of `secret` in `text` (an error message) by ***.
-inline std::string redact(std::string text, const std::string& secret) {
-  if (secret.empty()) return text;
-  for (auto at = text.find(secret); at != std::string::npos; at = text.find(secret, at + 3))
-    text.replace(at, secret.size(), "***");
-  return text;
-}
-
-/// Replaces every occurrence of each of `secrets` in `text` by ***.
-inline std::string redact(std::string text, const std::vector<std::string>& secrets) {
-  for (const auto& s : secrets) text = redact(std::move(text), s);
-  return text;
 }
 
 inline std::string iso8601(outbox::time_point t) {

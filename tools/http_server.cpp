@@ -1,10 +1,12 @@
 #include "http_server.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 #include <utility>
 
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -18,22 +20,34 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
 
-/// One connection: read a request, answer it, close.
+/// Connections served at once, at most: more are closed as soon as they are accepted, so that
+/// a flood of them cannot take the file descriptors the relays need to reconnect.
+constexpr int max_connections = 32;
+
+/// One connection: read a request's header, answer it, close. A body is not read (nothing
+/// here takes one: a request with one gets 405).
 class session : public std::enable_shared_from_this<session> {
  public:
-  session(tcp::socket socket, const http_server::handler& handle)
-      : stream_(std::move(socket)), handle_(handle) {}
+  session(tcp::socket socket, const http_server::handler& handle, std::atomic<int>& live)
+      : stream_(std::move(socket)), handle_(handle), live_(live) {
+    ++live_;
+    parser_.header_limit(8 * 1024);
+  }
+  ~session() { --live_; }
+  session(const session&) = delete;
+  session& operator=(const session&) = delete;
 
   void start() {
     stream_.expires_after(std::chrono::seconds(5));
-    http::async_read(stream_, buffer_, request_,
-                     [self = shared_from_this()](beast::error_code ec, std::size_t) {
-                       if (!ec) self->answer();
-                     });
+    http::async_read_header(stream_, buffer_, parser_,
+                            [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                              if (!ec) self->answer();
+                            });
   }
 
  private:
   void answer() {
+    const auto& request_ = parser_.get();
     response_.version(request_.version());
     response_.keep_alive(false);
     response_.set(http::field::server, "outbox");
@@ -66,8 +80,9 @@ class session : public std::enable_shared_from_this<session> {
 
   beast::tcp_stream stream_;
   const http_server::handler& handle_;
+  std::atomic<int>& live_;
   beast::flat_buffer buffer_;
-  http::request<http::empty_body> request_;
+  http::request_parser<http::empty_body> parser_;
   http::response<http::string_body> response_;
 };
 
@@ -91,14 +106,30 @@ struct http_server::impl {
 
   void accept() {
     acceptor.async_accept(asio::make_strand(ioc), [this](beast::error_code ec, tcp::socket s) {
-      if (!ec) std::make_shared<session>(std::move(s), handle)->start();
-      if (acceptor.is_open()) accept();
+      if (!acceptor.is_open()) return;
+      if (ec) {
+        // Out of file descriptors (EMFILE), or a connection reset before it was taken: pause
+        // rather than spin on the error, then accept again.
+        pause.expires_after(std::chrono::milliseconds(100));
+        pause.async_wait([this](beast::error_code) { accept(); });
+        return;
+      }
+      if (live.load() < max_connections) {
+        std::make_shared<session>(std::move(s), handle, live)->start();
+      } else {
+        beast::error_code ignored;
+        s.close(ignored);  // too many at once: this one is turned away
+      }
+      accept();
     });
   }
 
+  // The sessions left in `ioc` at its destruction use `handle` and `live`: declared before it.
   handler handle;
+  std::atomic<int> live{0};
   asio::io_context ioc{1};
   tcp::acceptor acceptor;
+  asio::steady_timer pause{ioc};
   std::thread thread;
 };
 

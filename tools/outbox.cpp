@@ -546,7 +546,11 @@ int main(int argc, char** argv) {
                     "host:port of /metrics and /healthz (default 127.0.0.1:9464; port 0: any "
                     "free port, logged; off: none)");
   relay->add_option("--unhealthy-after", ro.unhealthy_after,
-                    "/healthz fails when a relay has been failing this long (default 60s)");
+                    "/healthz fails when a relay has been failing, or has made no step, this "
+                    "long (default 60s)");
+  relay->add_option("--max-backoff", ro.max_backoff,
+                    "the longest pause between attempts while the database or broker is away: "
+                    "the relay is back this long after they are, at most (default 5s)");
   relay->add_option("--backlog-interval", ro.backlog_interval,
                     "how often the backlog gauges are sampled (default 5s)");
   // Before the subcommand: `outbox --config /etc/outbox/relay.toml relay`, the relay's options

@@ -4,6 +4,8 @@
 
 #include "relay_command.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -45,8 +47,13 @@ class logger {
  public:
   explicit logger(std::vector<std::string> secrets) : secrets_(std::move(secrets)) {}
   void operator()(const std::string& line) const {
-    const std::string text = iso8601(std::chrono::system_clock::now()) +
-                             " outbox relay: " + redact(line, secrets_) + "\n";
+    // One line per entry: a server's multi-line message (PostgreSQL's DETAIL and HINT) joined.
+    std::string one = redact(line, secrets_);
+    while (!one.empty() && (one.back() == '\n' || one.back() == ' ')) one.pop_back();
+    for (auto& c : one)
+      if (c == '\n' || c == '\r') c = ' ';
+    const std::string text =
+        iso8601(std::chrono::system_clock::now()) + " outbox relay: " + one + "\n";
     std::lock_guard lock(mutex_);
     std::fputs(text.c_str(), stderr);
     std::fflush(stderr);
@@ -99,6 +106,14 @@ struct slot_state {
   std::atomic<bool> failing{false};            ///< In a run of errors (logged when it began).
   std::atomic<bool> done{false};               ///< `run` returned.
   std::atomic<std::int64_t> failing_since{0};  ///< steady_clock ms when the run began.
+  /// `relay_stats::steps` when the last error was reported: the run ends with a step after
+  /// the one that erred (an error a step reports and goes on from is not a recovery).
+  std::atomic<std::uint64_t> steps_at_error{0};
+  // The supervisor's own: steps + errors when they last moved, and whether the relay is
+  // stalled (neither moved for --unhealthy-after).
+  std::uint64_t progress = 0;
+  std::int64_t progress_at = 0;  ///< steady_clock ms
+  std::atomic<bool> stalled{false};
   std::mutex mutex;
   std::string last_error;  ///< Of the current run of errors.
   std::string fatal;       ///< Why `run` ended, when it ended on an error.
@@ -121,6 +136,14 @@ std::optional<std::pair<std::string, unsigned short>> parse_address(const std::s
   std::string host = text.substr(0, colon);
   if (host.size() > 2 && host.front() == '[' && host.back() == ']')
     host = host.substr(1, host.size() - 2);
+  if (host == "localhost") host = "127.0.0.1";
+  // An address, not a name: the server binds it as is (refused here, before any connection).
+  in6_addr any{};
+  if (inet_pton(AF_INET, host.c_str(), &any) != 1 && inet_pton(AF_INET6, host.c_str(), &any) != 1)
+    throw usage_error(
+        "--metrics-address takes an IP address (127.0.0.1, [::1], 0.0.0.0) or "
+        "localhost, got '" +
+        host + "'");
   const std::string p = text.substr(colon + 1);
   try {
     std::size_t used = 0;
@@ -130,6 +153,15 @@ std::optional<std::pair<std::string, unsigned short>> parse_address(const std::s
   } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch): refused below
   }
   throw usage_error("bad port in --metrics-address: '" + p + "'");
+}
+
+/// SIGTERM and SIGINT: blocked in every thread, taken by sigtimedwait.
+sigset_t stop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  return set;
 }
 
 /// The relays of one store type and one transport type.
@@ -146,7 +178,8 @@ class service {
         backend_(std::move(backend)),
         connect_(std::move(connect)),
         maker_(std::move(maker)),
-        log_(secrets()) {}
+        secrets_(secrets()),
+        log_(secrets_) {}
 
   int run() {
     outbox::store_options so;
@@ -159,6 +192,7 @@ class service {
         .batch_size = o_.batch_size,
         .lease = parse_age(o_.lease, "--lease"),
         .publish_timeout = parse_age(o_.publish_timeout, "--publish-timeout"),
+        .error_backoff_max = parse_age(o_.max_backoff, "--max-backoff"),
         .pipeline = !o_.no_pipeline,
         .stamp_predecessors = o_.stamp_predecessors,
     };
@@ -167,6 +201,20 @@ class service {
     const auto backlog_interval = parse_age(o_.backlog_interval, "--backlog-interval");
     const auto address = parse_address(o_.metrics_address);
 
+    // Until the relays run, SIGTERM or SIGINT ends the tool at once, exit 0 (nothing is claimed
+    // yet): a server that accepts the connection and never answers must not hold it.
+    std::jthread startup_watch([this](std::stop_token stop) {
+      const sigset_t set = stop_signals();
+      while (!stop.stop_requested()) {
+        const timespec tick{0, 100'000'000};
+        const int sig = sigtimedwait(&set, nullptr, &tick);
+        if (sig <= 0) continue;
+        log_(std::string(sig == SIGTERM ? "SIGTERM" : "SIGINT") +
+             " while starting: exiting; nothing was claimed");
+        std::fflush(stderr);
+        std::_Exit(exit_ok);
+      }
+    });
     // Start-up: every connection opened, every check made, before the first batch; anything
     // wrong here (a password, a schema, a broker that refuses) ends the tool with exit 1.
     log_("starting " + std::to_string(o_.threads) + " relay thread(s): store " + store_u_.redacted +
@@ -187,8 +235,8 @@ class service {
       t->transport.emplace(maker_.make());
       maker_.check(*t->transport);
       auto opts = ro;
-      slot_state* st = &t->state;
-      opts.on_error = [this, st](const outbox::error& e) { on_error(*st, e); };
+      thread_parts* self = t.get();
+      opts.on_error = [this, self](const outbox::error& e) { on_error(*self, e); };
       opts.on_batch = [this](const outbox::batch_report& r) { on_batch(r); };
       t->relay =
           two_stores
@@ -215,7 +263,9 @@ class service {
          (parts_.front()->relay->pipelines() ? "pipelined" : "one batch at a time") +
          (o_.stamp_predecessors ? ", predecessor stamps" : "") + "; running");
 
-    // The relays, and the backlog sampler.
+    // The relays, and the backlog sampler; the supervisor takes the signals from here on.
+    startup_watch.request_stop();
+    startup_watch.join();
     std::vector<std::thread> threads;
     for (auto& t : parts_) {
       thread_parts* p = t.get();
@@ -230,7 +280,7 @@ class service {
         sample_backlog();
     });
 
-    const int code = supervise();
+    const int code = supervise(unhealthy_after);
     sampler.request_stop();
     for (auto& t : threads) t.join();
     const auto s = totals();
@@ -261,10 +311,10 @@ class service {
     return so;
   }
 
+  /// A session for a store (the store's constructor configures it: store_options'
+  /// configure_session).
   std::unique_ptr<soci::session> open_session() {
-    auto sql = std::make_unique<soci::session>(backend_, connect_);
-    Store::configure(*sql, {});
-    return sql;
+    return std::make_unique<soci::session>(backend_, connect_);
   }
 
   void relay_thread(thread_parts& p) {
@@ -281,7 +331,9 @@ class service {
     p.state.done = true;
   }
 
-  void on_error(slot_state& st, const outbox::error& e) {
+  void on_error(thread_parts& p, const outbox::error& e) {
+    slot_state& st = p.state;
+    st.steps_at_error = p.relay->stats().steps;
     const std::string why = describe(e);
     {
       std::lock_guard lock(st.mutex);
@@ -343,11 +395,8 @@ class service {
 
   /// Waits for SIGTERM or SIGINT (blocked in every thread; taken here) or for a relay to stop on
   /// its own; logs the relays' recoveries. Returns the exit code.
-  int supervise() {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
+  int supervise(std::chrono::milliseconds unhealthy_after) {
+    const sigset_t set = stop_signals();
     bool stopping = false, signalled = false;
     steady::time_point first_signal{};
     int code = exit_ok;
@@ -373,8 +422,24 @@ class service {
       bool all_done = true;
       for (auto& t : parts_) {
         auto& st = t->state;
-        if (st.failing && t->relay->stats().consecutive_errors == 0 && st.failing.exchange(false))
+        const auto rs = t->relay->stats();
+        if (st.failing && rs.consecutive_errors == 0 && rs.steps > st.steps_at_error + 1 &&
+            st.failing.exchange(false))
           log_("relay " + std::to_string(st.index) + " recovered");
+        // Progress: a step or an error. Neither for --unhealthy-after: stuck (a server that
+        // holds the connection and never answers; no timeout of ours or the server's fires).
+        const auto now = steady_ms();
+        if (rs.steps + rs.errors != st.progress || st.progress_at == 0) {
+          st.progress = rs.steps + rs.errors;
+          st.progress_at = now;
+          if (st.stalled.exchange(false))
+            log_("relay " + std::to_string(st.index) + " moving again");
+        } else if (!st.done && !stopping && now - st.progress_at > unhealthy_after.count() &&
+                   !st.stalled.exchange(true)) {
+          log_("relay " + std::to_string(st.index) + " stalled: no step for " +
+               std::to_string((now - st.progress_at) / 1000) +
+               " s (its database or broker does not answer)");
+        }
         if (!st.done) {
           all_done = false;
           continue;
@@ -415,11 +480,16 @@ class service {
       std::lock_guard lock(st.mutex);
       const std::string who = "relay " + std::to_string(st.index);
       if (st.done) return {503, "text/plain; charset=utf-8", who + " stopped: " + st.fatal + "\n"};
+      if (st.stalled)
+        return {503, "text/plain; charset=utf-8",
+                who + " stalled: no step for longer than " +
+                    std::to_string(unhealthy_after.count() / 1000) +
+                    " s (its database or broker does not answer)\n"};
       const auto since = steady_ms() - st.failing_since.load();
       if (st.failing && since > unhealthy_after.count())
         return {503, "text/plain; charset=utf-8",
                 who + " failing for " + std::to_string(since / 1000) +
-                    " s: " + redact(st.last_error, secrets()) + "\n"};
+                    " s: " + redact(st.last_error, secrets_) + "\n"};
     }
     return {200, "text/plain; charset=utf-8", "ok\n"};
   }
@@ -449,14 +519,17 @@ class service {
     prom_metric(out, "outbox_relay_errors_total", "counter",
                 "Errors the relays backed off from (database or broker away).",
                 static_cast<double>(s.errors));
-    double running = 0, failing = 0;
+    double running = 0, failing = 0, stalled = 0;
     for (const auto& t : parts_) {
       running += t->state.done ? 0 : 1;
       failing += t->state.failing ? 1 : 0;
+      stalled += t->state.stalled ? 1 : 0;
     }
     prom_metric(out, "outbox_relay_threads_running", "gauge", "Relay threads running.", running);
     prom_metric(out, "outbox_relay_threads_failing", "gauge", "Relay threads in a run of errors.",
                 failing);
+    prom_metric(out, "outbox_relay_threads_stalled", "gauge",
+                "Relay threads with no step and no error for --unhealthy-after.", stalled);
     prom_metric(out, "outbox_relay_last_batch_timestamp_seconds", "gauge",
                 "When the last batch was settled (Unix time; 0: none yet).",
                 metrics_.last_batch_at.load());
@@ -523,6 +596,7 @@ class service {
   const store_url& transport_u_;
   std::string backend_, connect_;
   transport_maker<Transport> maker_;
+  std::vector<std::string> secrets_;  ///< Of both URLs: never printed, nor served.
   logger log_;
   shared_metrics metrics_;
   std::unique_ptr<soci::session> monitor_sql_;
@@ -548,17 +622,24 @@ int cmd_relay(const relay_command_options& o) {
     throw usage_error(
         "--lease must be longer than --publish-timeout, or a slow confirm would let "
         "another relay publish a batch still in flight");
-  (void)parse_age(o.unhealthy_after, "--unhealthy-after");
+  const auto publish_timeout = parse_age(o.publish_timeout, "--publish-timeout");
+  if (publish_timeout < 100ms)
+    throw usage_error("--publish-timeout takes at least 100ms (a broker's confirm round trip)");
+  const auto max_backoff = parse_age(o.max_backoff, "--max-backoff");
+  if (max_backoff < 100ms || max_backoff > 10min)
+    throw usage_error("--max-backoff takes 100ms to 10m");
+  // A step may take a publish timeout, a pause a --max-backoff: neither is being stuck.
+  if (parse_age(o.unhealthy_after, "--unhealthy-after") <= publish_timeout + max_backoff)
+    throw usage_error(
+        "--unhealthy-after must be longer than --publish-timeout and --max-backoff together, or "
+        "a relay waiting for a slow broker would be called stuck");
   if (parse_age(o.backlog_interval, "--backlog-interval") < 100ms)
     throw usage_error("--backlog-interval takes at least 100ms");
   (void)parse_address(o.metrics_address);
 
   // SIGTERM and SIGINT are taken by the supervising loop only: blocked here, before any thread
   // (ours, the HTTP server's, a client library's) starts, so every thread inherits the mask.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
+  const sigset_t set = stop_signals();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
   return with_store_type(su, [&]<class Store>(std::string backend, std::string connect) -> int {

@@ -18,6 +18,7 @@ struct relay_command_options {
   bool stamp_predecessors = false;
   std::string metrics_address = "127.0.0.1:9464";  ///< host:port, or "off"
   std::string unhealthy_after = "60s";
+  std::string max_backoff = "5s";  ///< The longest pause while the database or broker is away.
   std::string backlog_interval = "5s";
 };
 

@@ -123,7 +123,9 @@ decltype(auto) with_transport_type(const store_url& u, F&& f) {
         throw usage_error("a zmq+tcp URL names a host and a port: zmq+tcp://127.0.0.1:5557");
       if (!u.user.empty() || !u.path.empty())
         throw usage_error("a zmq+tcp URL has no user or path: zmq+tcp://host:port");
-      o.endpoint = "tcp://" + u.host + ":" + std::to_string(*u.port);
+      o.endpoint = "tcp://" +
+                   (u.host.find(':') != std::string::npos ? "[" + u.host + "]" : u.host) + ":" +
+                   std::to_string(*u.port);
       for (const auto& [k, v] : u.query) {
         if (k == "connect")
           o.bind = !flag_value(k, v);

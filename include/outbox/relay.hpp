@@ -56,7 +56,11 @@ struct relay_options {
   std::chrono::milliseconds publish_timeout{10'000};  ///< Confirms not in by then are failures.
   std::chrono::milliseconds idle_poll_min{5};         ///< First sleep after an empty batch.
   std::chrono::milliseconds idle_poll_max{1'000};     ///< Idle sleeps double up to this.
-  std::string owner{};                                ///< Lease owner; default "relay-<uuid>".
+  /// The longest pause of `run` between attempts while the database or the broker is away
+  /// (its pauses follow the retry policy's delays, capped here): the relay is back at work at
+  /// most this long after they return. Not the events' retry delays (the retry policy's own).
+  std::chrono::milliseconds error_backoff_max{5'000};
+  std::string owner{};  ///< Lease owner; default "relay-<uuid>".
   /// `run` claims the next batch, and settles the previous one, on a second thread while a
   /// batch awaits its confirms, so the transport is not left idle during the database's steps.
   /// Takes effect with a store whose session can hold several claims
@@ -108,6 +112,10 @@ struct relay_stats {
   /// Errors in a row since `run`'s last step that went through (0 when it did): a database or
   /// broker that has been away for a while, for health checks.
   std::uint64_t consecutive_errors = 0;
+  /// Steps of `run` that went through (a claim, empty or not, and what followed): with
+  /// `errors`, a measure of progress. Neither moving for long means the relay is stuck (a
+  /// database or broker that holds a connection open and never answers), for health checks.
+  std::uint64_t steps = 0;
 };
 
 namespace detail {
@@ -235,6 +243,9 @@ class relay {
                   "another relay republish a batch still in flight");
     if (options_.idle_poll_min.count() <= 0 || options_.idle_poll_max < options_.idle_poll_min)
       throw error(errc::misconfigured, "core", {}, "relay_options idle poll bounds are invalid");
+    if (options_.error_backoff_max.count() <= 0)
+      throw error(errc::misconfigured, "core", {},
+                  "relay_options.error_backoff_max must be positive");
     if (options_.owner.empty()) options_.owner = "relay-" + make_uuid_v7().to_string();
   }
 
@@ -262,8 +273,9 @@ class relay {
   ///
   /// Errors: every `outbox::error` except `misconfigured` is reported to
   /// `relay_options::on_error`, counted in `stats().errors`, and backed off from (the relay's
-  /// retry policy, growing with each consecutive failure; a claimed batch was settled or left
-  /// to its lease first), then `run` carries on: a database or broker away for minutes, a
+  /// retry policy, growing with each consecutive failure up to
+  /// `relay_options::error_backoff_max`; a claimed batch was settled or left to its lease
+  /// first), then `run` carries on: a database or broker away for minutes, a
   /// statement refused by a server in a bad state. Nothing is lost by carrying on: a row is
   /// marked published only on its confirm.
   /// @throws outbox::error `misconfigured` (wrong options, credentials, schema, certificates:
@@ -324,7 +336,8 @@ class relay {
   [[nodiscard]] relay_stats stats() const noexcept {
     return {batches_.load(), published_.load(), retried_.load(),
             dead_.load(),    released_.load(),  fenced_.load(),
-            errors_.load(),  reordered_.load(), consecutive_errors_.load()};
+            errors_.load(),  reordered_.load(), consecutive_errors_.load(),
+            steps_.load()};
   }
   [[nodiscard]] const relay_options& options() const noexcept { return options_; }
 
@@ -365,12 +378,14 @@ class relay {
         if (!again) before_sleep();
         failures = 0;
         consecutive_errors_.store(0, std::memory_order_relaxed);
+        steps_.fetch_add(1, std::memory_order_relaxed);
       } catch (const error& e) {
         if (e.kind() == errc::misconfigured) throw;
         consecutive_errors_.store(static_cast<std::uint64_t>(++failures),
                                   std::memory_order_relaxed);
         count_error(e);
-        sleep_for(stop, std::max(retry_.delay(failures, rng_), options_.idle_poll_min));
+        sleep_for(stop, std::min(std::max(retry_.delay(failures, rng_), options_.idle_poll_min),
+                                 options_.error_backoff_max));
         continue;
       }
       if (again) {
@@ -823,7 +838,7 @@ class relay {
   std::optional<held_batch> ahead_, unsettled_;
   std::size_t next_store_ = 0;
   std::atomic<std::uint64_t> batches_{0}, published_{0}, retried_{0}, dead_{0}, released_{0},
-      fenced_{0}, errors_{0}, reordered_{0}, consecutive_errors_{0};
+      fenced_{0}, errors_{0}, reordered_{0}, consecutive_errors_{0}, steps_{0};
 };
 
 }  // namespace outbox

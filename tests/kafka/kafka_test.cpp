@@ -674,20 +674,24 @@ BOOST_AUTO_TEST_CASE(a_record_that_is_not_an_event_is_skipped_counted_and_passed
   auto conf = outbox::kafka::detail::make_conf({{"bootstrap.servers", net.bootstrap()}});
   auto raw = outbox::kafka::detail::make_handle(RD_KAFKA_PRODUCER, std::move(conf));
   const std::string junk = "not an outbox event";
-  BOOST_TEST_REQUIRE(
-      rd_kafka_producev(raw.get(), RD_KAFKA_V_TOPIC(net.topic().c_str()),
-                        RD_KAFKA_V_VALUE(const_cast<char*>(junk.data()), junk.size()),
-                        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END) == 0);
+  BOOST_TEST_REQUIRE(outbox::kafka::detail::record_fields{}
+                         .topic(net.topic().c_str())
+                         .value(junk)
+                         .flags(RD_KAFKA_MSG_F_COPY)
+                         .produce(raw.get()) == 0);
   // Every header of an event, but a nil id: its inbox key would be every such record's.
   rd_kafka_headers_t* h = rd_kafka_headers_new(4);
   const std::string nil = outbox::uuid{}.to_string();
   rd_kafka_header_add(h, "id", -1, nil.data(), static_cast<ssize_t>(nil.size()));
   rd_kafka_header_add(h, "event_type", -1, "placed", -1);
   rd_kafka_header_add(h, "aggregate_type", -1, "order", -1);
-  BOOST_TEST_REQUIRE(
-      rd_kafka_producev(raw.get(), RD_KAFKA_V_TOPIC(net.topic().c_str()), RD_KAFKA_V_KEY("k", 1),
-                        RD_KAFKA_V_VALUE(const_cast<char*>("{}"), 2), RD_KAFKA_V_HEADERS(h),
-                        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END) == 0);
+  BOOST_TEST_REQUIRE(outbox::kafka::detail::record_fields{}
+                         .topic(net.topic().c_str())
+                         .key("k")
+                         .value("{}")
+                         .headers(h)
+                         .flags(RD_KAFKA_MSG_F_COPY)
+                         .produce(raw.get()) == 0);
   BOOST_TEST_REQUIRE(rd_kafka_flush(raw.get(), 10'000) == 0);
   outbox::message m;
   m.id = outbox::make_uuid_v7();

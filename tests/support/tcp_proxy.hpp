@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <stdexcept>
@@ -53,6 +54,13 @@ class tcp_proxy {
     std::lock_guard lock(mutex_);
     listen_on(port_);
   }
+
+  /// The server hangs: connections stay open and new ones are made (the kernel completes
+  /// them), but nothing more is carried either way, so no one gets an answer or an error:
+  /// a frozen server (SIGSTOP, a stuck VM, a dropped route with no reset).
+  void freeze() { frozen_ = true; }
+  /// Carries on: what was sent meanwhile is delivered, the connections made are taken.
+  void thaw() { frozen_ = false; }
 
  private:
   struct pipe_pair {
@@ -113,6 +121,10 @@ class tcp_proxy {
 
   void loop() {
     while (!stop_) {
+      if (frozen_) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        continue;
+      }
       std::lock_guard lock(mutex_);
       const std::size_t n = pairs_.size();
       std::vector<pollfd> fds;
@@ -163,6 +175,7 @@ class tcp_proxy {
   std::mutex mutex_;
   std::vector<pipe_pair> pairs_;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> frozen_{false};
   std::thread thread_;
 };
 

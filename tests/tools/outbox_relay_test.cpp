@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <string>
@@ -24,35 +25,65 @@
 #include <outbox/zeromq/zeromq.hpp>
 
 #include "../support/amqp_fixture.hpp"
+#include "../support/tcp_proxy.hpp"
 #include "tool_process.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
 
-/// GET `path` from 127.0.0.1:`port` with a plain HTTP/1.0 request: the status and the body
-/// (status 0 when nothing answered).
-std::pair<int, std::string> http_get(int port, const std::string& path) {
+/// A TCP connection to 127.0.0.1:`port` (-1 when refused).
+int connect_to(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return {0, {}};
+  if (fd < 0) return -1;
   sockaddr_in at{};
   at.sin_family = AF_INET;
   at.sin_port = htons(static_cast<std::uint16_t>(port));
   at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0) return fd;
+  ::close(fd);
+  return -1;
+}
+
+/// Sends `request` (raw HTTP) to 127.0.0.1:`port`: the status and the body of the answer
+/// (status 0 when nothing answered).
+std::pair<int, std::string> http_request(int port, const std::string& request) {
+  const int fd = connect_to(port);
+  if (fd < 0) return {0, {}};
   std::string response;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0) {
-    const std::string request = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-    if (::send(fd, request.data(), request.size(), 0) == static_cast<ssize_t>(request.size())) {
-      char buf[4096];
-      for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;)
-        response.append(buf, static_cast<std::size_t>(n));
-    }
+  if (::send(fd, request.data(), request.size(), 0) == static_cast<ssize_t>(request.size())) {
+    char buf[4096];
+    for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;)
+      response.append(buf, static_cast<std::size_t>(n));
   }
   ::close(fd);
   const auto space = response.find(' ');
   const auto body = response.find("\r\n\r\n");
   if (space == std::string::npos || body == std::string::npos) return {0, {}};
   return {std::stoi(response.substr(space + 1, 3)), response.substr(body + 4)};
+}
+
+/// GET `path` with a plain HTTP/1.0 request.
+std::pair<int, std::string> http_get(int port, const std::string& path) {
+  return http_request(port, "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+}
+
+/// Waits (bounded: 30 s) until /healthz answers `status`; returns its last answer.
+std::pair<int, std::string> health_until(int port, int status) {
+  std::pair<int, std::string> h;
+  const auto until = std::chrono::steady_clock::now() + 30s;
+  while (std::chrono::steady_clock::now() < until) {
+    h = http_get(port, "/healthz");
+    if (h.first == status) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  return h;
+}
+
+/// A socket file of this test process's own.
+std::filesystem::path socket_path(const std::string& name) {
+  return std::filesystem::temp_directory_path() /
+         ("outbox-relay-" + std::to_string(::getpid()) + "-" + name + ".sock");
 }
 
 /// The samples of a Prometheus text page, by name and labels as written (the +Inf buckets as
@@ -186,8 +217,10 @@ BOOST_AUTO_TEST_CASE(drains_the_outbox_and_its_metrics_count_what_the_consumer_r
                  {"--batch-size", "200"}));
   const int port = metrics_port(relay);
   const auto s = scrape_until(port, [](auto& s) {
-    return s["outbox_relay_published_total"] >= 3000 && s["outbox_backlog_pending"] == 0 &&
-           s.count("outbox_backlog_pending") == 1;
+    // The backlog gauges are sampled apart from the relay (every --backlog-interval): wait for
+    // a sample taken after the last batch was settled, not one taken while it was in flight.
+    return s["outbox_relay_published_total"] >= 3000 && s.count("outbox_backlog_pending") == 1 &&
+           s["outbox_backlog_pending"] == 0 && s["outbox_backlog_in_flight"] == 0;
   });
   BOOST_TEST(s.at("outbox_relay_published_total") == 3000);
   BOOST_TEST(s.at("outbox_relay_dead_lettered_total") == 0);
@@ -292,6 +325,26 @@ BOOST_AUTO_TEST_CASE(a_refused_login_or_a_bad_option_ends_it_with_a_clear_messag
   BOOST_TEST(bad_db.err.find("outbox: error") != std::string::npos, bad_db.err);
   BOOST_TEST(bad_db.err.find(secret) == std::string::npos, bad_db.err);
 #endif
+  // A password with '/', '?', '@', ':' and '#' written unencoded is read whole (up to the
+  // URL's last '@'), and no piece of it is printed either.
+  const std::string raw = "Qz/9x?Wv@Kp:77#Rt";
+  const auto no_piece_of_raw = [&raw](const std::string& text) {
+    for (std::size_t i = 0; i + 4 <= raw.size(); ++i)
+      if (text.find(raw.substr(i, 4)) != std::string::npos) return false;
+    return true;
+  };
+  const auto raw_amqp =
+      tool(relay_args(url_of(fx), "amqp://outbox:" + raw + "@" + amqp_host_port() + "?exchange=x"));
+  BOOST_TEST(raw_amqp.code == 1);  // read whole, and refused
+  BOOST_TEST(raw_amqp.err.find("ACCESS_REFUSED") != std::string::npos, raw_amqp.err);
+  BOOST_TEST(no_piece_of_raw(raw_amqp.err + raw_amqp.out), raw_amqp.err);
+#if !defined(OUTBOX_TOOL_TEST_SQLITE)
+  auto raw_store = url_of(fx, "placeholder-4711");
+  raw_store.replace(raw_store.find("placeholder-4711"), 16, raw);
+  const auto raw_db = tool(relay_args(raw_store, "zmq+tcp://127.0.0.1:1"));
+  BOOST_TEST(raw_db.code == 1);  // read whole, and refused
+  BOOST_TEST(no_piece_of_raw(raw_db.err + raw_db.out), raw_db.err);
+#endif
   const auto url = url_of(fx);
   BOOST_TEST(tool(relay_args(url, "mqtt://h:1")).code == 2);             // not in this build
   BOOST_TEST(tool(relay_args(url, "amqp://h:1?exchnage=x")).code == 2);  // a misspelt parameter
@@ -300,6 +353,11 @@ BOOST_AUTO_TEST_CASE(a_refused_login_or_a_bad_option_ends_it_with_a_clear_messag
   BOOST_TEST(tool(relay_args(url, "zmq+tcp://127.0.0.1:5", {"--lease", "5s"})).code == 2);
   BOOST_TEST(tool(relay_args(url, "zmq+tcp://127.0.0.1:5", {"--retention", "forever"})).code == 2);
   BOOST_TEST(tool({"relay", "--store", url}).code == 2);  // no transport
+  auto named = relay_args(url, "zmq+tcp://127.0.0.1:5");
+  named[6] = "metrics.example:0";  // a name, not an address: refused before connecting
+  BOOST_TEST(tool(named).code == 2);
+  BOOST_TEST(tool(relay_args(url, "zmq+tcp://127.0.0.1:5", {"--publish-timeout", "1ms"})).code ==
+             2);
   // The metrics port taken: exit 1 at start, saying so.
   const int taken = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in at{};
@@ -347,6 +405,98 @@ BOOST_AUTO_TEST_CASE(drains_the_outbox_to_a_zeromq_consumer) {
   BOOST_TEST(relay.wait(30s) == 0, relay.log());
   std::filesystem::remove(socket);
 }
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(outbox_relay_in_bad_weather,
+                      *boost::unit_test::precondition(outbox::test::services_of<fixture>))
+
+// Its metrics port flooded with connections that send nothing: past a cap they are turned away
+// at once, so the relay keeps its file descriptors (it needs them to reconnect) and keeps
+// relaying; a request with a body is refused (405), and once the flood ends it answers again.
+BOOST_AUTO_TEST_CASE(a_flood_of_idle_connections_neither_takes_its_descriptors_nor_stops_it) {
+  fixture fx;
+  const auto socket = socket_path("flood");
+  tool_process relay(relay_args(url_of(fx), "zmq+ipc://" + socket.string()));
+  const int port = metrics_port(relay);
+  std::vector<int> idle;
+  for (int i = 0; i < 300; ++i)
+    if (const int fd = connect_to(port); fd >= 0) idle.push_back(fd);
+  std::this_thread::sleep_for(500ms);
+  const auto fds = std::distance(
+      std::filesystem::directory_iterator("/proc/" + std::to_string(relay.pid()) + "/fd"),
+      std::filesystem::directory_iterator{});
+  BOOST_TEST(fds < 150, fds << " descriptors open with 300 idle connections");
+  const auto ids = write_events(fx, 300, 10);
+  outbox::zeromq::receiver r({.endpoint = "ipc://" + socket.string(), .name = "tool-test"});
+  BOOST_TEST(receive_all(r, ids.size(), nullptr) == std::set<outbox::uuid>(ids.begin(), ids.end()));
+  for (const int fd : idle) ::close(fd);
+  BOOST_TEST(health_until(port, 200).first == 200);
+  const auto post = http_request(
+      port, "POST /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\n\r\nhello");
+  BOOST_TEST(post.first == 405);
+  relay.signal(SIGTERM);
+  BOOST_TEST(relay.wait(30s) == 0, relay.log());
+  std::filesystem::remove(socket);
+}
+
+#if !defined(OUTBOX_TOOL_TEST_SQLITE)
+/// `url` with its host:port replaced by 127.0.0.1:`port` and `param` added.
+std::string via_port(const std::string& url, int port, const std::string& param = {}) {
+  const auto at = url.rfind('@');
+  const auto slash = url.find('/', at);
+  std::string out = url.substr(0, at + 1) + "127.0.0.1:" + std::to_string(port) + url.substr(slash);
+  if (!param.empty()) out += (out.find('?') == std::string::npos ? "?" : "&") + param;
+  return out;
+}
+
+// A database that stops answering without closing anything (frozen): no error comes, so the
+// relay's steps stop; /healthz turns 503 after --unhealthy-after and says so, /metrics counts
+// the stalled relay, and when the database answers again the relay moves on by itself. At
+// start-up, a database that never answers cannot hold the tool: SIGTERM ends it at once
+// (exit 0, nothing claimed), and a connect timeout ends it with exit 1.
+BOOST_AUTO_TEST_CASE(a_database_that_stops_answering_makes_it_unhealthy_and_cannot_hold_its_start) {
+  fixture fx;
+  const auto k = keywords(fx.connect_string());
+  outbox::test::tcp_proxy proxy(std::stoi(k.at("port")));
+  const auto url = via_port(url_of(fx), proxy.port());
+  const auto socket = socket_path("frozen");
+  const std::vector<std::string> quick{"--publish-timeout", "500ms", "--max-backoff", "500ms",
+                                       "--unhealthy-after", "2s"};
+  {
+    tool_process relay(relay_args(url, "zmq+ipc://" + socket.string(), quick));
+    const int port = metrics_port(relay);
+    BOOST_TEST(health_until(port, 200).first == 200);
+    proxy.freeze();
+    const auto stuck = health_until(port, 503);
+    BOOST_TEST(stuck.first == 503);
+    BOOST_TEST(stuck.second.find("stalled") != std::string::npos, stuck.second);
+    const auto s = samples(http_get(port, "/metrics").second);  // answered without the database
+    BOOST_TEST(s.at("outbox_relay_threads_stalled") == 1);
+    proxy.thaw();
+    BOOST_TEST(health_until(port, 200).first == 200);
+    relay.signal(SIGTERM);
+    BOOST_TEST(relay.wait(30s) == 0, relay.log());
+    const auto log = relay.log();
+    BOOST_TEST(log.find("relay 0 stalled: no step for") != std::string::npos, log);
+    BOOST_TEST(log.find("relay 0 moving again") != std::string::npos, log);
+  }
+  proxy.freeze();
+  {
+    tool_process starting(relay_args(url, "zmq+ipc://" + socket.string(), quick));
+    std::this_thread::sleep_for(1s);
+    BOOST_TEST(starting.running());  // connecting
+    starting.signal(SIGTERM);
+    BOOST_TEST(starting.wait(5s) == 0, starting.log());
+    BOOST_TEST(starting.log().find("SIGTERM while starting") != std::string::npos, starting.log());
+  }
+  const auto timed_out = tool(relay_args(via_port(url_of(fx), proxy.port(), "connect_timeout=1"),
+                                         "zmq+ipc://" + socket.string(), quick));
+  BOOST_TEST(timed_out.code == 1, timed_out.err);
+  proxy.thaw();
+  std::filesystem::remove(socket);
+}
+#endif
 
 BOOST_AUTO_TEST_SUITE_END()
 

@@ -109,6 +109,13 @@ BOOST_AUTO_TEST_CASE(help_for_every_subcommand_and_usage_errors_exit_2) {
   BOOST_TEST(tool({"stats", "--store", "nowhere"}).code == 2);               // no scheme
   BOOST_TEST(tool({"stats", "--store", "oracle://u@h/db"}).code == 2);       // not in this build
   BOOST_TEST(tool({"stats", "--store", "mysql://u@h:99999/db"}).code == 2);  // bad port
+  BOOST_TEST(tool({"stats", "--store", "mysql://u@[::1/db"}).code == 2);     // no ']'
+  // An IPv6 address in brackets: read (nothing listens on port 1, so it cannot connect).
+#if defined(OUTBOX_TOOL_TEST_POSTGRESQL)
+  const auto v6 = tool({"stats", "--store", "postgresql://u:pw@[::1]:1/db"});
+  BOOST_TEST(v6.code == 1, v6.err);
+  BOOST_TEST(v6.err.find("::1") != std::string::npos, v6.err);
+#endif
   BOOST_TEST(tool({"requeue", "--store", url}).code == 2);  // neither ids nor --all
   BOOST_TEST(tool({"requeue", "--store", url, "not-a-uuid"}).code == 2);
   const auto age = tool({"purge", "--store", url, "--published-before", "7x"});

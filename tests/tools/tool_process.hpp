@@ -178,6 +178,7 @@ class tool_process {
   }
 
   void signal(int sig) const { ::kill(pid_, sig); }
+  [[nodiscard]] pid_t pid() const noexcept { return pid_; }
 
   /// Its exit code once it exits, within `limit`; -1 if it had to be killed (or died of a signal).
   int wait(std::chrono::seconds limit) {

@@ -330,7 +330,7 @@ BOOST_AUTO_TEST_CASE(headers_round_trip_through_json) {
   const outbox::header_map h{{"a", "1"}, {"quote", "\"'\\"}, {"u", "caf\xc3\xa9"}};
   BOOST_TEST((outbox::headers_from_json(outbox::headers_to_json(h)) == h));
   BOOST_TEST(outbox::headers_to_json({}) == "{}");
-  BOOST_CHECK_THROW(outbox::headers_from_json("[1]"), outbox::error);
+  BOOST_CHECK_THROW((void)outbox::headers_from_json("[1]"), outbox::error);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -899,6 +899,27 @@ BOOST_AUTO_TEST_CASE(batch_reports_add_up_and_error_runs_are_counted) {
   BOOST_TEST(st.consecutive_errors == 0u);  // the steps after them went through
 }
 
+// The pauses of `run` while the database is away are the retry policy's delays, capped by
+// error_backoff_max: with a policy whose delays are a minute, a relay still takes up its work
+// at once after three failed claims. Its steps count what went through.
+BOOST_AUTO_TEST_CASE(run_backs_off_at_most_error_backoff_max_and_counts_its_steps) {
+  memory_database db;
+  enqueue_spread(db, 100, 100);
+  memory_session relay_sql(db);
+  memory_store store(relay_sql);
+  outbox::testing::memory_transport broker;
+  outbox::relay relay(
+      store, broker,
+      {.batch_size = 50, .idle_poll_min = 1ms, .idle_poll_max = 2ms, .error_backoff_max = 2ms},
+      outbox::exponential_backoff{.initial = 60s, .max_delay = 60s, .jitter = 0});
+  db.fail_next(3, outbox::errc::transient, memory_operation::claim);
+  run_until(relay, [&] { return relay.stats().published == 100u; });  // not after 3 minutes
+  const auto st = relay.stats();
+  BOOST_TEST(st.errors == 3u);
+  BOOST_TEST(st.steps >= 2u);  // two batches of 50, at least
+  BOOST_CHECK_THROW(outbox::relay(store, broker, {.error_backoff_max = 0ms}), outbox::error);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 // ---- predecessor stamps: a run in one call on a transport that does not keep order -------------

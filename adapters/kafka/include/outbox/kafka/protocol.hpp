@@ -169,7 +169,72 @@ class topic_router {
   return {};
 }
 
-/// The class of a delivery-report error (or an error `rd_kafka_producev` returned) for the one
+namespace detail {
+
+/// The fields of one record, for `rd_kafka_produceva`. Not `rd_kafka_producev`: its
+/// `RD_KAFKA_V_` macros are GNU statement expressions, which clang refuses under -Wpedantic
+/// (-Werror) in every file that includes this header.
+class record_fields {
+ public:
+  record_fields& topic(const char* name) {
+    auto& f = next(RD_KAFKA_VTYPE_TOPIC);
+    f.u.cstr = name;
+    return *this;
+  }
+  record_fields& key(std::string_view k) { return bytes(RD_KAFKA_VTYPE_KEY, k); }
+  record_fields& value(std::string_view v) { return bytes(RD_KAFKA_VTYPE_VALUE, v); }
+  record_fields& timestamp_ms(std::int64_t ms) {
+    auto& f = next(RD_KAFKA_VTYPE_TIMESTAMP);
+    f.u.i64 = ms;
+    return *this;
+  }
+  /// On success the record owns `h`; on failure the caller still does.
+  record_fields& headers(rd_kafka_headers_t* h) {
+    auto& f = next(RD_KAFKA_VTYPE_HEADERS);
+    f.u.headers = h;
+    return *this;
+  }
+  record_fields& flags(int msgflags) {
+    auto& f = next(RD_KAFKA_VTYPE_MSGFLAGS);
+    f.u.i = msgflags;
+    return *this;
+  }
+  record_fields& opaque(void* p) {
+    auto& f = next(RD_KAFKA_VTYPE_OPAQUE);
+    f.u.ptr = p;
+    return *this;
+  }
+
+  /// Produces the record; the error code `rd_kafka_producev` would have returned.
+  [[nodiscard]] rd_kafka_resp_err_t produce(rd_kafka_t* rk) const {
+    rd_kafka_error_t* e = rd_kafka_produceva(rk, fields_, count_);
+    if (e == nullptr) return RD_KAFKA_RESP_ERR_NO_ERROR;
+    const rd_kafka_resp_err_t code = rd_kafka_error_code(e);
+    rd_kafka_error_destroy(e);
+    return code;
+  }
+
+ private:
+  rd_kafka_vu_t& next(rd_kafka_vtype_t type) {
+    auto& f = fields_[count_++];  // at most one of each of the 7 kinds
+    f.vtype = type;
+    return f;
+  }
+  record_fields& bytes(rd_kafka_vtype_t type, std::string_view b) {
+    auto& f = next(type);
+    // librdkafka copies (RD_KAFKA_MSG_F_COPY) or frees it; it never writes to it.
+    f.u.mem.ptr = const_cast<char*>(b.data());
+    f.u.mem.size = b.size();
+    return *this;
+  }
+
+  rd_kafka_vu_t fields_[7]{};
+  std::size_t count_ = 0;
+};
+
+}  // namespace detail
+
+/// The class of a delivery-report error (or an error a produce call returned) for the one
 /// message it concerns: what no retry can fix in the message is `permanent` (too large, a
 /// record or topic the broker refuses), a configuration the relay must stop on is
 /// `misconfigured` (credentials, authorization), everything else `transient` (timeouts,

@@ -483,13 +483,15 @@ class publisher {
       add(aggregate_type_header, m.aggregate_type);
       add(content_type_header, m.content_type);
       for (const auto& [k, v] : m.headers) add(k, v);
-      const rd_kafka_resp_err_t err = rd_kafka_producev(
-          rk_.get(), RD_KAFKA_V_TOPIC(topic.c_str()),
-          RD_KAFKA_V_KEY(m.aggregate_id.data(), m.aggregate_id.size()),
-          RD_KAFKA_V_VALUE(const_cast<char*>(m.payload.data()), m.payload.size()),
-          RD_KAFKA_V_TIMESTAMP(to_unix<std::milli>(m.created_at)), RD_KAFKA_V_HEADERS(hdrs),
-          RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-          RD_KAFKA_V_OPAQUE(detail::producer_state::opaque(st.call, i)), RD_KAFKA_V_END);
+      const rd_kafka_resp_err_t err = detail::record_fields{}
+                                          .topic(topic.c_str())
+                                          .key(m.aggregate_id)
+                                          .value(m.payload)
+                                          .timestamp_ms(to_unix<std::milli>(m.created_at))
+                                          .headers(hdrs)
+                                          .flags(RD_KAFKA_MSG_F_COPY)
+                                          .opaque(detail::producer_state::opaque(st.call, i))
+                                          .produce(rk_.get());
       if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {  // the headers belong to the message now
         st.slots[i].produced = true;
         ++stats_.produced;
