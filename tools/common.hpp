@@ -63,10 +63,14 @@ struct store_url {
   std::vector<std::string> secrets;  ///< The password and secret parameters: never printed.
 };
 
-/// A URL parameter whose value is a secret (a password, a key).
+/// A URL parameter whose value is (or may hold) a secret: a password, a key (librdkafka's
+/// ssl.key.pem, ssl.key.password; a key's file name is hidden too), a token, OAuth or JAAS
+/// configuration.
 inline bool is_secret_key(std::string_view key) {
-  return key.find("password") != std::string_view::npos ||
-         key.find("secret") != std::string_view::npos;
+  for (const std::string_view word :
+       {"password", "secret", "key", "token", "credential", "oauthbearer", "jaas"})
+    if (key.find(word) != std::string_view::npos) return true;
+  return false;
 }
 
 /// Percent-encodes all but RFC 3986's unreserved characters.
@@ -109,7 +113,10 @@ inline int parse_port(const std::string& p, const std::string& kind) {
     if (used != p.size() || port < 1 || port > 65535) throw std::out_of_range(p);
     return port;
   } catch (const std::exception&) {
-    throw usage_error("bad port in the " + kind + " URL: '" + p + "'");
+    // A port of digits is quoted; anything else may be a password in a URL without its '@'.
+    const bool digits = !p.empty() && p.find_first_not_of("0123456789") == std::string::npos;
+    throw usage_error("bad port in the " + kind + " URL" + (digits ? ": '" + p + "'" : "") +
+                      " (user:password@host:port)");
   }
 }
 
@@ -196,6 +203,14 @@ inline store_url parse_url(const std::string& url, std::string_view what,
   std::string shown_userinfo;
   if (const auto at = rest.rfind('@'); at != std::string::npos) {
     const std::string userinfo = rest.substr(0, at);
+    // Two '@' with a '/' or '?' after the first: a password with '@' and '/' in it, or a '@'
+    // in the path or a parameter, which would send the password to the host after it. Which
+    // one cannot be told: refused, without quoting.
+    if (const auto first = userinfo.find('@');
+        first != std::string::npos && userinfo.find_first_of("/?", first) != std::string::npos)
+      throw usage_error("the " + kind +
+                        " URL has an '@' before its last one with a '/' or '?' after it: write "
+                        "a '@' in the password, path or parameters as %40");
     rest.erase(0, at + 1);
     const auto c = userinfo.find(':');
     if (c != std::string::npos) {

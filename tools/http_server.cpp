@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -67,9 +68,14 @@ class session : public std::enable_shared_from_this<session> {
       }
       response_.result(static_cast<unsigned>(r.status));
       response_.set(http::field::content_type, r.content_type);
-      if (request_.method() != http::verb::head) response_.body() = std::move(r.body);
+      if (request_.method() != http::verb::head) {
+        response_.body() = std::move(r.body);
+      } else {
+        head_length_ = r.body.size();  // a HEAD answer has the GET answer's Content-Length
+      }
     }
     response_.prepare_payload();
+    if (head_length_) response_.content_length(*head_length_);
     stream_.expires_after(std::chrono::seconds(5));
     http::async_write(stream_, response_,
                       [self = shared_from_this()](beast::error_code, std::size_t) {
@@ -84,6 +90,7 @@ class session : public std::enable_shared_from_this<session> {
   beast::flat_buffer buffer_;
   http::request_parser<http::empty_body> parser_;
   http::response<http::string_body> response_;
+  std::optional<std::size_t> head_length_;
 };
 
 }  // namespace

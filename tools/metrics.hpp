@@ -7,9 +7,23 @@
 #include <cstdio>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include <outbox/validate.hpp>
+
 namespace outbox_tool {
+
+/// The length of the valid UTF-8 sequence of 2 to 4 bytes at `s[i]`; 0 when there is none.
+inline std::size_t utf8_sequence_length(std::string_view s, std::size_t i) {
+  const auto lead = static_cast<unsigned char>(s[i]);
+  const std::size_t n = lead >= 0xC2 && lead <= 0xDF   ? 2
+                        : lead >= 0xE0 && lead <= 0xEF ? 3
+                        : lead >= 0xF0 && lead <= 0xF4 ? 4
+                                                       : 0;
+  if (n == 0 || i + n > s.size() || !outbox::is_valid_utf8(s.substr(i, n))) return 0;
+  return n;
+}
 
 /// A Prometheus number: integral values without a fraction, others with enough digits.
 inline std::string prom_number(double v) {
@@ -21,16 +35,36 @@ inline std::string prom_number(double v) {
   return buf;
 }
 
-/// A label value, escaped (backslash, double quote, line feed).
+/// A label value, escaped (backslash, double quote, line feed), as valid UTF-8.
 inline std::string prom_label(const std::string& v) {
+  // Valid UTF-8 without control characters, or Prometheus refuses the whole scrape: an invalid
+  // byte or a control character (other than \n, escaped) becomes U+FFFD.
+  static constexpr std::string_view replacement = "\xEF\xBF\xBD";
   std::string out;
-  for (const char c : v) {
-    if (c == '\\' || c == '"')
-      out += {'\\', c};
-    else if (c == '\n')
+  for (std::size_t i = 0; i < v.size();) {
+    const auto c = static_cast<unsigned char>(v[i]);
+    if (c == '\\' || c == '"') {
+      out += {'\\', static_cast<char>(c)};
+      ++i;
+    } else if (c == '\n') {
       out += "\\n";
-    else
-      out.push_back(c);
+      ++i;
+    } else if (c < 0x20 || c == 0x7F) {
+      out += replacement;
+      ++i;
+    } else if (c < 0x80) {
+      out.push_back(static_cast<char>(c));
+      ++i;
+    } else {
+      const std::size_t n = utf8_sequence_length(v, i);
+      if (n == 0) {
+        out += replacement;
+        ++i;
+      } else {
+        out.append(v, i, n);
+        i += n;
+      }
+    }
   }
   return out;
 }

@@ -569,7 +569,21 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    (void)app.exit(e);
+    // Its message may quote arguments, a URL with its password among them (an option
+    // misspelt before it): the passwords of every URL on the command line are hidden.
+    std::vector<std::string> hidden;
+    for (int i = 1; i < argc; ++i) {
+      std::string_view arg = argv[i];
+      if (const auto eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string_view::npos)
+        arg.remove_prefix(eq + 1);
+      if (arg.find("://") == std::string_view::npos) continue;
+      try {
+        const auto u = parse_url(std::string(arg), "store", "");
+        hidden.insert(hidden.end(), u.secrets.begin(), u.secrets.end());
+      } catch (const usage_error&) {  // NOLINT(bugprone-empty-catch): not a URL we can read
+      }
+    }
+    std::cerr << redact(e.what(), hidden) << "\nRun with --help for more information.\n";
     return exit_usage;
   }
 

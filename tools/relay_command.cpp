@@ -14,14 +14,17 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <stop_token>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -155,6 +158,13 @@ std::optional<std::pair<std::string, unsigned short>> parse_address(const std::s
   throw usage_error("bad port in --metrics-address: '" + p + "'");
 }
 
+/// "2.5 s" for 2500 ms.
+std::string seconds_text(std::int64_t ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f s", static_cast<double>(ms) / 1000.0);
+  return buf;
+}
+
 /// SIGTERM and SIGINT: blocked in every thread, taken by sigtimedwait.
 sigset_t stop_signals() {
   sigset_t set;
@@ -201,6 +211,34 @@ class service {
     const auto backlog_interval = parse_age(o_.backlog_interval, "--backlog-interval");
     const auto address = parse_address(o_.metrics_address);
 
+    log_("starting " + std::to_string(o_.threads) + " relay thread(s): store " + store_u_.redacted +
+         ", transport " + transport_u_.redacted);
+    // The HTTP server first: an address that cannot be served ends the tool before any
+    // connection, and /healthz says "starting" (503) while the connections are made.
+    std::optional<http_server> http;
+    if (address) {
+      const std::string host = address->first.find(':') != std::string::npos
+                                   ? "[" + address->first + "]"
+                                   : address->first;
+      try {
+        http.emplace(address->first, address->second,
+                     [this, unhealthy_after](std::string_view path) -> http_response {
+                       if (path != "/metrics" && path != "/healthz")
+                         return {404, "text/plain; charset=utf-8", "/metrics or /healthz\n"};
+                       if (!running_.load(std::memory_order_acquire))
+                         return {503, "text/plain; charset=utf-8", "starting\n"};
+                       if (path == "/metrics")
+                         return {200, "text/plain; version=0.0.4; charset=utf-8", metrics()};
+                       return health(unhealthy_after);
+                     });
+      } catch (const std::system_error& e) {
+        throw std::runtime_error("cannot serve /metrics on " + host + ":" +
+                                 std::to_string(address->second) + ": " + e.what());
+      }
+      log_("metrics on http://" + host + ":" + std::to_string(http->port()) +
+           "/metrics, health on /healthz");
+    }
+
     // Until the relays run, SIGTERM or SIGINT ends the tool at once, exit 0 (nothing is claimed
     // yet): a server that accepts the connection and never answers must not hold it.
     std::jthread startup_watch([this](std::stop_token stop) {
@@ -217,12 +255,13 @@ class service {
     });
     // Start-up: every connection opened, every check made, before the first batch; anything
     // wrong here (a password, a schema, a broker that refuses) ends the tool with exit 1.
-    log_("starting " + std::to_string(o_.threads) + " relay thread(s): store " + store_u_.redacted +
-         ", transport " + transport_u_.redacted);
     monitor_sql_ = open_session();
     monitor_ = std::make_unique<Store>(*monitor_sql_, with_listen(so, false));
     sample_backlog();
-    const bool two_stores = !o_.no_pipeline;
+    // Two sessions per thread only when the relay will pipeline (a lease long enough for a batch
+    // claimed ahead: see relay::pipelines).
+    const bool two_stores =
+        !o_.no_pipeline && ro.lease >= 2 * ro.publish_timeout + relay_type::pipeline_lease_margin;
     for (unsigned i = 0; i < o_.threads; ++i) {
       auto t = std::make_unique<thread_parts>();
       t->state.index = i;
@@ -244,21 +283,7 @@ class service {
               : std::make_unique<relay_type>(*t->store[0], *t->transport, opts, retry);
       parts_.push_back(std::move(t));
     }
-    std::optional<http_server> http;
-    if (address) {
-      http.emplace(address->first, address->second,
-                   [this, unhealthy_after](std::string_view path) -> http_response {
-                     if (path == "/metrics")
-                       return {200, "text/plain; version=0.0.4; charset=utf-8", metrics()};
-                     if (path == "/healthz") return health(unhealthy_after);
-                     return {404, "text/plain; charset=utf-8", "/metrics or /healthz\n"};
-                   });
-      const std::string host = address->first.find(':') != std::string::npos
-                                   ? "[" + address->first + "]"
-                                   : address->first;
-      log_("metrics on http://" + host + ":" + std::to_string(http->port()) +
-           "/metrics, health on /healthz");
-    }
+    running_.store(true, std::memory_order_release);  // parts_ is complete: served from here
     log_(std::string("batch ") + std::to_string(o_.batch_size) + ", " +
          (parts_.front()->relay->pipelines() ? "pipelined" : "one batch at a time") +
          (o_.stamp_predecessors ? ", predecessor stamps" : "") + "; running");
@@ -271,23 +296,38 @@ class service {
       thread_parts* p = t.get();
       threads.emplace_back([this, p] { relay_thread(*p); });
     }
-    std::jthread sampler([this, backlog_interval](std::stop_token stop) {
+    std::stop_source sampler_stop;
+    std::atomic<bool> sampler_done{false};
+    std::thread sampler([this, backlog_interval, stop = sampler_stop.get_token(), &sampler_done] {
       std::mutex m;
       std::condition_variable_any cv;
       std::unique_lock lock(m);
       while (!cv.wait_for(lock, stop, backlog_interval, [] { return false; }) &&
              !stop.stop_requested())
         sample_backlog();
+      sampler_done = true;
     });
 
     const int code = supervise(unhealthy_after);
-    sampler.request_stop();
-    for (auto& t : threads) t.join();
+    sampler_stop.request_stop();
+    for (auto& t : threads) t.join();  // they are done: supervise returned
     const auto s = totals();
     log_("stopped: published " + std::to_string(s.published) + ", retried " +
          std::to_string(s.retried) + ", dead-lettered " + std::to_string(s.dead_lettered) +
          ", released " + std::to_string(s.released) + ", fenced " + std::to_string(s.fenced) +
          ", errors " + std::to_string(s.errors));
+    // The sampler may be stuck in a query on a connection that no longer answers (a frozen
+    // database). It holds nothing to settle: after a short wait, the tool leaves without it
+    // rather than hang in its join.
+    for (int i = 0; i < 100 && !sampler_done; ++i) std::this_thread::sleep_for(20ms);
+    if (!sampler_done) {
+      log_(
+          "the backlog sampler's query does not return (its database does not answer): exiting "
+          "without it");
+      std::fflush(stderr);
+      std::_Exit(code);
+    }
+    sampler.join();
     return code;
   }
 
@@ -437,8 +477,7 @@ class service {
         } else if (!st.done && !stopping && now - st.progress_at > unhealthy_after.count() &&
                    !st.stalled.exchange(true)) {
           log_("relay " + std::to_string(st.index) + " stalled: no step for " +
-               std::to_string((now - st.progress_at) / 1000) +
-               " s (its database or broker does not answer)");
+               seconds_text(now - st.progress_at) + " (its database or broker does not answer)");
         }
         if (!st.done) {
           all_done = false;
@@ -479,12 +518,13 @@ class service {
       auto& st = t->state;
       std::lock_guard lock(st.mutex);
       const std::string who = "relay " + std::to_string(st.index);
-      if (st.done) return {503, "text/plain; charset=utf-8", who + " stopped: " + st.fatal + "\n"};
+      if (st.done)
+        return {503, "text/plain; charset=utf-8",
+                who + " stopped: " + redact(st.fatal, secrets_) + "\n"};
       if (st.stalled)
         return {503, "text/plain; charset=utf-8",
-                who + " stalled: no step for longer than " +
-                    std::to_string(unhealthy_after.count() / 1000) +
-                    " s (its database or broker does not answer)\n"};
+                who + " stalled: no step for longer than " + seconds_text(unhealthy_after.count()) +
+                    " (its database or broker does not answer)\n"};
       const auto since = steady_ms() - st.failing_since.load();
       if (st.failing && since > unhealthy_after.count())
         return {503, "text/plain; charset=utf-8",
@@ -605,6 +645,7 @@ class service {
   std::vector<std::unique_ptr<thread_parts>> parts_;
   std::stop_source stop_;
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> running_{false};  ///< Start-up done: parts_ complete (the HTTP handler's).
 };
 
 }  // namespace
@@ -628,11 +669,12 @@ int cmd_relay(const relay_command_options& o) {
   const auto max_backoff = parse_age(o.max_backoff, "--max-backoff");
   if (max_backoff < 100ms || max_backoff > 10min)
     throw usage_error("--max-backoff takes 100ms to 10m");
-  // A step may take a publish timeout, a pause a --max-backoff: neither is being stuck.
-  if (parse_age(o.unhealthy_after, "--unhealthy-after") <= publish_timeout + max_backoff)
+  // A step may take a publish timeout, a pause a --max-backoff, an idle sleep up to 1 s (the
+  // relay's idle_poll_max): none of that is being stuck.
+  if (parse_age(o.unhealthy_after, "--unhealthy-after") < publish_timeout + max_backoff + 2s)
     throw usage_error(
-        "--unhealthy-after must be longer than --publish-timeout and --max-backoff together, or "
-        "a relay waiting for a slow broker would be called stuck");
+        "--unhealthy-after must be at least --publish-timeout + --max-backoff + 2s, or a relay "
+        "waiting for a slow broker, or idle, would be called stuck");
   if (parse_age(o.backlog_interval, "--backlog-interval") < 100ms)
     throw usage_error("--backlog-interval takes at least 100ms");
   (void)parse_address(o.metrics_address);
@@ -641,6 +683,9 @@ int cmd_relay(const relay_command_options& o) {
   // (ours, the HTTP server's, a client library's) starts, so every thread inherits the mask.
   const sigset_t set = stop_signals();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  // A log reader that goes away (a pipe to a shipper that restarts) must not kill the relay in
+  // the middle of a batch: a write to it fails instead (and the line is lost).
+  std::signal(SIGPIPE, SIG_IGN);
 
   return with_store_type(su, [&]<class Store>(std::string backend, std::string connect) -> int {
     return with_transport_type(tu, [&]<class Transport>(transport_maker<Transport> maker) -> int {

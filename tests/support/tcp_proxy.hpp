@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -62,10 +63,17 @@ class tcp_proxy {
   /// Carries on: what was sent meanwhile is delivered, the connections made are taken.
   void thaw() { frozen_ = false; }
 
+  /// Freezes one connection only, the `index`-th accepted (from 0): the others go on.
+  void freeze_connection(std::size_t index) {
+    std::lock_guard lock(mutex_);
+    frozen_connections_.push_back(index);
+  }
+
  private:
   struct pipe_pair {
     int client;
     int server;
+    std::size_t index;  ///< In accept order.
   };
 
   void listen_on(int port) {
@@ -130,8 +138,10 @@ class tcp_proxy {
       std::vector<pollfd> fds;
       if (listener_ >= 0) fds.push_back({listener_, POLLIN, 0});
       for (const auto& p : pairs_) {
-        fds.push_back({p.client, POLLIN, 0});
-        fds.push_back({p.server, POLLIN, 0});
+        const bool frozen = std::find(frozen_connections_.begin(), frozen_connections_.end(),
+                                      p.index) != frozen_connections_.end();
+        fds.push_back({frozen ? -1 : p.client, POLLIN, 0});  // poll skips a negative fd
+        fds.push_back({frozen ? -1 : p.server, POLLIN, 0});
       }
       if (::poll(fds.data(), fds.size(), 20) <= 0) continue;
       std::size_t k = 0;
@@ -141,7 +151,7 @@ class tcp_proxy {
           if (c >= 0) {
             const int s = connect_upstream();
             if (s >= 0)
-              pairs_.push_back({c, s});
+              pairs_.push_back({c, s, accepted_++});
             else
               ::close(c);
           }
@@ -154,6 +164,11 @@ class tcp_proxy {
         const auto& cf = fds[k + 2 * i];
         const auto& sf = fds[k + 2 * i + 1];
         bool ok = true;
+        if (std::find(frozen_connections_.begin(), frozen_connections_.end(), p.index) !=
+            frozen_connections_.end()) {
+          alive.push_back(p);  // left unread: nothing carried either way
+          continue;
+        }
         if (cf.revents) ok = pump(p.client, p.server);
         if (ok && sf.revents) ok = pump(p.server, p.client);
         if (ok) {
@@ -176,6 +191,8 @@ class tcp_proxy {
   std::vector<pipe_pair> pairs_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> frozen_{false};
+  std::size_t accepted_ = 0;
+  std::vector<std::size_t> frozen_connections_;
   std::thread thread_;
 };
 

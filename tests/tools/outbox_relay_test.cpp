@@ -24,6 +24,7 @@
 #include <outbox/outbox.hpp>
 #include <outbox/zeromq/zeromq.hpp>
 
+#include "../../tools/metrics.hpp"
 #include "../support/amqp_fixture.hpp"
 #include "../support/tcp_proxy.hpp"
 #include "tool_process.hpp"
@@ -358,6 +359,26 @@ BOOST_AUTO_TEST_CASE(a_refused_login_or_a_bad_option_ends_it_with_a_clear_messag
   BOOST_TEST(tool(named).code == 2);
   BOOST_TEST(tool(relay_args(url, "zmq+tcp://127.0.0.1:5", {"--publish-timeout", "1ms"})).code ==
              2);
+  BOOST_TEST(tool(relay_args(url, "zmq+tcp://127.0.0.1:5", {"--unhealthy-after", "3s"})).code ==
+             2);  // under 10s + 5s + 2s: an idle relay would be called stuck
+  // An '@' in a parameter after the password: which '@' ends the password cannot be told, and
+  // the password could go to the host after the last one. Refused, and not printed.
+  const auto two_at =
+      tool(relay_args("postgresql://u:" + secret + "@127.0.0.1:1/db?application_name=a@127.0.0.1:2",
+                      "zmq+ipc:///x"));
+  BOOST_TEST(two_at.code == 2);
+  BOOST_TEST(two_at.err.find(secret) == std::string::npos, two_at.err);
+  // A misspelt option before a URL: CLI11 quotes the URL, without its password.
+  auto misspelt = relay_args(url, "zmq+tcp://127.0.0.1:5");
+  misspelt.insert(misspelt.end(), {"--metrcs", "amqp://u:" + secret + "@h"});
+  const auto typo = tool(misspelt);
+  BOOST_TEST(typo.code == 2);
+  BOOST_TEST(typo.err.find("--metrcs") != std::string::npos, typo.err);
+  BOOST_TEST(typo.err.find(secret) == std::string::npos, typo.err);
+  // A password without an '@' after it is not quoted as a bad port.
+  const auto no_at = tool(relay_args("postgresql://u:" + secret, "zmq+ipc:///x"));
+  BOOST_TEST(no_at.code == 2);
+  BOOST_TEST(no_at.err.find(secret) == std::string::npos, no_at.err);
   // The metrics port taken: exit 1 at start, saying so.
   const int taken = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in at{};
@@ -407,6 +428,24 @@ BOOST_AUTO_TEST_CASE(drains_the_outbox_to_a_zeromq_consumer) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// An aggregate type is a label value on /metrics: one byte Prometheus cannot read there (not
+// UTF-8, a control character) would fail the whole scrape.
+BOOST_AUTO_TEST_CASE(label_values_are_escaped_valid_utf8) {
+  using outbox_tool::prom_label;
+  BOOST_TEST(prom_label("order") == "order");
+  BOOST_TEST(prom_label("a\"b\\c\nd") == "a\\\"b\\\\c\\nd");
+  BOOST_TEST(prom_label("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x93\xA6") ==
+             "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x93\xA6");
+  const std::string bad(
+      "ord\xFF"
+      "er\x00\r\xC3",
+      9);
+  BOOST_TEST(prom_label(bad) ==
+             "ord\xEF\xBF\xBD"
+             "er\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
+  BOOST_TEST(outbox::is_valid_utf8(prom_label("\xED\xA0\x80\xC0\xAF")));  // surrogate, overlong
+}
 
 BOOST_AUTO_TEST_SUITE(outbox_relay_in_bad_weather,
                       *boost::unit_test::precondition(outbox::test::services_of<fixture>))
@@ -462,7 +501,7 @@ BOOST_AUTO_TEST_CASE(a_database_that_stops_answering_makes_it_unhealthy_and_cann
   const auto url = via_port(url_of(fx), proxy.port());
   const auto socket = socket_path("frozen");
   const std::vector<std::string> quick{"--publish-timeout", "500ms", "--max-backoff", "500ms",
-                                       "--unhealthy-after", "2s"};
+                                       "--unhealthy-after", "3s"};
   {
     tool_process relay(relay_args(url, "zmq+ipc://" + socket.string(), quick));
     const int port = metrics_port(relay);
@@ -480,6 +519,21 @@ BOOST_AUTO_TEST_CASE(a_database_that_stops_answering_makes_it_unhealthy_and_cann
     const auto log = relay.log();
     BOOST_TEST(log.find("relay 0 stalled: no step for") != std::string::npos, log);
     BOOST_TEST(log.find("relay 0 moving again") != std::string::npos, log);
+  }
+  {
+    // Only the backlog sampler's connection (the first one made) frozen: the relays stop at
+    // SIGTERM, and the tool does not wait for the sampler's query forever.
+    outbox::test::tcp_proxy own(std::stoi(k.at("port")));
+    tool_process relay(
+        relay_args(via_port(url_of(fx), own.port()), "zmq+ipc://" + socket.string(), quick));
+    const int port = metrics_port(relay);
+    BOOST_TEST(health_until(port, 200).first == 200);
+    own.freeze_connection(0);
+    std::this_thread::sleep_for(500ms);  // its next sample (every 100 ms) waits
+    relay.signal(SIGTERM);
+    BOOST_TEST(relay.wait(15s) == 0, relay.log());
+    BOOST_TEST(relay.log().find("the backlog sampler's query does not return") != std::string::npos,
+               relay.log());
   }
   proxy.freeze();
   {
