@@ -15,7 +15,7 @@
 // tool's spawn) to all rows published, both seen by polling every `--poll-ms` (the embedded
 // relay's stats; the tool's /metrics, `outbox_relay_published_total`, by a plain HTTP GET), so
 // both carry the same sampling error. Start-up is printed apart (embedded: to the relay
-// constructed; the tool: to its "metrics on" log line), with the rate after it, to tell a gap in
+// constructed; the tool: to its "; running" log line), with the rate after it, to tell a gap in
 // start-up from one in steady state, and the CPU time of each run (the tool's from wait4). The
 // two run `--rounds` times in an order reversed every other round, each from the refilled
 // outbox onto an emptied queue (a fresh exchange and durable queue, deleted at the end). Prints
@@ -114,7 +114,7 @@ args parse(int argc, char** argv) {
 /// One run: from its start to all rows published.
 struct run_times {
   double seconds = 0;  ///< Start to all published.
-  double startup = 0;  ///< Start to ready (the relay constructed; the tool's "metrics on").
+  double startup = 0;  ///< Start to ready (the relay constructed; the tool's "; running").
   double cpu = 0;      ///< User + system CPU seconds of the relay (the tool's whole life).
   long rows = 0;
   [[nodiscard]] double rate() const { return static_cast<double>(rows) / seconds; }
@@ -295,9 +295,12 @@ class log_reader {
     cv_.wait_for(lock, limit, [this] { return port_ != 0 || ended_; });
     return port_;
   }
-  [[nodiscard]] steady::time_point port_at() {
-    std::lock_guard lock(mutex_);
-    return port_at_;
+  /// When the tool said it was running (its connections made and checked; the metrics
+  /// server answers from the start), once that line came within `limit`.
+  [[nodiscard]] steady::time_point running_at(std::chrono::seconds limit) {
+    std::unique_lock lock(mutex_);
+    cv_.wait_for(lock, limit, [this] { return running_at_ != steady::time_point{} || ended_; });
+    return running_at_;
   }
   /// The whole log, once the tool has exited (the pipe's end).
   [[nodiscard]] std::string finish() {
@@ -317,7 +320,10 @@ class log_reader {
         if (log_.find('\n', at) == std::string::npos) continue;  // the rest of the line to come
         port_ = static_cast<unsigned short>(
             std::strtoul(log_.c_str() + at + marker.size(), nullptr, 10));
-        port_at_ = now;
+        cv_.notify_all();
+      }
+      if (running_at_ == steady::time_point{} && log_.find("; running\n") != std::string::npos) {
+        running_at_ = now;
         cv_.notify_all();
       }
     }
@@ -331,7 +337,7 @@ class log_reader {
   std::condition_variable cv_;
   std::string log_;
   unsigned short port_ = 0;
-  steady::time_point port_at_{};
+  steady::time_point running_at_{};
   bool ended_ = false;
   std::thread thread_;
 };
@@ -373,7 +379,7 @@ run_times tool_run(const args& a, const std::string& store_url, const std::strin
   double published = -1;
   log_reader reader(pipe_fds[0]);
   if (const unsigned short port = reader.wait_port(60s); port != 0) {
-    r.startup = std::chrono::duration<double>(reader.port_at() - t0).count();
+    r.startup = std::chrono::duration<double>(reader.running_at(60s) - t0).count();
     while (steady::now() - t0 < 600s) {
       published = prom_value(http_get(port, "/metrics"), "outbox_relay_published_total");
       if (published >= static_cast<double>(a.rows)) break;
