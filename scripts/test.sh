@@ -37,6 +37,8 @@ export BOOST_TEST_COLOR_OUTPUT=${BOOST_TEST_COLOR_OUTPUT:-no}
 # Sanitizer runs stop at the first report, with a stack trace (only the asan build uses them).
 export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:abort_on_error=1:detect_leaks=1:print_summary=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_stacktrace=1:print_summary=1}
+# A leak of SOCI's, not ours, suppressed (the file says which and why).
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/scripts/lsan.supp:print_suppressions=0}
 
 readonly BUILD_DIR=build-ci
 readonly ASAN_DIR=build-asan
