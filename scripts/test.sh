@@ -223,12 +223,10 @@ collect_group() {
 
 # Runs the tests of build DIR (extra arguments go to meson test) in groups by the servers they
 # use: the tests of PostgreSQL alone and those of MariaDB alone side by side (no test uses both,
-# and the server faults of one group never reach the other's server), then, side by side too,
-# those that use no server (SQLite files, ZeroMQ sockets, Kafka mock clusters of their own) and
-# those of RabbitMQ (with any store: its outages close every client of the node, and its fault
-# harness restarts PostgreSQL or MariaDB, whose groups are done by then). The tests mostly wait
-# (on servers, faults and restarts), so two groups of two share the two cores. Within a group, a
-# test marked not parallel still runs alone. Usage: run_tests DIR [args...]
+# and the server faults of one group never reach the other's server), then those that use no
+# server (SQLite files, ZeroMQ sockets, Kafka mock clusters of their own), then those of
+# RabbitMQ (with any store: its outages close every client of the node). Within a group, a test
+# marked not parallel still runs alone. Usage: run_tests DIR [args...]
 run_tests() {
     local dir=$1
     shift
@@ -241,12 +239,11 @@ run_tests() {
     wait "$pg" "$my" || true
     collect_group "$dir" postgresql
     collect_group "$dir" mysql
-    run_group "$dir" local "$@" --no-suite postgresql --no-suite mysql --no-suite amqp &
-    local lo=$!
-    run_group "$dir" amqp "$@" --suite amqp &
-    local am=$!
-    wait "$lo" "$am" || true
+    # Not side by side: under the sanitizer build's load, RabbitMQ once did not come back from
+    # amqp_faults' restart in time, and every later test of its group failed.
+    run_group "$dir" local "$@" --no-suite postgresql --no-suite mysql --no-suite amqp
     collect_group "$dir" local
+    run_group "$dir" amqp "$@" --suite amqp
     collect_group "$dir" amqp
 }
 
