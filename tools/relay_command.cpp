@@ -659,13 +659,13 @@ int cmd_relay(const relay_command_options& o) {
     throw usage_error("--claim-policy takes default, locking or leasing");
   if (o.retention != "keep" && o.retention != "delete")
     throw usage_error("--retention takes keep or delete");
-  if (parse_age(o.lease, "--lease") <= parse_age(o.publish_timeout, "--publish-timeout"))
-    throw usage_error(
-        "--lease must be longer than --publish-timeout, or a slow confirm would let "
-        "another relay publish a batch still in flight");
   const auto publish_timeout = parse_age(o.publish_timeout, "--publish-timeout");
   if (publish_timeout < 100ms)
     throw usage_error("--publish-timeout takes at least 100ms (a broker's confirm round trip)");
+  if (parse_age(o.lease, "--lease") <= publish_timeout)
+    throw usage_error(
+        "--lease must be longer than --publish-timeout, or a slow confirm would let "
+        "another relay publish a batch still in flight");
   const auto max_backoff = parse_age(o.max_backoff, "--max-backoff");
   if (max_backoff < 100ms || max_backoff > 10min)
     throw usage_error("--max-backoff takes 100ms to 10m");
