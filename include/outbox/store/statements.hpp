@@ -16,7 +16,8 @@ namespace outbox::store {
 
 /// `single_row_insert` (an `INSERT ... VALUES (...)` of one row, as a file of sql/ holds it) with
 /// its VALUES tuple repeated for `rows` rows. `$n` placeholders are renumbered (row `i` adds
-/// `i * params_per_row`); `?` placeholders are repeated as they are.
+/// `i * params_per_row`); `?` placeholders are repeated as they are. What follows the tuple (an
+/// `ON CONFLICT` clause) is kept once, after the last one.
 /// @throws outbox::error `misconfigured` when the text has no VALUES tuple.
 [[nodiscard]] inline std::string multi_row_insert(std::string_view single_row_insert,
                                                   std::size_t rows, int params_per_row) {
@@ -24,8 +25,25 @@ namespace outbox::store {
   const auto open = at == std::string_view::npos ? at : single_row_insert.find('(', at);
   if (open == std::string_view::npos)
     throw error(errc::misconfigured, "core", {}, "multi_row_insert: no VALUES tuple");
+  // The tuple ends at its matching parenthesis (quoted text skipped); what follows it (an
+  // ON CONFLICT clause) comes once, after the last tuple.
+  std::size_t close = open;
+  for (int depth = 0; close < single_row_insert.size(); ++close) {
+    const char ch = single_row_insert[close];
+    if (ch == '\'') {
+      close = single_row_insert.find('\'', close + 1);
+      if (close == std::string_view::npos) break;
+    } else if (ch == '(') {
+      ++depth;
+    } else if (ch == ')' && --depth == 0) {
+      break;
+    }
+  }
+  if (close >= single_row_insert.size())
+    throw error(errc::misconfigured, "core", {}, "multi_row_insert: unbalanced VALUES tuple");
   const std::string_view head = single_row_insert.substr(0, open);
-  const std::string_view tuple = single_row_insert.substr(open);
+  const std::string_view tuple = single_row_insert.substr(open, close + 1 - open);
+  const std::string_view tail = single_row_insert.substr(close + 1);
   std::string out;
   out.reserve(head.size() + rows * (tuple.size() + 8));
   out += head;
@@ -48,6 +66,7 @@ namespace outbox::store {
       i = j - 1;
     }
   }
+  out += tail;
   return out;
 }
 

@@ -215,6 +215,14 @@ class store {
   /// The server process of the store's connection (for operators, and for fault tests).
   [[nodiscard]] int backend_pid() { return PQbackendPID(link_->connection()); }
 
+  /// Runs `f(PGconn*)` on the store's connection, reconnected after a loss (for stores built on
+  /// this one: the tailing store writes its parked events so). A lost connection throws
+  /// `transient` and is re-established by the next call.
+  template <class F>
+  auto run(std::string_view what, F&& f) {
+    return link_->run(what, std::forward<F>(f));
+  }
+
   // ---- appending ------------------------------------------------------------------------------
 
   /// `appender::append`.

@@ -1,0 +1,219 @@
+#pragma once
+/// @file
+/// A logical replication connection (libpq, `replication=database`) streaming `pgoutput` from a
+/// slot: opened, read without blocking, acknowledged with standby status updates.
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <libpq-fe.h>
+
+#include <outbox/error.hpp>
+#include <outbox/postgresql/detail/connection.hpp>
+#include <outbox/postgresql/detail/wal.hpp>
+
+namespace outbox::postgresql::detail {
+
+/// A name PostgreSQL takes for a replication slot (lower-case letters, digits and underscores,
+/// 1..63 characters); also used for publications here, so both can go into SQL unquoted.
+[[nodiscard]] inline bool valid_slot_name(std::string_view s) noexcept {
+  if (s.empty() || s.size() > 63) return false;
+  for (const char ch : s)
+    if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_')) return false;
+  return true;
+}
+
+/// One replication connection in COPY BOTH mode. Not thread-safe except `socket()`.
+class replication_stream {
+ public:
+  /// What one `read` found: WAL data frames (each a `pgoutput` message), and the server's end
+  /// of WAL as of its last keepalive.
+  struct frame {
+    wal::lsn start = 0;  ///< Where this message's WAL data starts.
+    std::string data;    ///< One `pgoutput` message.
+  };
+
+  replication_stream() = default;
+  replication_stream(replication_stream&& o) noexcept
+      : conn_(std::exchange(o.conn_, nullptr)),
+        server_end_(o.server_end_),
+        reply_requested_(o.reply_requested_) {}
+  replication_stream& operator=(replication_stream&& o) noexcept {
+    if (this != &o) {
+      close();
+      conn_ = std::exchange(o.conn_, nullptr);
+      server_end_ = o.server_end_;
+      reply_requested_ = o.reply_requested_;
+    }
+    return *this;
+  }
+  replication_stream(const replication_stream&) = delete;
+  replication_stream& operator=(const replication_stream&) = delete;
+  ~replication_stream() { close(); }
+
+  [[nodiscard]] bool is_open() const noexcept { return conn_ != nullptr; }
+  [[nodiscard]] int socket() const noexcept { return conn_ ? PQsocket(conn_) : -1; }
+  /// The server's end of WAL from its last keepalive (0 before one came).
+  [[nodiscard]] wal::lsn server_end() const noexcept { return server_end_; }
+  /// The server asked for a status update (it closes a silent connection after
+  /// `wal_sender_timeout`).
+  [[nodiscard]] bool reply_requested() const noexcept { return reply_requested_; }
+
+  /// Connects with `conninfo` (keywords or a URI; `replication=database` is added) and starts
+  /// streaming `slot` from `start` (the server starts at the slot's confirmed position when that
+  /// is later), with `pgoutput` protocol 1, `publication` and logical decoding messages.
+  /// @throws outbox::error `misconfigured` (no such slot or publication, `wal_level` not
+  ///         logical, no REPLICATION right, bad credentials), `transient` (server away, the slot
+  ///         active on another connection).
+  void open(const std::string& conninfo, std::string_view slot, std::string_view publication,
+            wal::lsn start) {
+    close();
+    const char* keys[] = {"dbname", "replication", "fallback_application_name", nullptr};
+    const char* values[] = {conninfo.c_str(), "database", "outbox-relay", nullptr};
+    // expand_dbname: `conninfo` may be keywords or a URI; the later keywords override it.
+    conn_ = PQconnectdbParams(keys, values, 1);
+    if (conn_ == nullptr || PQstatus(conn_) != CONNECTION_OK) {
+      std::string why = conn_ ? PQerrorMessage(conn_) : "out of memory";
+      while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+      close();
+      // libpq gives no SQLSTATE for a failed connection; a refused password or a missing
+      // right would not heal by retrying, but neither can be told from a server away here.
+      const bool auth = why.find("password authentication failed") != std::string::npos ||
+                        why.find("no pg_hba.conf entry") != std::string::npos ||
+                        why.find("must be superuser or replication role") != std::string::npos;
+      throw error(auth ? errc::misconfigured : errc::transient, "postgresql", {},
+                  "replication connection: " + why);
+    }
+    {
+      const result r = query("SHOW wal_level");
+      if (r.rows() == 1 && r.text(0, 0) != "logical")
+        throw error(errc::misconfigured, "postgresql", {},
+                    "log tailing needs the server setting wal_level = logical (it is '" +
+                        std::string(r.text(0, 0)) + "'; set it in postgresql.conf and restart)");
+    }
+    std::string cmd = "START_REPLICATION SLOT " + std::string(slot) + " LOGICAL " +
+                      wal::format_lsn(start) + " (proto_version '1', publication_names '" +
+                      std::string(publication) + "', messages 'true')";
+    result r(PQexec(conn_, cmd.c_str()));
+    if (PQresultStatus(r.get()) != PGRES_COPY_BOTH) {
+      try {
+        throw_pg(conn_, r, "start replication from slot " + std::string(slot));
+      } catch (const error& e) {
+        close();
+        // 42704: no such slot or publication: a setup step missing, not a passing fault.
+        if (e.native_code() == "42704" || e.native_code() == "55000")
+          throw error(errc::misconfigured, "postgresql", e.native_code(),
+                      std::string(e.what()) +
+                          " (create the slot and publication: postgresql::tailing_store::setup, "
+                          "or `outbox migrate --slot`)");
+        throw;
+      }
+    }
+  }
+
+  /// Reads what has arrived without blocking: WAL frames are appended to `out`, keepalives
+  /// noted (`server_end`, `reply_requested`). Stops after `max_frames` frames.
+  /// @throws outbox::error `transient` when the stream ended or broke (close and `open` again).
+  void read(std::vector<frame>& out, std::size_t max_frames) {
+    if (conn_ == nullptr)
+      throw error(errc::transient, "postgresql", {}, "replication stream closed");
+    if (PQconsumeInput(conn_) == 0) broken("read");
+    for (std::size_t n = 0; n < max_frames;) {
+      char* buf = nullptr;
+      const int len = PQgetCopyData(conn_, &buf, 1);
+      if (len == 0) return;  // nothing more for now
+      if (len < 0) {
+        if (buf) PQfreemem(buf);
+        broken(len == -1 ? "the server ended the stream" : "read");
+      }
+      const std::string_view data(buf, static_cast<std::size_t>(len));
+      wal::reader r(data);
+      const auto kind = r.u8();
+      if (kind == 'w') {
+        frame f;
+        f.start = r.u64();
+        r.u64();  // the server's WAL end
+        r.u64();  // its clock
+        f.data = r.rest();
+        out.push_back(std::move(f));
+        ++n;
+      } else if (kind == 'k') {
+        server_end_ = std::max(server_end_, r.u64());
+        r.u64();
+        reply_requested_ = r.u8() != 0 || reply_requested_;
+      }
+      PQfreemem(buf);
+    }
+  }
+
+  /// Tells the server everything up to `flushed` is done with (the slot may advance to it).
+  /// @throws outbox::error `transient` when the connection broke.
+  void acknowledge(wal::lsn flushed) {
+    if (conn_ == nullptr) return;
+    const auto now = std::chrono::duration_cast<std::chrono::microseconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count();
+    const std::string msg = wal::status_update(flushed, now);
+    if (PQputCopyData(conn_, msg.data(), static_cast<int>(msg.size())) != 1 || PQflush(conn_) != 0)
+      broken("status update");
+    reply_requested_ = false;
+  }
+
+  void close() noexcept {
+    if (conn_ != nullptr) PQfinish(conn_);
+    conn_ = nullptr;
+    server_end_ = 0;
+    reply_requested_ = false;
+  }
+
+ private:
+  result query(const char* sql) {
+    result r(PQexec(conn_, sql));
+    if (PQresultStatus(r.get()) != PGRES_TUPLES_OK) {
+      try {
+        throw_pg(conn_, r, sql);
+      } catch (...) {
+        close();
+        throw;
+      }
+    }
+    return r;
+  }
+
+  [[noreturn]] void broken(std::string_view what) {
+    std::string why = conn_ ? PQerrorMessage(conn_) : "";
+    while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+    // The server's error, when it sent one (a dropped slot: 55000, 42704).
+    std::string state;
+    if (conn_ != nullptr) {
+      // Only what has arrived: PQgetResult would wait on a connection still up.
+      // (In COPY mode it keeps answering COPY_BOTH: a few results at most.)
+      for (int i = 0; i < 4 && PQisBusy(conn_) == 0; ++i) {
+        PGresult* raw = PQgetResult(conn_);
+        if (raw == nullptr) break;
+        result r(raw);
+        if (PQresultStatus(raw) == PGRES_COPY_BOTH) break;
+        if (PQresultStatus(raw) == PGRES_FATAL_ERROR) {
+          if (const char* s = PQresultErrorField(raw, PG_DIAG_SQLSTATE)) state = s;
+          if (const char* m = PQresultErrorMessage(raw); m && *m) why = m;
+          while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+        }
+      }
+    }
+    close();
+    const errc kind =
+        (state == "42704" || state == "55000") ? errc::misconfigured : errc::transient;
+    throw error(kind, "postgresql", state,
+                "replication stream: " + std::string(what) + (why.empty() ? "" : ": " + why));
+  }
+
+  PGconn* conn_ = nullptr;
+  wal::lsn server_end_ = 0;
+  bool reply_requested_ = false;
+};
+
+}  // namespace outbox::postgresql::detail

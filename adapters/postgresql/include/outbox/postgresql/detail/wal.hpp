@@ -1,0 +1,220 @@
+#pragma once
+/// @file
+/// The bytes of log tailing, without a connection: the event as the table-free writer puts it in
+/// the WAL (`pg_logical_emit_message` content), the replication protocol's CopyData frames, and
+/// the `pgoutput` messages a logical replication stream carries (PostgreSQL documentation,
+/// "Streaming Replication Protocol" and "Logical Replication Message Formats").
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <outbox/message.hpp>
+#include <outbox/uuid.hpp>
+#include <outbox/validate.hpp>
+
+namespace outbox::postgresql::detail::wal {
+
+/// A WAL position (`XLogRecPtr`).
+using lsn = std::uint64_t;
+
+/// "16/B374D848", as PostgreSQL writes an LSN.
+[[nodiscard]] inline std::string format_lsn(lsn v) {
+  char buf[32];
+  const int n = std::snprintf(buf, sizeof buf, "%X/%X", static_cast<unsigned>(v >> 32),
+                              static_cast<unsigned>(v & 0xffffffffU));
+  return {buf, static_cast<std::size_t>(n)};
+}
+
+/// Reads big-endian integers and strings from a frame; a read past the end marks it bad (and
+/// returns zeros), so a truncated frame is one check at the end, not one per field.
+class reader {
+ public:
+  explicit reader(std::string_view data) noexcept : data_(data) {}
+
+  std::uint64_t u(int bytes) noexcept {
+    if (data_.size() - pos_ < static_cast<std::size_t>(bytes) || pos_ > data_.size()) {
+      bad_ = true;
+      pos_ = data_.size();
+      return 0;
+    }
+    std::uint64_t v = 0;
+    for (int i = 0; i < bytes; ++i) v = (v << 8) | static_cast<unsigned char>(data_[pos_++]);
+    return v;
+  }
+  std::uint8_t u8() noexcept { return static_cast<std::uint8_t>(u(1)); }
+  std::uint32_t u32() noexcept { return static_cast<std::uint32_t>(u(4)); }
+  std::uint64_t u64() noexcept { return u(8); }
+  /// A NUL-terminated string.
+  std::string_view cstring() noexcept {
+    const auto end = data_.find('\0', pos_);
+    if (end == std::string_view::npos) {
+      bad_ = true;
+      pos_ = data_.size();
+      return {};
+    }
+    const auto s = data_.substr(pos_, end - pos_);
+    pos_ = end + 1;
+    return s;
+  }
+  std::string_view bytes(std::size_t n) noexcept {
+    if (data_.size() - pos_ < n) {
+      bad_ = true;
+      pos_ = data_.size();
+      return {};
+    }
+    const auto s = data_.substr(pos_, n);
+    pos_ += n;
+    return s;
+  }
+  std::string_view rest() noexcept { return bytes(data_.size() - pos_); }
+  [[nodiscard]] bool bad() const noexcept { return bad_; }
+  [[nodiscard]] bool at_end() const noexcept { return pos_ == data_.size(); }
+
+ private:
+  std::string_view data_;
+  std::size_t pos_ = 0;
+  bool bad_ = false;
+};
+
+inline void put(std::string& out, std::uint64_t v, int bytes) {
+  for (int i = bytes - 1; i >= 0; --i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+// ---- the event in the WAL ------------------------------------------------------------------
+
+/// The prefix of the logical decoding messages that hold events (`pg_logical_emit_message`).
+/// Other prefixes in the stream (other programs' messages) are skipped.
+inline constexpr std::string_view message_prefix = "outbox";
+
+/// The content's format version (its first byte). A stream holding a version this library does
+/// not know dead-letters that event with the reason.
+inline constexpr std::uint8_t event_format = 1;
+
+/// The event as the table-free writer emits it: version byte, the 16 bytes of the id, created_at
+/// (Unix microseconds, Int64), then aggregate_type, aggregate_id, event_type, content_type,
+/// headers (JSON object text) and payload, each an Int32 length and its bytes. Big-endian, as
+/// the replication protocol.
+[[nodiscard]] inline std::string encode_event(const outgoing& row) {
+  const event& e = *row.source;
+  std::string out;
+  out.reserve(1 + 16 + 8 + 6 * 4 + e.aggregate_type.size() + e.aggregate_id.size() +
+              e.event_type.size() + e.content_type.size() + row.headers_json.size() +
+              e.payload.size());
+  out.push_back(static_cast<char>(event_format));
+  for (const auto b : row.id.bytes()) out.push_back(static_cast<char>(b));
+  put(out,
+      static_cast<std::uint64_t>(
+          std::chrono::duration_cast<std::chrono::microseconds>(row.created_at.time_since_epoch())
+              .count()),
+      8);
+  for (const std::string_view s :
+       {std::string_view(e.aggregate_type), std::string_view(e.aggregate_id),
+        std::string_view(e.event_type), std::string_view(e.content_type),
+        std::string_view(row.headers_json), std::string_view(e.payload)}) {
+    put(out, s.size(), 4);
+    out.append(s);
+  }
+  return out;
+}
+
+/// Reads an event back. Never throws on content: returns the reason it cannot be published
+/// (empty when it can), with as much of `m` filled as could be read.
+[[nodiscard]] inline std::string decode_event(std::string_view content, message& m) {
+  reader r(content);
+  const auto version = r.u8();
+  if (r.bad()) return "empty outbox message in the WAL";
+  if (version != event_format)
+    return "outbox message in the WAL of format " + std::to_string(version) +
+           " (this library reads format " + std::to_string(event_format) + ")";
+  const auto id = r.bytes(16);
+  if (!r.bad()) {
+    std::array<std::uint8_t, 16> b{};
+    for (std::size_t i = 0; i < 16; ++i) b[i] = static_cast<std::uint8_t>(id[i]);
+    m.id = uuid(b);
+  }
+  const auto us = static_cast<std::int64_t>(r.u64());
+  m.created_at = time_point(std::chrono::microseconds(us));
+  std::string headers;
+  for (std::string* field :
+       {&m.aggregate_type, &m.aggregate_id, &m.event_type, &m.content_type, &headers, &m.payload}) {
+    const auto n = r.u32();
+    *field = r.bytes(n);
+  }
+  if (r.bad() || !r.at_end()) return "truncated or malformed outbox message in the WAL";
+  return read_stored_headers(m, headers);
+}
+
+// ---- replication protocol frames -----------------------------------------------------------
+
+/// Microseconds between the Unix epoch and PostgreSQL's (2000-01-01).
+inline constexpr std::int64_t pg_epoch_offset_us = 946'684'800'000'000;
+
+/// A standby status update ('r'): written = flushed = applied = `flushed`.
+[[nodiscard]] inline std::string status_update(lsn flushed, std::int64_t now_unix_us,
+                                               bool reply_requested = false) {
+  std::string out;
+  out.push_back('r');
+  put(out, flushed, 8);
+  put(out, flushed, 8);
+  put(out, flushed, 8);
+  put(out, static_cast<std::uint64_t>(now_unix_us - pg_epoch_offset_us), 8);
+  out.push_back(reply_requested ? 1 : 0);
+  return out;
+}
+
+/// One decoded `pgoutput` message of interest.
+struct change {
+  enum class kind : std::uint8_t {
+    begin,    ///< A transaction starts (`final_lsn`, `xid`).
+    commit,   ///< It committed (`commit_lsn`, `end_lsn`, `commit_time`).
+    message,  ///< A logical decoding message (`prefix`, `content`, `transactional`).
+    other,    ///< Relation, type, origin, row changes of other tables: skipped.
+  };
+  kind what = kind::other;
+  lsn final_lsn = 0;
+  lsn commit_lsn = 0;
+  lsn end_lsn = 0;
+  std::int64_t commit_time_us = 0;  ///< Unix microseconds.
+  std::uint32_t xid = 0;
+  bool transactional = false;
+  std::string_view prefix{};
+  std::string_view content{};
+};
+
+/// Decodes a `pgoutput` message (protocol version 1). `nullopt` for a malformed one.
+[[nodiscard]] inline std::optional<change> decode_pgoutput(std::string_view data) {
+  reader r(data);
+  change c;
+  switch (r.u8()) {
+    case 'B':
+      c.what = change::kind::begin;
+      c.final_lsn = r.u64();
+      c.commit_time_us = static_cast<std::int64_t>(r.u64()) + pg_epoch_offset_us;
+      c.xid = r.u32();
+      break;
+    case 'C':
+      c.what = change::kind::commit;
+      r.u8();  // flags
+      c.commit_lsn = r.u64();
+      c.end_lsn = r.u64();
+      c.commit_time_us = static_cast<std::int64_t>(r.u64()) + pg_epoch_offset_us;
+      break;
+    case 'M': {
+      c.what = change::kind::message;
+      c.transactional = (r.u8() & 1) != 0;
+      c.final_lsn = r.u64();
+      c.prefix = r.cstring();
+      const auto n = r.u32();
+      c.content = r.bytes(n);
+      break;
+    }
+    default:
+      return c;  // other
+  }
+  if (r.bad()) return std::nullopt;
+  return c;
+}
+
+}  // namespace outbox::postgresql::detail::wal

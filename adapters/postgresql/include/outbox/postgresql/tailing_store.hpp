@@ -1,0 +1,599 @@
+#pragma once
+/// @file
+/// `outbox::postgresql::tailing_store`: the second relay method. Events are read from the
+/// database's transaction log (logical replication, `pgoutput`) instead of polled from the
+/// outbox table; the table keeps only the events that wait for a retry, and the dead letters.
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <random>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include <outbox/error.hpp>
+#include <outbox/message.hpp>
+#include <outbox/postgresql/detail/connection.hpp>
+#include <outbox/postgresql/detail/replication.hpp>
+#include <outbox/postgresql/detail/wakeup.hpp>
+#include <outbox/postgresql/detail/wal.hpp>
+#include <outbox/postgresql/store.hpp>
+#include <outbox/store/row.hpp>
+#include <outbox/uuid.hpp>
+
+namespace outbox::postgresql {
+
+/// Options of a `tailing_store`.
+struct tailing_options {
+  /// The logical replication slot the relay reads from (`[a-z0-9_]`, at most 63 characters):
+  /// one per relay. Its confirmed position advances only past events the broker confirmed (or
+  /// that went to the outbox table), so a restarted relay replays from there.
+  std::string slot = "outbox_relay";
+  /// The publication named to `pgoutput` (same rules). It holds no table: the events are
+  /// logical decoding messages, which every publication carries.
+  std::string publication = "outbox_tail";
+  /// How often the outbox table (retries, requeued dead letters) is looked at when no retry is
+  /// known to be due sooner.
+  std::chrono::milliseconds table_poll{1'000};
+  /// The slot's position is reported to the server at least this often (it also goes after
+  /// each batch that moved it, and whenever the server asks).
+  std::chrono::milliseconds status_interval{10'000};
+  /// Events read from the stream ahead of the batches, at most (more stays in the socket).
+  std::size_t read_ahead = 20'000;
+  /// Options of the outbox table's store (its claim policy is always leasing: a table claim
+  /// and the stream's batches take turns on one connection).
+  store_options table{};
+};
+
+/// A store whose claim reads the transaction log: events written by `tailing_store::appender`
+/// (`pg_logical_emit_message`, in the caller's transaction: no row, no index, no vacuum) reach
+/// the relay in commit order, one transaction after another, as soon as they commit.
+///
+/// - **Position.** The slot's confirmed position moves past a transaction only once each of its
+///   events was confirmed by the broker, or written to the outbox table. A relay that stops,
+///   crashes or loses its connection starts again from there: the events after it are sent
+///   again (at-least-once; the consumer's inbox absorbs them).
+/// - **Retries and dead letters.** An event the transport fails is written to the outbox table,
+///   pending until its retry time (with its attempts), or dead-lettered there; events of its
+///   aggregate that follow it in the stream are written behind it until the table has none of
+///   that aggregate left, so the aggregate keeps its order while other aggregates flow. The
+///   table's rows are claimed like a polling relay's (`table_poll`, or sooner when a retry is
+///   due). `stats`, `dead_letters`, `requeue` and the purges are the table's.
+/// - **One relay per slot**, and one tailing relay per outbox table: the retries of the table
+///   belong to the relay that wrote them.
+///
+/// Needs `wal_level = logical`, a role with the REPLICATION attribute, the slot and the
+/// publication (`setup`). A slot that is not read holds WAL back: drop the slot of a relay
+/// that is retired (`drop`).
+class tailing_store {
+ public:
+  using session_type = ::soci::session;
+
+  /// The table-free writer: each event becomes a transactional logical decoding message of
+  /// the caller's transaction (prefix `outbox`, `detail::wal::encode_event`): written to the
+  /// WAL at commit, gone with a rollback. `outbox::writer<postgresql::tailing_store>` uses it.
+  class appender {
+   public:
+    using session_type = ::soci::session;
+    /// Emits `rows` on `sql` inside the caller's open transaction: one statement per 500 rows,
+    /// each event bound in binary (never spliced into the SQL text), in the order given.
+    void append(session_type& sql, std::span<const outgoing> rows) {
+      PGconn* c = detail::handle(sql);
+      for (std::size_t off = 0; off < rows.size(); off += 500) {
+        const auto part = rows.subspan(off, std::min<std::size_t>(500, rows.size() - off));
+        detail::params p;
+        std::string text;
+        if (part.size() == 1) {
+          text = "SELECT pg_catalog.pg_logical_emit_message(true, 'outbox', $1::bytea)";
+        } else {
+          // Volatile functions of the select list run after the ORDER BY: in the given order.
+          text = "SELECT pg_catalog.pg_logical_emit_message(true, 'outbox', e.v) FROM (VALUES ";
+          for (std::size_t i = 0; i < part.size(); ++i) {
+            if (i > 0) text += ", ";
+            text += "($" + std::to_string(i + 1) + "::bytea, " + std::to_string(i) + ")";
+          }
+          text += ") AS e(v, o) ORDER BY e.o";
+        }
+        for (const outgoing& r : part) p.add_bytes(detail::wal::encode_event(r));
+        detail::exec(c, text, p, "append (logical decoding message)");
+      }
+    }
+  };
+
+  /// Creates what a tailing relay needs when it is missing: the publication and the logical
+  /// replication slot (`pgoutput`). Idempotent; safe from several processes. Run it outside a
+  /// transaction, on a session of a role that may create publications and has REPLICATION.
+  /// @returns true when the slot was created by this call (it then starts at the current end of
+  ///          the WAL: events committed before it are not in it).
+  /// @throws outbox::error `misconfigured` (a bad name, `wal_level` not logical, no right).
+  static bool setup(session_type& sql, const tailing_options& o = {}) {
+    check_names(o);
+    PGconn* c = detail::handle(sql);
+    auto pub = detail::exec(c, std::string(statements::tail_publication),
+                            detail::params().add(o.publication), "setup: publication");
+    if (pub.text(0, 0) != "t") {
+      try {
+        detail::exec(c, ("CREATE PUBLICATION " + o.publication).c_str());
+      } catch (const error& e) {
+        if (e.native_code() != "42710") throw;  // created by another process meanwhile
+      }
+    }
+    for (int attempt = 0;; ++attempt) {
+      try {
+        auto r = detail::exec(c, std::string(statements::tail_slot), detail::params().add(o.slot),
+                              "setup: replication slot");
+        return r.text(0, 0) != "t";
+      } catch (const error& e) {
+        if (e.native_code() == "42710" && attempt == 0) continue;  // created meanwhile
+        if (e.native_code() == "55000")                            // wal_level
+          throw error(errc::misconfigured, "postgresql", e.native_code(),
+                      std::string(e.what()) + " (log tailing needs wal_level = logical)");
+        throw;
+      }
+    }
+  }
+
+  /// Drops the relay's slot (its retained WAL is freed) and, with `publication`, the
+  /// publication. Missing ones are not an error.
+  /// @throws outbox::error `transient` while a relay streams from the slot (55006).
+  static void drop(session_type& sql, const tailing_options& o = {}, bool publication = false) {
+    check_names(o);
+    PGconn* c = detail::handle(sql);
+    detail::exec(c,
+                 "SELECT pg_catalog.pg_drop_replication_slot(slot_name) FROM "
+                 "pg_catalog.pg_replication_slots WHERE slot_name = $1",
+                 detail::params().add(o.slot), "drop replication slot");
+    if (publication) detail::exec(c, ("DROP PUBLICATION IF EXISTS " + o.publication).c_str());
+  }
+
+  /// @param conninfo the replication connection's parameters (libpq keywords or a URI, as for
+  ///        the store's session; `replication=database` is added). Opened by the first claim.
+  /// @param table_session the store's own connection for the outbox table (retries, dead
+  ///        letters); it must outlive the store. Migrated as for `postgresql::store`.
+  /// @throws outbox::error `misconfigured` for a bad slot or publication name.
+  tailing_store(std::string conninfo, session_type& table_session, tailing_options options = {})
+      : conninfo_(std::move(conninfo)),
+        options_(std::move(options)),
+        table_(table_session, table_options(options_)) {
+    check_names(options_);
+    if (options_.read_ahead == 0)
+      throw error(errc::misconfigured, "postgresql", {}, "tailing_options.read_ahead must be > 0");
+  }
+
+  tailing_store(const tailing_store&) = delete;
+  tailing_store& operator=(const tailing_store&) = delete;
+
+  [[nodiscard]] const tailing_options& options() const noexcept { return options_; }
+  /// The outbox table's store (retries and dead letters), on the session given.
+  [[nodiscard]] store& table() noexcept { return table_; }
+  [[nodiscard]] session_type& session() noexcept { return table_.session(); }
+  /// The position up to which every event is settled (reported to the server as the slot's
+  /// confirmed position); 0 before the stream was opened.
+  [[nodiscard]] detail::wal::lsn settled_position() const noexcept { return flushed_; }
+  /// One stream batch at a time: a claim while one is unsettled starts the stream again.
+  [[nodiscard]] bool claims_overlap() const noexcept { return false; }
+
+  /// `appender::append`.
+  void append(session_type& sql, std::span<const outgoing> rows) { appender{}.append(sql, rows); }
+
+  // ---- claiming -------------------------------------------------------------------------------
+
+  /// The table's due rows when there are any (retries, requeued dead letters), otherwise the
+  /// events of the transactions that committed since the last batch, in commit order, up to
+  /// `req.limit` (never waits for more). Events of an aggregate that has rows in the table go
+  /// to the table instead, behind them.
+  claimed_batch claim(const claim_request& req) {
+    if (out_) reset_stream();  // the last batch was neither settled nor released: replay it
+    open();
+    if (req.now >= next_table_look_) {
+      claimed_batch b = table_.claim(req);
+      if (!b.empty() || b.unreadable > 0) {
+        table_tokens_.insert(b.token);
+        return b;
+      }
+      next_table_look_ = req.now + options_.table_poll;
+    }
+    pump();
+    claimed_batch batch;
+    batch.token = -static_cast<std::int64_t>(++stream_batches_);
+    batch.lease_until = req.now + req.lease;
+    stream_batch sb{batch.token, {}};
+    std::vector<parked_row> to_park;
+    while (!ready_.empty() && batch.messages.size() < req.limit) {
+      event_in_log ev = std::move(ready_.front());
+      ready_.pop_front();
+      if (!ev.why.empty()) {
+        to_park.push_back(unreadable_row(std::move(ev), req.now));
+        ++batch.unreadable;
+        continue;
+      }
+      if (parked_.contains(outbox::detail::aggregate_key(ev.m.aggregate_type, ev.m.aggregate_id))) {
+        to_park.push_back(parked_row{std::move(ev.m), ev.tx, 0, std::nullopt, 0, {}});
+        continue;
+      }
+      ev.m.sequence = ++sequence_;
+      ev.m.attempts = 1;  // counting this one
+      batch.messages.push_back(std::move(ev.m));
+      sb.tx_of.emplace_back(ev.m.sequence, ev.tx);
+    }
+    try {
+      park(to_park, req.now);
+    } catch (...) {
+      reset_stream();  // what was taken from the buffer comes again
+      throw;
+    }
+    if (!batch.empty()) out_ = std::move(sb);
+    advance();
+    return batch;
+  }
+
+  /// Settles a table batch in the table. For a stream batch: confirmed events are done; the
+  /// others go to the outbox table (pending with their retry time, pending at once when
+  /// released, or dead); then the slot's position moves past every transaction all of whose
+  /// events are settled.
+  settle_result settle(const claimed_batch& batch, std::span<const settlement> fates,
+                       time_point now) {
+    if (batch.token >= 0) return settle_table(batch, fates, now);
+    batch.require_one_fate_each(fates.size(), "postgresql");
+    if (!out_ || out_->token != batch.token) {
+      settle_result stale;  // the stream restarted since: these events come again
+      stale.fenced = fates.size();
+      return stale;
+    }
+    settle_result out;
+    std::vector<parked_row> to_park;
+    for (std::size_t i = 0; i < fates.size(); ++i) {
+      const message& m = batch.messages[i];
+      const settlement& f = fates[i];
+      const std::uint64_t tx = out_->tx_for(m.sequence);
+      switch (f.what) {
+        case settlement::kind::published:
+          ++out.published;
+          continue;
+        case settlement::kind::retry:
+          ++out.retried;
+          to_park.push_back(parked_row{m, tx, 0, f.retry_at, m.attempts, {}});
+          break;
+        case settlement::kind::release:
+          ++out.released;
+          to_park.push_back(parked_row{m, tx, 0, std::nullopt, std::max(0, m.attempts - 1), {}});
+          break;
+        case settlement::kind::dead:
+          ++out.dead;
+          to_park.push_back(parked_row{m, tx, 2, std::nullopt, m.attempts, f.error});
+          break;
+      }
+    }
+    try {
+      park(to_park, now);
+    } catch (...) {
+      reset_stream();  // nothing of the batch is settled: the stream replays it
+      throw;
+    }
+    for (std::size_t i = 0; i < fates.size(); ++i)
+      if (fates[i].what == settlement::kind::published)
+        done(out_->tx_for(batch.messages[i].sequence));
+    out_.reset();
+    advance();
+    return out;
+  }
+
+  /// A table batch goes back to the table; a stream batch is dropped and the stream starts
+  /// again from the settled position (its events come again, attempts not counted).
+  void release(const claimed_batch& batch) {
+    if (batch.token >= 0) {
+      table_tokens_.erase(batch.token);
+      table_.release(batch);
+      return;
+    }
+    if (out_ && out_->token == batch.token) reset_stream();
+  }
+
+  // ---- waking ---------------------------------------------------------------------------------
+
+  /// Sleeps until the stream has input, `interrupt` is called, or `timeout` (at most
+  /// `table_poll`) passes. Never throws.
+  bool wait_for_work(std::chrono::milliseconds timeout) {
+    if (!ready_.empty()) return true;
+    timeout = std::min(timeout, options_.table_poll);
+    const auto o = wake_.wait(stream_.socket(), timeout);
+    return o.interrupted || o.socket_ready;
+  }
+  void interrupt() noexcept { wake_.interrupt(); }
+
+  // ---- operations (the outbox table's) --------------------------------------------------------
+
+  backlog_stats stats(time_point now) { return table_.stats(now); }
+  std::vector<dead_letter> dead_letters(std::size_t n) { return table_.dead_letters(n); }
+  bool requeue(const uuid& id) { return table_.requeue(id); }
+  std::size_t purge_published(time_point t, std::size_t n) { return table_.purge_published(t, n); }
+  std::size_t purge_inbox(time_point t, std::size_t n) { return table_.purge_inbox(t, n); }
+
+ private:
+  struct event_in_log {
+    message m;
+    std::string why;  // why it cannot be published; empty when it can
+    std::uint64_t tx = 0;
+  };
+  struct tx_state {
+    detail::wal::lsn end = 0;
+    std::size_t open = 0;  // events not settled yet
+  };
+  struct stream_batch {
+    std::int64_t token = 0;
+    /// (sequence, transaction) of each message, by sequence (the relay may reorder the batch).
+    std::vector<std::pair<std::int64_t, std::uint64_t>> tx_of;
+    [[nodiscard]] std::uint64_t tx_for(std::int64_t seq) const {
+      const auto it = std::lower_bound(tx_of.begin(), tx_of.end(),
+                                       std::pair<std::int64_t, std::uint64_t>{seq, 0});
+      if (it == tx_of.end() || it->first != seq)
+        throw error(errc::misconfigured, "postgresql", {},
+                    "settle: a message that is not of the batch");
+      return it->second;
+    }
+  };
+  struct parked_row {
+    message m;
+    std::uint64_t tx = 0;
+    int state = 0;                             // 0 pending, 2 dead
+    std::optional<time_point> available_at{};  // none: claimable now
+    int attempts = 0;
+    std::string error{};
+  };
+
+  static store_options table_options(const tailing_options& o) {
+    store_options t = o.table;
+    t.policy = claim_policy::leasing;
+    t.listen = false;
+    return t;
+  }
+
+  static void check_names(const tailing_options& o) {
+    if (!detail::valid_slot_name(o.slot))
+      throw error(errc::misconfigured, "postgresql", {},
+                  "tailing_options.slot must be 1..63 of [a-z0-9_], got '" +
+                      sanitize_text(o.slot, 80) + "'");
+    if (!detail::valid_slot_name(o.publication))
+      throw error(errc::misconfigured, "postgresql", {},
+                  "tailing_options.publication must be 1..63 of [a-z0-9_], got '" +
+                      sanitize_text(o.publication, 80) + "'");
+  }
+
+  /// Opens the stream from the settled position, with the parked aggregates read again.
+  void open() {
+    if (stream_.is_open()) return;
+    load_parked({});
+    stream_.open(conninfo_, options_.slot, options_.publication, flushed_);
+    last_ack_ = std::chrono::steady_clock::now();
+  }
+
+  /// Forgets what was read and not settled, and closes the stream: the next claim opens it
+  /// again from the settled position, so those events come again.
+  void reset_stream() noexcept {
+    stream_.close();
+    ready_.clear();
+    current_.clear();
+    in_tx_ = false;
+    txs_.clear();
+    first_tx_ = next_tx_;
+    out_.reset();
+  }
+
+  /// Reads what the stream has, turning committed transactions into `ready_` events.
+  void pump() {
+    std::vector<detail::replication_stream::frame> frames;
+    try {
+      while (ready_.size() < options_.read_ahead) {
+        frames.clear();
+        stream_.read(frames, 1'000);
+        if (frames.empty()) break;
+        for (const auto& f : frames) take(f);
+      }
+    } catch (...) {
+      reset_stream();
+      throw;
+    }
+  }
+
+  void take(const detail::replication_stream::frame& f) {
+    const auto c = detail::wal::decode_pgoutput(f.data);
+    if (!c)
+      throw error(errc::transient, "postgresql", {},
+                  "replication stream: a malformed pgoutput message at " +
+                      detail::wal::format_lsn(f.start));
+    using kind = detail::wal::change::kind;
+    switch (c->what) {
+      case kind::begin:
+        in_tx_ = true;
+        current_.clear();
+        break;
+      case kind::message: {
+        if (c->prefix != detail::wal::message_prefix) break;
+        event_in_log ev;
+        ev.why = detail::wal::decode_event(c->content, ev.m);
+        if (c->transactional && in_tx_) {
+          current_.push_back(std::move(ev));
+        } else {
+          // Emitted outside a transaction (not by our writer): a transaction of its own.
+          ev.tx = next_tx_++;
+          txs_.push_back(tx_state{c->final_lsn, 1});
+          ready_.push_back(std::move(ev));
+        }
+        break;
+      }
+      case kind::commit:
+        in_tx_ = false;
+        if (current_.empty()) {
+          last_commit_end_ = std::max(last_commit_end_, c->end_lsn);
+          break;
+        }
+        txs_.push_back(tx_state{c->end_lsn, current_.size()});
+        for (auto& ev : current_) {
+          ev.tx = next_tx_;
+          ready_.push_back(std::move(ev));
+        }
+        ++next_tx_;
+        current_.clear();
+        break;
+      case kind::other:
+        break;
+    }
+  }
+
+  /// One event of transaction `tx` is settled.
+  void done(std::uint64_t tx) {
+    if (tx < first_tx_ || tx - first_tx_ >= txs_.size()) return;
+    auto& t = txs_[static_cast<std::size_t>(tx - first_tx_)];
+    if (t.open > 0) --t.open;
+  }
+
+  /// Moves the settled position past the fully settled transactions at the front, and past
+  /// WAL without events when nothing is outstanding; reports it when it moved (or when due).
+  void advance() {
+    while (!txs_.empty() && txs_.front().open == 0) {
+      flushed_ = std::max(flushed_, txs_.front().end);
+      txs_.pop_front();
+      ++first_tx_;
+    }
+    if (txs_.empty() && ready_.empty() && !in_tx_ && !out_)
+      flushed_ = std::max({flushed_, last_commit_end_, stream_.server_end()});
+    const auto now = std::chrono::steady_clock::now();
+    if (!stream_.is_open()) return;
+    if (flushed_ > acked_ || stream_.reply_requested() ||
+        now - last_ack_ >= options_.status_interval) {
+      try {
+        stream_.acknowledge(flushed_);
+      } catch (...) {
+        reset_stream();
+        throw;
+      }
+      acked_ = flushed_;
+      last_ack_ = now;
+    }
+  }
+
+  parked_row unreadable_row(event_in_log ev, time_point) {
+    parked_row r{std::move(ev.m), ev.tx, 2,
+                 std::nullopt,    0,     "unreadable event in the WAL: " + ev.why};
+    if (r.m.id.is_nil()) r.m.id = make_uuid_v7();
+    for (std::string* s :
+         {&r.m.aggregate_type, &r.m.aggregate_id, &r.m.event_type, &r.m.content_type})
+      *s = outbox::store::storable_text(*s);
+    return r;
+  }
+
+  /// Writes `rows` to the outbox table (one statement per 500), then counts them settled.
+  void park(std::vector<parked_row>& rows, time_point now) {
+    if (rows.empty()) return;
+    table_.run("park", [&](PGconn* c) {
+      outbox::store::insert_in_chunks(
+          statements::park, 13, std::span<const parked_row>(rows), 500,
+          [&](const std::string& text, std::span<const parked_row> part) {
+            detail::params p;
+            for (const parked_row& r : part) {
+              p.add(r.m.id.to_string())
+                  .add(r.m.aggregate_type)
+                  .add(r.m.aggregate_id)
+                  .add(r.m.event_type)
+                  .add_bytes(r.m.payload)
+                  .add(r.state == 2 && r.m.headers.empty() ? std::string("{}")
+                                                           : headers_to_json(r.m.headers))
+                  .add(detail::to_us(r.m.created_at))
+                  .add(r.m.content_type)
+                  .add(std::int64_t{r.state});
+              if (r.available_at)
+                p.add(detail::to_us(*r.available_at));
+              else
+                p.add_null();
+              p.add(std::int64_t{r.attempts});
+              if (r.state == 2)
+                p.add(detail::to_us(now)).add(outbox::store::storable_text(r.error));
+              else
+                p.add_null().add_null();
+            }
+            detail::exec(c, text, p, "park events in the outbox table");
+          });
+      return 0;
+    });
+    for (const parked_row& r : rows) {
+      if (r.state != 2)
+        parked_.insert(outbox::detail::aggregate_key(r.m.aggregate_type, r.m.aggregate_id));
+      done(r.tx);
+    }
+    next_table_look_ = now;  // released rows are due at once; a retry's time is checked then
+  }
+
+  /// Reads which aggregates have pending rows in the table: all of them (`of` empty), or which
+  /// of `of`'s (the rest leave `parked_`).
+  void load_parked(const std::vector<const message*>& of) {
+    table_.run("parked aggregates", [&](PGconn* c) {
+      detail::params p;
+      if (of.empty()) {
+        p.add_null().add_null();
+      } else {
+        detail::array_literal types, ids;
+        for (const message* m : of) {
+          types.add_text(m->aggregate_type);
+          ids.add_text(m->aggregate_id);
+        }
+        p.add(types.str()).add(ids.str());
+      }
+      auto r = detail::exec(c, std::string(statements::parked_aggregates), p, "parked aggregates");
+      if (of.empty()) {
+        parked_.clear();
+      } else {
+        for (const message* m : of)
+          parked_.erase(outbox::detail::aggregate_key(m->aggregate_type, m->aggregate_id));
+      }
+      for (int i = 0; i < r.rows(); ++i)
+        parked_.insert(outbox::detail::aggregate_key(r.text(i, 0), r.text(i, 1)));
+      return 0;
+    });
+  }
+
+  settle_result settle_table(const claimed_batch& batch, std::span<const settlement> fates,
+                             time_point now) {
+    table_tokens_.erase(batch.token);
+    settle_result r = table_.settle(batch, fates, now);
+    std::vector<const message*> of;
+    of.reserve(batch.messages.size());
+    for (const auto& m : batch.messages) of.push_back(&m);
+    if (!of.empty()) load_parked(of);
+    for (const auto& f : fates)
+      if (f.what == settlement::kind::release) next_table_look_ = now;
+    // A retry's time is not known to the table's claim: look again when it comes.
+    for (const auto& f : fates)
+      if (f.what == settlement::kind::retry)
+        next_table_look_ = std::min(next_table_look_, f.retry_at);
+    return r;
+  }
+
+  std::string conninfo_;
+  tailing_options options_;
+  store table_;
+  detail::replication_stream stream_;
+  detail::wakeup wake_;
+
+  std::deque<event_in_log> ready_;     // events of committed transactions, in commit order
+  std::vector<event_in_log> current_;  // the transaction being received
+  bool in_tx_ = false;
+  std::deque<tx_state> txs_;  // transactions with events handed out or ready, oldest first
+  std::uint64_t first_tx_ = 0, next_tx_ = 0;  // txs_.front() is first_tx_
+  detail::wal::lsn flushed_ = 0, acked_ = 0, last_commit_end_ = 0;
+  std::chrono::steady_clock::time_point last_ack_{};
+  std::optional<stream_batch> out_;
+  std::uint64_t stream_batches_ = 0;
+  std::int64_t sequence_ = 0;
+  std::unordered_set<std::string> parked_;  // aggregates with pending rows in the table
+  std::unordered_set<std::int64_t> table_tokens_;
+  time_point next_table_look_{};
+};
+
+}  // namespace outbox::postgresql

@@ -1,0 +1,338 @@
+// The log-tailing relay (postgresql::tailing_store) against a real server with
+// wal_level = logical: the table-free writer, commit order, the slot's position and replays,
+// retries and dead letters through the outbox table, unreadable WAL messages, setup errors.
+#define BOOST_TEST_MODULE postgresql_tailing
+#define BOOST_TEST_NO_MAIN
+#include <boost/test/unit_test.hpp>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <outbox/outbox.hpp>
+#include <outbox/postgresql/tailing_store.hpp>
+#include <outbox/testing/faulty_transport.hpp>
+#include <outbox/testing/memory_transport.hpp>
+
+#include "../support/postgresql_fixture.hpp"
+#include "../support/server_store_helpers.hpp"
+
+using namespace std::chrono_literals;
+using outbox::postgresql::tailing_options;
+using outbox::postgresql::tailing_store;
+using outbox::test::eventually;
+
+namespace {
+
+/// A schema of its own (the leasing fixture) and a slot and publication named after it,
+/// dropped at the end (a slot left behind would hold the server's WAL forever).
+struct tailing_fixture : outbox::test::postgresql_leasing_fixture {
+  tailing_fixture() {
+    opts.slot = slot_name();
+    opts.publication = opts.slot + "_pub";
+    auto sql = open_session();
+    BOOST_TEST_REQUIRE(tailing_store::setup(*sql, opts));
+  }
+  ~tailing_fixture() {
+    try {
+      auto sql = open_session();
+      // A stream of a store still alive in the test would hold the slot: end it first.
+      *sql << "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
+              "WHERE slot_name = '" +
+                  opts.slot + "' AND active_pid IS NOT NULL";
+      for (int i = 0; i < 50; ++i) {
+        try {
+          tailing_store::drop(*sql, opts, true);
+          break;
+        } catch (const outbox::error&) {
+          std::this_thread::sleep_for(100ms);
+        }
+      }
+    } catch (...) {
+    }
+  }
+  tailing_fixture(const tailing_fixture&) = delete;
+  tailing_fixture& operator=(const tailing_fixture&) = delete;
+
+  std::string slot_name() const {
+    static int n = 0;
+    return "outbox_tail_" + std::to_string(::getpid()) + "_" + std::to_string(n++);
+  }
+
+  std::unique_ptr<tailing_store> make_tailing(soci::session& table) {
+    return std::make_unique<tailing_store>(connect_string(), table, opts);
+  }
+
+  /// Writes events in one transaction with the table-free writer.
+  void write(const std::vector<std::pair<std::string, std::string>>& events) {
+    auto sql = open_session();
+    outbox::writer<tailing_store> w;
+    soci::transaction tx(*sql);
+    for (const auto& [agg, name] : events)
+      w.enqueue(*sql, outbox::event{"order", agg, name, "{\"n\":\"" + name + "\"}"});
+    tx.commit();
+  }
+
+  std::size_t table_rows(soci::session& sql, const std::string& where = "true") {
+    return static_cast<std::size_t>(count(sql, "SELECT count(*) FROM outbox WHERE " + where));
+  }
+
+  tailing_options opts;
+};
+
+std::vector<std::string> names(const std::vector<outbox::message>& wire) {
+  std::vector<std::string> out;
+  for (const auto& m : wire) out.push_back(m.event_type);
+  return out;
+}
+
+/// Runs the relay until `n` messages are on the wire (bounded).
+template <class Relay, class Transport>
+bool relay_until(Relay& r, Transport& t, std::size_t n, std::chrono::seconds limit = 30s) {
+  return eventually(
+      [&] {
+        r.run_once();
+        return t.wire().size() >= n;
+      },
+      limit);
+}
+
+const outbox::exponential_backoff quick_retry{.initial = 50ms, .jitter = 0, .max_attempts = 3};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(postgresql_tailing,
+                      *boost::unit_test::precondition(
+                          outbox::test::services_of<outbox::test::postgresql_leasing_fixture>))
+
+BOOST_FIXTURE_TEST_CASE(setup_is_idempotent_and_checks_names, tailing_fixture) {
+  auto sql = open_session();
+  BOOST_TEST(!tailing_store::setup(*sql, opts));  // already there
+  tailing_options bad = opts;
+  bad.slot = "Bad-Name";
+  try {
+    (void)tailing_store::setup(*sql, bad);
+    BOOST_FAIL("a bad slot name was accepted");
+  } catch (const outbox::error& e) {
+    BOOST_TEST(e.code() == outbox::errc::misconfigured);
+    BOOST_TEST(std::string(e.what()).find("tailing_options.slot") != std::string::npos);
+  }
+  BOOST_CHECK_THROW((void)tailing_store(connect_string(), *sql, bad), outbox::error);
+}
+
+BOOST_FIXTURE_TEST_CASE(committed_events_go_out_in_commit_order_and_rolled_back_ones_never,
+                        tailing_fixture) {
+  auto table = open_session();
+  auto store = make_tailing(*table);
+  outbox::testing::memory_transport transport({.record = true});
+  outbox::relay r(*store, transport);
+
+  write({{"1", "a1"}, {"2", "b1"}});
+  {
+    auto sql = open_session();
+    outbox::writer<tailing_store> w;
+    soci::transaction tx(*sql);
+    w.enqueue(*sql, outbox::event{"order", "1", "rolled_back", "{}"});
+    tx.rollback();
+  }
+  // Two transactions that commit in the opposite order of their first write.
+  auto first = open_session();
+  auto second = open_session();
+  outbox::writer<tailing_store> w;
+  soci::transaction t1(*first);
+  w.enqueue(*first, outbox::event{"order", "3", "c_first_written", "{}"});
+  soci::transaction t2(*second);
+  w.enqueue(*second, outbox::event{"order", "4", "d_second_written", "{}"});
+  t2.commit();
+  w.enqueue(*first, outbox::event{"order", "3", "c_again", "{}"});
+  t1.commit();
+  write({{"1", "a2"}});
+
+  BOOST_TEST_REQUIRE(relay_until(r, transport, 5));
+  std::this_thread::sleep_for(100ms);
+  r.run_once();
+  const std::vector<std::string> expected{"a1",      "b1", "d_second_written", "c_first_written",
+                                          "c_again", "a2"};
+  BOOST_TEST(names(transport.wire()) == expected, boost::test_tools::per_element());
+  BOOST_TEST(table_rows(*table) == 0u);  // table-free: nothing was written to the table
+  const auto wire = transport.wire();
+  const auto& m = wire.front();
+  BOOST_TEST(m.payload == "{\"n\":\"a1\"}");
+  BOOST_TEST(m.aggregate_type == "order");
+  BOOST_TEST(m.id.version() == 7);
+}
+
+BOOST_FIXTURE_TEST_CASE(the_slot_advances_only_past_settled_events, tailing_fixture) {
+  write({{"1", "e1"}, {"2", "e2"}});
+  auto table = open_session();
+  {
+    // Claimed, never settled: a relay that died between the confirm and the settle.
+    auto store = make_tailing(*table);
+    std::optional<outbox::claimed_batch> b;
+    BOOST_TEST_REQUIRE(eventually([&] {
+      b = store->claim(
+          {.owner = "t", .limit = 10, .now = outbox::system_clock{}.now(), .lease = 30s});
+      return !b->empty();
+    }));
+    BOOST_TEST(b->size() == 2u);
+  }
+  outbox::testing::memory_transport transport({.record = true});
+  {
+    auto store = make_tailing(*table);
+    outbox::relay r(*store, transport);
+    BOOST_TEST_REQUIRE(relay_until(r, transport, 2));
+    BOOST_TEST(names(transport.wire()) == (std::vector<std::string>{"e1", "e2"}),
+               boost::test_tools::per_element());
+    BOOST_TEST(store->settled_position() > 0u);
+  }
+  write({{"1", "e3"}});
+  {
+    // Settled: a new store starts after them.
+    auto store = make_tailing(*table);
+    outbox::relay r(*store, transport);
+    BOOST_TEST_REQUIRE(relay_until(r, transport, 3));
+    std::this_thread::sleep_for(200ms);
+    r.run_once();
+    BOOST_TEST(names(transport.wire()) == (std::vector<std::string>{"e1", "e2", "e3"}),
+               boost::test_tools::per_element());
+  }
+  auto sql = open_session();
+  BOOST_TEST(count(*sql, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '" +
+                             opts.slot + "' AND confirmed_flush_lsn > '0/0'") == 1);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_failed_event_waits_in_the_table_and_its_aggregate_keeps_order,
+                        tailing_fixture) {
+  auto table = open_session();
+  auto store = make_tailing(*table);
+  outbox::testing::memory_transport inner({.record = true});
+  outbox::testing::faulty_transport<outbox::testing::memory_transport> transport(inner);
+  // Retries far enough apart that a1 is still waiting when the broker heals.
+  outbox::relay r(*store, transport, outbox::relay_options{},
+                  outbox::exponential_backoff{.initial = 50ms, .jitter = 0, .max_attempts = 20});
+
+  transport.fail_when([](const outbox::message& m) { return m.event_type == "a1"; },
+                      outbox::errc::transient);
+  write({{"A", "a1"}, {"B", "b1"}, {"A", "a2"}});
+  BOOST_TEST_REQUIRE(relay_until(r, inner, 1));
+  BOOST_TEST(names(inner.wire()) == (std::vector<std::string>{"b1"}),
+             boost::test_tools::per_element());
+  // a1 waits for its retry in the table, a2 behind it; a3, written later, goes behind them.
+  BOOST_TEST(table_rows(*table, "state = 0") == 2u);
+  write({{"A", "a3"}, {"B", "b2"}});
+  BOOST_TEST_REQUIRE(relay_until(r, inner, 2));
+  BOOST_TEST(inner.wire().back().event_type == "b2");
+  BOOST_TEST(table_rows(*table, "state = 0") == 3u);
+
+  transport.heal();
+  BOOST_TEST_REQUIRE(relay_until(r, inner, 5));
+  write({{"A", "a4"}});
+  BOOST_TEST_REQUIRE(relay_until(r, inner, 6));
+  std::vector<std::string> a;
+  for (const auto& m : inner.wire())
+    if (m.aggregate_id == "A") a.push_back(m.event_type);
+  BOOST_TEST(a == (std::vector<std::string>{"a1", "a2", "a3", "a4"}),
+             boost::test_tools::per_element());
+  BOOST_TEST(table_rows(*table, "state = 0") == 0u);
+  BOOST_TEST(table_rows(*table, "state = 1") == 3u);  // the three that went through the table
+  BOOST_TEST(r.stats().retried >= 1u);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_refused_event_is_dead_lettered_and_the_rest_flows, tailing_fixture) {
+  auto table = open_session();
+  auto store = make_tailing(*table);
+  outbox::testing::memory_transport inner({.record = true});
+  outbox::testing::faulty_transport<outbox::testing::memory_transport> transport(inner);
+  transport.fail_when([](const outbox::message& m) { return m.event_type == "poison"; });
+  outbox::relay r(*store, transport, outbox::relay_options{}, quick_retry);
+
+  write({{"A", "poison"}, {"A", "a2"}, {"B", "b1"}});
+  BOOST_TEST_REQUIRE(relay_until(r, inner, 2));
+  BOOST_TEST(names(inner.wire()) == (std::vector<std::string>{"b1", "a2"}),
+             boost::test_tools::per_element());
+  const auto dead = store->dead_letters(10);
+  BOOST_TEST_REQUIRE(dead.size() == 1u);
+  BOOST_TEST(dead.front().msg.event_type == "poison");
+  BOOST_TEST(dead.front().msg.payload == "{\"n\":\"poison\"}");
+  BOOST_TEST(r.stats().dead_lettered == 1u);
+
+  // Requeued by an operator, it is published from the table.
+  transport.heal();
+  BOOST_TEST(store->requeue(dead.front().msg.id));
+  BOOST_TEST_REQUIRE(relay_until(r, inner, 3, 10s));
+  BOOST_TEST(inner.wire().back().event_type == "poison");
+}
+
+BOOST_FIXTURE_TEST_CASE(an_unreadable_message_is_dead_lettered_with_the_reason, tailing_fixture) {
+  {
+    auto sql = open_session();
+    soci::transaction tx(*sql);
+    *sql << "SELECT pg_logical_emit_message(true, 'outbox', '\\x09aa'::bytea)";
+    *sql << "SELECT pg_logical_emit_message(true, 'somebody_else', 'not ours')";
+    tx.commit();
+  }
+  write({{"1", "fine"}});
+  auto table = open_session();
+  auto store = make_tailing(*table);
+  outbox::testing::memory_transport transport({.record = true});
+  outbox::relay r(*store, transport);
+  BOOST_TEST_REQUIRE(relay_until(r, transport, 1));
+  BOOST_TEST(names(transport.wire()) == (std::vector<std::string>{"fine"}),
+             boost::test_tools::per_element());
+  const auto dead = store->dead_letters(10);
+  BOOST_TEST_REQUIRE(dead.size() == 1u);
+  BOOST_TEST(dead.front().last_error.find("format 9") != std::string::npos);
+  BOOST_TEST(r.stats().dead_lettered == 1u);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_missing_slot_is_a_configuration_error, tailing_fixture) {
+  auto table = open_session();
+  tailing_options other = opts;
+  other.slot = opts.slot + "_missing";
+  tailing_store store(connect_string(), *table, other);
+  try {
+    (void)store.claim(
+        {.owner = "t", .limit = 10, .now = outbox::system_clock{}.now(), .lease = 30s});
+    BOOST_FAIL("a claim on a missing slot went through");
+  } catch (const outbox::error& e) {
+    BOOST_TEST(e.code() == outbox::errc::misconfigured);
+    BOOST_TEST(std::string(e.what()).find("setup") != std::string::npos);
+  }
+}
+
+BOOST_FIXTURE_TEST_CASE(a_lost_stream_replays_and_loses_nothing, tailing_fixture) {
+  auto table = open_session();
+  auto store = make_tailing(*table);
+  outbox::testing::memory_transport transport({.record = true});
+  outbox::relay r(*store, transport);
+  write({{"1", "x1"}});
+  BOOST_TEST_REQUIRE(relay_until(r, transport, 1));
+  auto admin = open_session();
+  *admin
+      << "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = '" +
+             opts.slot + "'";
+  write({{"1", "x2"}, {"2", "y1"}});
+  // The next steps fail (transient) and reconnect; every event arrives, in order.
+  BOOST_TEST_REQUIRE(eventually(
+      [&] {
+        try {
+          r.run_once();
+        } catch (const outbox::error& e) {
+          BOOST_TEST(e.code() == outbox::errc::transient);
+        }
+        return transport.wire().size() >= 3;
+      },
+      30s));
+  std::vector<std::string> got = names(transport.wire());
+  BOOST_TEST(got.front() == "x1");
+  BOOST_TEST(std::count(got.begin(), got.end(), "x2") >= 1);
+  BOOST_TEST(std::count(got.begin(), got.end(), "y1") >= 1);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+OUTBOX_TEST_MAIN_REQUIRING("OUTBOX_TEST_POSTGRESQL")
