@@ -367,9 +367,12 @@ listen_addresses = '127.0.0.1'
 port = $PG_PORT
 unix_socket_directories = '$base'
 max_connections = 200
+# Logical decoding for the log-tailing relay's tests: a slot per test, dropped after it; a
+# slot left behind by a test that crashed may keep at most 1 GB of WAL.
 wal_level = logical
-max_wal_senders = 10
-max_replication_slots = 10
+max_wal_senders = 20
+max_replication_slots = 20
+max_slot_wal_keep_size = 1GB
 fsync = ${OUTBOX_PG_FSYNC:-off}
 full_page_writes = ${OUTBOX_PG_FSYNC:-off}
 EOF

@@ -35,7 +35,7 @@ struct tailing_fixture : outbox::test::postgresql_leasing_fixture {
     opts.slot = slot_name();
     opts.publication = opts.slot + "_pub";
     auto sql = open_session();
-    BOOST_TEST_REQUIRE(tailing_store::setup(*sql, opts));
+    created = tailing_store::setup(*sql, opts);  // checked by a test (the destructor drops it)
   }
   ~tailing_fixture() {
     try {
@@ -82,6 +82,7 @@ struct tailing_fixture : outbox::test::postgresql_leasing_fixture {
   }
 
   tailing_options opts;
+  bool created = false;
 };
 
 std::vector<std::string> names(const std::vector<outbox::message>& wire) {
@@ -110,6 +111,7 @@ BOOST_AUTO_TEST_SUITE(postgresql_tailing,
                           outbox::test::services_of<outbox::test::postgresql_leasing_fixture>))
 
 BOOST_FIXTURE_TEST_CASE(setup_is_idempotent_and_checks_names, tailing_fixture) {
+  BOOST_TEST(created);
   auto sql = open_session();
   BOOST_TEST(!tailing_store::setup(*sql, opts));  // already there
   tailing_options bad = opts;
@@ -331,6 +333,125 @@ BOOST_FIXTURE_TEST_CASE(a_lost_stream_replays_and_loses_nothing, tailing_fixture
   BOOST_TEST(got.front() == "x1");
   BOOST_TEST(std::count(got.begin(), got.end(), "x2") >= 1);
   BOOST_TEST(std::count(got.begin(), got.end(), "y1") >= 1);
+}
+
+BOOST_FIXTURE_TEST_CASE(concurrent_transactions_arrive_in_commit_order, tailing_fixture) {
+  // Each transaction writes an event, then takes a ticket from a counter row (its lock is held
+  // until the commit, so transactions commit in ticket order, whatever order they began or
+  // wrote in), then writes a second event carrying the ticket. The relay runs meanwhile.
+  auto setup_sql = open_session();
+  *setup_sql << "CREATE TABLE tickets (n integer NOT NULL)";
+  *setup_sql << "INSERT INTO tickets VALUES (0)";
+  auto table = open_session();
+  auto store = make_tailing(*table);
+  outbox::testing::memory_transport transport({.record = true});
+  outbox::relay r(*store, transport, outbox::relay_options{.batch_size = 37});
+  std::jthread relay_thread([&](std::stop_token stop) { r.run(stop); });
+
+  constexpr int writers = 4, per_writer = 60;
+  {
+    std::vector<std::jthread> threads;
+    for (int w = 0; w < writers; ++w)
+      threads.emplace_back([&, w] {
+        auto sql = open_session();
+        outbox::writer<tailing_store> writer;
+        for (int i = 0; i < per_writer; ++i) {
+          soci::transaction tx(*sql);
+          const std::string agg = std::to_string(w);
+          writer.enqueue(*sql, outbox::event{"order", agg, "pre", "{}"});
+          int ticket = 0;
+          *sql << "UPDATE tickets SET n = n + 1 RETURNING n", soci::into(ticket);
+          writer.enqueue(
+              *sql, outbox::event{"order", agg, "post", std::to_string(ticket), {}, "text/plain"});
+          tx.commit();
+        }
+      });
+  }
+  BOOST_TEST_REQUIRE(
+      eventually([&] { return transport.wire().size() >= 2 * writers * per_writer; }));
+  relay_thread.request_stop();
+  relay_thread.join();
+  const auto wire = transport.wire();
+  BOOST_TEST(wire.size() == 2u * writers * per_writer);
+  int last = 0;
+  for (std::size_t i = 0; i + 1 < wire.size(); i += 2) {
+    BOOST_TEST_REQUIRE(wire[i].event_type == "pre");
+    BOOST_TEST_REQUIRE(wire[i + 1].event_type == "post");
+    BOOST_TEST_REQUIRE(wire[i].aggregate_id == wire[i + 1].aggregate_id);
+    const int ticket = std::stoi(wire[i + 1].payload);
+    BOOST_TEST_REQUIRE(ticket == last + 1);  // commit order, nothing missing or doubled
+    last = ticket;
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// The bytes alone: the event as the writer emits it, and the replication protocol's frames.
+BOOST_AUTO_TEST_SUITE(wal_format)
+
+namespace wal = outbox::postgresql::detail::wal;
+
+BOOST_AUTO_TEST_CASE(an_event_round_trips_and_any_truncation_is_a_reason_not_a_crash) {
+  outbox::event e{"order",
+                  "42",
+                  "placed",
+                  std::string("\0\x01bin\xff", 6),
+                  {{"trace", "abc"}},
+                  "application/octet-stream"};
+  const outbox::outgoing row{outbox::make_uuid_v7(), &e, outbox::headers_to_json(e.headers),
+                             outbox::system_clock{}.now()};
+  const std::string bytes = wal::encode_event(row);
+  outbox::message m;
+  BOOST_TEST(wal::decode_event(bytes, m).empty());
+  BOOST_TEST(m.id == row.id);
+  BOOST_TEST(m.payload == e.payload);
+  BOOST_TEST(m.content_type == e.content_type);
+  BOOST_TEST(m.headers.at("trace") == "abc");
+  BOOST_TEST(m.aggregate_id == "42");
+  BOOST_TEST(std::chrono::duration_cast<std::chrono::microseconds>(m.created_at - row.created_at)
+                 .count() == 0);
+  for (std::size_t n = 0; n < bytes.size(); ++n) {
+    outbox::message part;
+    BOOST_TEST(!wal::decode_event(std::string_view(bytes).substr(0, n), part).empty());
+  }
+  outbox::message longer;
+  BOOST_TEST(!wal::decode_event(bytes + "x", longer).empty());
+  // A JSON content type with a payload that is not JSON text is refused as stored data is.
+  outbox::event j{"order", "1", "placed", "{}"};
+  const outbox::outgoing jrow{outbox::make_uuid_v7(), &j, "{}", {}};
+  std::string bad = wal::encode_event(jrow);
+  bad.back() = '\xff';  // the payload's last byte: invalid UTF-8
+  outbox::message bm;
+  BOOST_TEST(!wal::decode_event(bad, bm).empty());
+}
+
+BOOST_AUTO_TEST_CASE(pgoutput_messages_decode_and_truncated_ones_are_refused) {
+  std::string begin = "B";
+  wal::put(begin, 0x1122334455667788ULL, 8);
+  wal::put(begin, 0, 8);
+  wal::put(begin, 7, 4);
+  const auto b = wal::decode_pgoutput(begin);
+  BOOST_TEST_REQUIRE(b.has_value());
+  BOOST_TEST(b->final_lsn == 0x1122334455667788ULL);
+  BOOST_TEST(b->xid == 7u);
+  BOOST_TEST(!wal::decode_pgoutput(begin.substr(0, 10)).has_value());
+  std::string msg = "M";
+  msg.push_back(1);
+  wal::put(msg, 5, 8);
+  msg += std::string("outbox") + '\0';
+  wal::put(msg, 3, 4);
+  msg += "abc";
+  const auto m = wal::decode_pgoutput(msg);
+  BOOST_TEST_REQUIRE(m.has_value());
+  BOOST_TEST(m->transactional);
+  BOOST_TEST(m->prefix == "outbox");
+  BOOST_TEST(m->content == "abc");
+  BOOST_TEST(!wal::decode_pgoutput(msg.substr(0, msg.size() - 1)).has_value());
+  BOOST_TEST(wal::decode_pgoutput("R\x01").has_value());  // other kinds are skipped, not read
+  const std::string status = wal::status_update(0x10, 0);
+  BOOST_TEST(status.size() == 34u);
+  BOOST_TEST(status[0] == 'r');
+  BOOST_TEST(wal::format_lsn(0x16B374D848ULL) == "16/B374D848");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

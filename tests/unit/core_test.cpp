@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <outbox/outbox.hpp>
+#include <outbox/store/statements.hpp>
 #include <outbox/testing/duplicating_receiver.hpp>
 #include <outbox/testing/faulty_transport.hpp>
 #include <outbox/testing/manual_clock.hpp>
@@ -336,6 +337,23 @@ BOOST_AUTO_TEST_CASE(headers_round_trip_through_json) {
 BOOST_AUTO_TEST_SUITE_END()
 
 // ---- retry policy ------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_SUITE(statements)
+
+BOOST_AUTO_TEST_CASE(a_multi_row_insert_repeats_the_tuple_and_keeps_what_follows_it_once) {
+  const std::string one =
+      "INSERT INTO t (a, b) VALUES ($1, coalesce($2, '(-infinity)')) ON CONFLICT (a) DO NOTHING";
+  BOOST_TEST(outbox::store::multi_row_insert(one, 2, 2) ==
+             "INSERT INTO t (a, b) VALUES ($1, coalesce($2, '(-infinity)')),"
+             "($3, coalesce($4, '(-infinity)')) ON CONFLICT (a) DO NOTHING");
+  BOOST_TEST(outbox::store::multi_row_insert("INSERT INTO t VALUES (?, ?)", 3, 2) ==
+             "INSERT INTO t VALUES (?, ?),(?, ?),(?, ?)");
+  BOOST_CHECK_THROW((void)outbox::store::multi_row_insert("INSERT INTO t VALUES ($1", 2, 1),
+                    outbox::error);
+  BOOST_CHECK_THROW((void)outbox::store::multi_row_insert("SELECT 1", 2, 1), outbox::error);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(retry)
 
