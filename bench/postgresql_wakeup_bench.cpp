@@ -29,6 +29,7 @@
 
 #include <outbox/testing/memory_transport.hpp>
 #include "bench_common.hpp"
+#include "latency.hpp"
 
 #ifdef OUTBOX_BENCH_WITH_AMQP
 #include "amqp_scratch.hpp"
@@ -37,56 +38,14 @@
 using namespace std::chrono_literals;
 namespace pg = outbox::postgresql;
 using steady = std::chrono::steady_clock;
+using outbox::bench::percentiles;
+using outbox::bench::summarize;
+using outbox::bench::timing_transport;
 
 namespace {
 
 std::string connect_string() {
   return outbox::bench::postgresql_connect_string("postgresql_wakeup_bench", "outbox_lbench");
-}
-
-/// A transport that notes when each message was confirmed.
-template <class Inner>
-class timing_transport {
- public:
-  explicit timing_transport(Inner& inner) : inner_(&inner) {}
-
-  std::vector<outbox::publish_result> publish(std::span<const outbox::message> batch,
-                                              steady::time_point until) {
-    auto results = inner_->publish(batch, until);
-    const auto now = steady::now();
-    std::lock_guard lock(mutex_);
-    for (const auto& r : results)
-      if (r.confirmed) confirmed_at_.emplace(r.id, now);
-    return results;
-  }
-  std::unordered_map<outbox::uuid, steady::time_point> confirmed() {
-    std::lock_guard lock(mutex_);
-    return confirmed_at_;
-  }
-
- private:
-  Inner* inner_;
-  std::mutex mutex_;
-  std::unordered_map<outbox::uuid, steady::time_point> confirmed_at_;
-};
-
-struct percentiles {
-  double p50 = 0, p99 = 0, max = 0;
-  std::size_t n = 0;
-};
-
-percentiles summarize(std::vector<double> ms, long total) {
-  std::sort(ms.begin(), ms.end());
-  percentiles p;
-  p.n = ms.size();
-  if (!ms.empty()) {
-    p.p50 = ms[ms.size() / 2];
-    p.p99 = ms[std::min(ms.size() - 1, ms.size() * 99 / 100)];
-    p.max = ms.back();
-  }
-  if (p.n != static_cast<std::size_t>(total))
-    std::cerr << "bench: only " << p.n << " of " << total << " events confirmed\n";
-  return p;
 }
 
 template <class Transport>
@@ -103,39 +62,10 @@ percentiles run(bool listen, double seconds, int rate, Transport& inner) {
   outbox::relay_options options;
   if (!listen) options.idle_poll_min = options.idle_poll_max = 1s;
   outbox::relay relay(relay_store, transport, options);
-  std::jthread runner([&](std::stop_token st) { relay.run(st); });
-
   soci::session app("postgresql", connect_string());
   pg::store app_store(app);
   outbox::writer w(app_store);
-  std::vector<std::pair<outbox::uuid, steady::time_point>> committed;
-  const auto interval = std::chrono::duration<double>(1.0 / rate);
-  const auto start = steady::now();
-  const auto total = static_cast<long>(seconds * rate);
-  for (long i = 0; i < total; ++i) {
-    std::this_thread::sleep_until(start +
-                                  std::chrono::duration_cast<steady::duration>(interval * i));
-    soci::transaction tx(app);
-    const auto id = w.enqueue(
-        app,
-        outbox::event{
-            "order", std::to_string(i), "order_placed", R"({"n":)" + std::to_string(i) + "}", {}});
-    tx.commit();
-    committed.emplace_back(id, steady::now());
-  }
-  const auto deadline = steady::now() + 10s;
-  while (relay.stats().published < static_cast<std::uint64_t>(total) && steady::now() < deadline)
-    std::this_thread::sleep_for(10ms);
-  runner.request_stop();
-  runner.join();
-  const auto confirmed = transport.confirmed();
-  std::vector<double> ms;
-  for (const auto& [id, at] : committed) {
-    auto it = confirmed.find(id);
-    if (it != confirmed.end())
-      ms.push_back(std::chrono::duration<double, std::milli>(it->second - at).count());
-  }
-  return summarize(std::move(ms), total);
+  return outbox::bench::relay_latency(relay, transport, app, w, seconds, rate);
 }
 
 /// The transport's own floor: the same events published one at a time at the same rate, no

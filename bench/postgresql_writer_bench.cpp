@@ -5,6 +5,9 @@
 // Then the split of the cost: the same mix with the outbox's wake-up trigger dropped, and then
 // also its two pending-row indexes (the claim's), each as its own 1:1 mix; and before those,
 // the writer with `prepare_statements = false` (the event's INSERT parsed and planned each time).
+// And the log-tailing relay's table-free writer (`ratio writer-tablefree`): the event as a
+// logical decoding message, no row (measured without a slot being read, as the table writer is
+// measured without a relay).
 //
 // Usage: postgresql_writer_bench [--seconds N] [--split 0|1]
 // Server: OUTBOX_TEST_POSTGRESQL (libpq conninfo); uses (and drops) the schema outbox_wbench.
@@ -25,6 +28,7 @@
 
 #include <outbox/outbox.hpp>
 #include <outbox/postgresql/store.hpp>
+#include <outbox/postgresql/tailing_store.hpp>
 
 #include "bench_common.hpp"
 
@@ -41,8 +45,13 @@ struct tally {
   double seconds = 0;
 };
 
+/// What the "with event" transactions add: the table writer's event, the table-free writer's
+/// (a logical decoding message in the WAL: no row, no index, no trigger), or only a round trip
+/// (`SELECT 1`: the floor of any writer that sends its event as a statement of its own).
+enum class adds { table_event, wal_event, round_trip };
+
 std::pair<double, double> mix(double seconds, const std::string& label,
-                              outbox::writer_options wo = {}) {
+                              outbox::writer_options wo = {}, adds what = adds::table_event) {
   std::pair<double, double> out{};
   for (int threads : {1, 8}) {
     std::vector<tally> without(static_cast<std::size_t>(threads)),
@@ -54,6 +63,7 @@ std::pair<double, double> mix(double seconds, const std::string& label,
         soci::session sql("postgresql", connect_string());
         pg::store st(sql);
         outbox::writer w(st, wo);
+        outbox::writer<pg::tailing_store> wal_writer(wo);
         const std::string customer = "customer-" + std::to_string(t);
         const int total = 1999;
         while (!go) std::this_thread::yield();
@@ -66,13 +76,16 @@ std::pair<double, double> mix(double seconds, const std::string& label,
             long long id = 0;
             sql << "INSERT INTO bench_orders (customer, total_cents) VALUES (:c, :t) RETURNING id",
                 soci::use(customer), soci::use(total), soci::into(id);
-            if (enqueue)
-              w.enqueue(sql,
-                        outbox::event{"order",
-                                      std::to_string(id),
-                                      "order_placed",
-                                      R"({"customer":")" + customer + R"(","total_cents":1999})",
-                                      {}});
+            if (enqueue) {
+              const outbox::event e{"order", std::to_string(id), "order_placed",
+                                    R"({"customer":")" + customer + R"(","total_cents":1999})"};
+              if (what == adds::wal_event)
+                wal_writer.enqueue(sql, e);
+              else if (what == adds::table_event)
+                w.enqueue(sql, e);
+              else
+                sql << "SELECT 1";
+            }
             tx.commit();
           }
           const double dt =
@@ -125,6 +138,11 @@ int main(int argc, char** argv) try {
   const auto [one, eight] = mix(seconds, "library schema");
   std::printf("ratio writer %.2f\n", one);
   std::printf("ratio writer-8-clients %.2f\n", eight);
+  const auto [f1, f8] = mix(seconds, "table-free (WAL message)", {}, adds::wal_event);
+  const auto [r1, r8] = mix(seconds, "one more round trip (SELECT 1)", {}, adds::round_trip);
+  std::printf("ratio writer-tablefree %.2f\n", f1);
+  std::printf("ratio writer-tablefree-8-clients %.2f\n", f8);
+  std::printf("ratio writer-round-trip-floor %.2f (8 clients %.2f)\n", r1, r8);
   if (split) {
     const auto [p1, p8] = mix(seconds, "event INSERT not prepared",
                               outbox::writer_options{.prepare_statements = false});

@@ -335,6 +335,47 @@ BOOST_FIXTURE_TEST_CASE(a_lost_stream_replays_and_loses_nothing, tailing_fixture
   BOOST_TEST(std::count(got.begin(), got.end(), "y1") >= 1);
 }
 
+BOOST_FIXTURE_TEST_CASE(the_table_free_writer_prepares_once_and_survives_deallocate_all,
+                        tailing_fixture) {
+  auto sql = open_session();
+  const auto prepared = [&] {
+    return count(*sql, "SELECT count(*) FROM pg_prepared_statements WHERE name = 'outbox_emit'");
+  };
+  const auto enqueue = [&](outbox::writer<tailing_store>& w, int n, const std::string& name) {
+    soci::transaction tx(*sql);
+    std::vector<outbox::event> events(static_cast<std::size_t>(n),
+                                      outbox::event{"order", "1", name, "{}"});
+    w.enqueue(*sql, std::span<const outbox::event>(events));
+    tx.commit();
+  };
+  outbox::writer<tailing_store> w;
+  enqueue(w, 1, "one");
+  BOOST_TEST(prepared() == 1);
+  enqueue(w, 3, "three");  // one statement over a VALUES list, not prepared
+  *sql << "DEALLOCATE ALL";
+  try {
+    enqueue(w, 1, "lost");
+    BOOST_ERROR("an append through a deallocated statement succeeded");
+  } catch (const outbox::error& e) {
+    BOOST_TEST(e.native_code().find("26000") == 0u, e.what());
+  }
+  enqueue(w, 1, "again");
+  BOOST_TEST(prepared() == 1);
+  outbox::writer<tailing_store> plain({.prepare_statements = false});
+  *sql << "DEALLOCATE ALL";
+  enqueue(plain, 1, "plain");
+  BOOST_TEST(prepared() == 0);
+
+  auto table = open_session();
+  auto store = make_tailing(*table);
+  outbox::testing::memory_transport transport({.record = true});
+  outbox::relay r(*store, transport);
+  BOOST_TEST_REQUIRE(relay_until(r, transport, 6));
+  BOOST_TEST(names(transport.wire()) ==
+                 (std::vector<std::string>{"one", "three", "three", "three", "again", "plain"}),
+             boost::test_tools::per_element());
+}
+
 BOOST_FIXTURE_TEST_CASE(concurrent_transactions_arrive_in_commit_order, tailing_fixture) {
   // Each transaction writes an event, then takes a ticket from a counter row (its lock is held
   // until the commit, so transactions commit in ticket order, whatever order they began or

@@ -124,7 +124,7 @@ class store {
     /// Inserts `rows` on `sql` inside the caller's open transaction: one multi-row INSERT per
     /// 500 rows, every value bound (never spliced into the SQL text), payloads in binary. One
     /// row (an `enqueue` of one event) goes as a statement prepared once per connection
-    /// (`detail::prepared_append`), unless `o.prepare_statements` is false: parsed and planned
+    /// (`detail::exec_prepared_once`), unless `o.prepare_statements` is false: parsed and planned
     /// every time, it cost the business transaction about 10 of its 38 points
     /// (postgresql_writer_bench).
     void append(session_type& sql, std::span<const outgoing> rows, const writer_options& o = {}) {
@@ -142,14 +142,7 @@ class store {
       if (rows.size() == 1 && o.prepare_statements) {
         detail::params p;
         add(p, rows.front());
-        try {
-          detail::exec_prepared(c, detail::prepared_append(c, statements::append), p, "append");
-        } catch (const error& e) {
-          // Deallocated behind our back (DISCARD ALL, DEALLOCATE ALL): the caller's transaction
-          // is aborted, and the next append on this connection prepares it again.
-          if (e.native_code().starts_with("26000")) detail::forget_prepared_append(c);
-          throw;
-        }
+        detail::exec_prepared_once<detail::append_statement>(c, statements::append, p, "append");
         return;
       }
       outbox::store::insert_in_chunks(statements::append, 8, rows, 500,

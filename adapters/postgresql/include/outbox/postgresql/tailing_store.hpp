@@ -83,26 +83,34 @@ class tailing_store {
    public:
     using session_type = ::soci::session;
     /// Emits `rows` on `sql` inside the caller's open transaction: one statement per 500 rows,
-    /// each event bound in binary (never spliced into the SQL text), in the order given.
-    void append(session_type& sql, std::span<const outgoing> rows) {
+    /// each event bound in binary (never spliced into the SQL text), in the order given. One
+    /// event goes as a statement prepared once per connection (sql/postgresql/emit.sql),
+    /// unless `o.prepare_statements` is false (poolers in transaction mode).
+    void append(session_type& sql, std::span<const outgoing> rows, const writer_options& o = {}) {
       PGconn* c = detail::handle(sql);
+      if (rows.size() == 1) {
+        detail::params p;
+        p.add_bytes(detail::wal::encode_event(rows.front()));
+        if (o.prepare_statements)
+          detail::exec_prepared_once<detail::emit_statement>(c, statements::emit, p, "append");
+        else
+          detail::exec(c, std::string(statements::emit), p, "append");
+        return;
+      }
       for (std::size_t off = 0; off < rows.size(); off += 500) {
         const auto part = rows.subspan(off, std::min<std::size_t>(500, rows.size() - off));
-        detail::params p;
-        std::string text;
-        if (part.size() == 1) {
-          text = "SELECT pg_catalog.pg_logical_emit_message(true, 'outbox', $1::bytea)";
-        } else {
-          // Volatile functions of the select list run after the ORDER BY: in the given order.
-          text = "SELECT pg_catalog.pg_logical_emit_message(true, 'outbox', e.v) FROM (VALUES ";
-          for (std::size_t i = 0; i < part.size(); ++i) {
-            if (i > 0) text += ", ";
-            text += "($" + std::to_string(i + 1) + "::bytea, " + std::to_string(i) + ")";
-          }
-          text += ") AS e(v, o) ORDER BY e.o";
+        // emit.sql's function over a VALUES list; the select list runs after the ORDER BY (a
+        // volatile function), so the messages go in the order given.
+        std::string text =
+            "SELECT pg_catalog.pg_logical_emit_message(true, 'outbox', e.v) FROM (VALUES ";
+        for (std::size_t i = 0; i < part.size(); ++i) {
+          if (i > 0) text += ", ";
+          text += "($" + std::to_string(i + 1) + "::bytea, " + std::to_string(i) + ")";
         }
+        text += ") AS e(v, o) ORDER BY e.o";
+        detail::params p;
         for (const outgoing& r : part) p.add_bytes(detail::wal::encode_event(r));
-        detail::exec(c, text, p, "append (logical decoding message)");
+        detail::exec(c, text, p, "append (logical decoding messages)");
       }
     }
   };
@@ -181,7 +189,9 @@ class tailing_store {
   [[nodiscard]] bool claims_overlap() const noexcept { return false; }
 
   /// `appender::append`.
-  void append(session_type& sql, std::span<const outgoing> rows) { appender{}.append(sql, rows); }
+  void append(session_type& sql, std::span<const outgoing> rows, const writer_options& o = {}) {
+    appender{}.append(sql, rows, o);
+  }
 
   // ---- claiming -------------------------------------------------------------------------------
 

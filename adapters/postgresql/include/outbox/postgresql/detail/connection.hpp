@@ -242,33 +242,55 @@ inline void prepare(PGconn* conn, const char* name, std::string_view sql) {
   check(conn, PQprepare(conn, name, std::string(sql).c_str(), 0, nullptr), name);
 }
 
-/// The libpq event procedure that marks, per connection, the writer's one-row INSERT as
-/// prepared (instance data non-null); a PQreset (a new server session) clears the mark.
-inline int append_events(PGEventId id, void* info, void* /*pass_through*/) {
+/// The libpq event procedure that marks, per connection, the statement `Name` as prepared
+/// (instance data non-null); a PQreset (a new server session) clears the mark.
+template <const char* Name>
+int prepared_mark_events(PGEventId id, void* info, void* /*pass_through*/) {
   if (id == PGEVT_CONNRESET)
-    PQsetInstanceData(static_cast<PGEventConnReset*>(info)->conn, &append_events, nullptr);
+    PQsetInstanceData(static_cast<PGEventConnReset*>(info)->conn, &prepared_mark_events<Name>,
+                      nullptr);
   return 1;
 }
 
-/// The name of the writer's one-row INSERT `sql`, prepared on `conn` the first time it is asked
-/// for on this connection (a round trip, inside the caller's transaction; a prepared statement
-/// outlives a rollback). The mark lives in the PGconn itself (libpq's event system), so a new
-/// connection at the address of a closed one starts unprepared.
+/// The name `Name` of `sql`, prepared on `conn` the first time it is asked for on this
+/// connection (a round trip, inside the caller's transaction; a prepared statement outlives a
+/// rollback). The mark lives in the PGconn itself (libpq's event system), so a new connection at
+/// the address of a closed one starts unprepared.
 /// @throws outbox::error when preparing fails (the caller's transaction is then aborted).
-inline const char* prepared_append(PGconn* conn, std::string_view sql) {
-  static constexpr const char* name = "outbox_append";
+template <const char* Name>
+const char* prepared_once(PGconn* conn, std::string_view sql) {
   static char prepared_mark = 0;
-  if (PQinstanceData(conn, &append_events) == nullptr) {
-    (void)PQregisterEventProc(conn, &append_events, name, nullptr);  // 0: registered already
-    prepare(conn, name, sql);
-    PQsetInstanceData(conn, &append_events, &prepared_mark);
+  if (PQinstanceData(conn, &prepared_mark_events<Name>) == nullptr) {
+    (void)PQregisterEventProc(conn, &prepared_mark_events<Name>, Name, nullptr);  // 0: already
+    prepare(conn, Name, sql);
+    PQsetInstanceData(conn, &prepared_mark_events<Name>, &prepared_mark);
   }
-  return name;
+  return Name;
 }
 
-/// Clears the mark of `prepared_append` on `conn` (the statement is gone from the server).
-inline void forget_prepared_append(PGconn* conn) {
-  PQsetInstanceData(conn, &append_events, nullptr);
+/// Clears the mark of `prepared_once<Name>` on `conn` (the statement is gone from the server).
+template <const char* Name>
+void forget_prepared(PGconn* conn) {
+  PQsetInstanceData(conn, &prepared_mark_events<Name>, nullptr);
+}
+
+/// The writers' statements prepared once per connection: the table writer's one-row INSERT,
+/// and the table-free writer's one logical decoding message.
+inline constexpr char append_statement[] = "outbox_append";
+inline constexpr char emit_statement[] = "outbox_emit";
+
+/// Runs a writer's statement prepared once per connection (`prepared_once<Name>`); when the
+/// server no longer has it (DISCARD ALL, DEALLOCATE ALL: 26000), the caller's transaction is
+/// aborted and the next call on this connection prepares it again.
+template <const char* Name>
+void exec_prepared_once(PGconn* conn, std::string_view sql, const params& p,
+                        std::string_view what) {
+  try {
+    exec_prepared(conn, prepared_once<Name>(conn, sql), p, what);
+  } catch (const error& e) {
+    if (e.native_code().starts_with("26000")) forget_prepared<Name>(conn);
+    throw;
+  }
 }
 
 /// The libpq connection of a SOCI session.
