@@ -67,10 +67,12 @@ struct tailing_fixture : outbox::test::postgresql_leasing_fixture {
     return std::make_unique<tailing_store>(connect_string(), table, opts);
   }
 
-  /// Writes events in one transaction with the table-free writer.
+  /// Writes events in one transaction with the table-free writer (`Mode` tailing_store), or
+  /// the table mode's (`tailing_store::table_mode`).
+  template <class Mode = tailing_store>
   void write(const std::vector<std::pair<std::string, std::string>>& events) {
     auto sql = open_session();
-    outbox::writer<tailing_store> w;
+    outbox::writer<Mode> w;
     soci::transaction tx(*sql);
     for (const auto& [agg, name] : events)
       w.enqueue(*sql, outbox::event{"order", agg, name, "{\"n\":\"" + name + "\"}"});
@@ -166,6 +168,57 @@ BOOST_FIXTURE_TEST_CASE(committed_events_go_out_in_commit_order_and_rolled_back_
   BOOST_TEST(m.payload == "{\"n\":\"a1\"}");
   BOOST_TEST(m.aggregate_type == "order");
   BOOST_TEST(m.id.version() == 7);
+}
+
+BOOST_FIXTURE_TEST_CASE(table_mode_rows_go_out_in_commit_order_and_are_deleted_once_confirmed,
+                        tailing_fixture) {
+  using table_mode = tailing_store::table_mode;
+  auto table = open_session();
+  auto store = make_tailing(*table);
+  outbox::testing::memory_transport transport({.record = true});
+  outbox::relay r(*store, transport);
+  write<table_mode>({{"1", "t1"}, {"2", "t2"}});
+  {
+    // Both writers in one transaction: the WAL keeps their order.
+    auto sql = open_session();
+    outbox::writer<table_mode> rows;
+    outbox::writer<tailing_store> messages;
+    soci::transaction tx(*sql);
+    rows.enqueue(*sql, outbox::event{"order", "1", "row", "{}"});
+    messages.enqueue(*sql, outbox::event{"order", "1", "message", "{}"});
+    rows.enqueue(*sql, outbox::event{"order", "1", "row_again", "{}", {{"k", "v"}}});
+    tx.commit();
+  }
+  {
+    auto sql = open_session();
+    outbox::writer<table_mode> rows;
+    soci::transaction tx(*sql);
+    rows.enqueue(*sql, outbox::event{"order", "1", "rolled_back", "{}"});
+    tx.rollback();
+  }
+  BOOST_TEST(table_rows(*table, "state = 3") == 4u);  // the message is no row
+  BOOST_TEST(table_rows(*table, "state = 0") == 0u);  // nothing a polling claim would take
+  BOOST_TEST_REQUIRE(relay_until(r, transport, 5));
+  const auto wire = transport.wire();
+  BOOST_TEST(names(wire) == (std::vector<std::string>{"t1", "t2", "row", "message", "row_again"}),
+             boost::test_tools::per_element());
+  BOOST_TEST(wire.back().headers.at("k") == "v");
+  BOOST_TEST(wire.front().payload == "{\"n\":\"t1\"}");
+  BOOST_TEST(table_rows(*table) == 0u);  // deleted once confirmed
+
+  // A failed one becomes a pending row (the streamed row takes the fate), and goes again.
+  outbox::testing::faulty_transport<outbox::testing::memory_transport> faulty(transport);
+  outbox::relay retrying(*store, faulty, outbox::relay_options{},
+                         outbox::exponential_backoff{.initial = 50ms, .jitter = 0});
+  faulty.fail_next(1);
+  write<table_mode>({{"3", "failed_once"}});
+  BOOST_TEST_REQUIRE(eventually([&] {
+    retrying.run_once();
+    return table_rows(*table, "state = 0 AND attempts = 1") == 1u;
+  }));
+  BOOST_TEST(table_rows(*table, "state = 3") == 0u);
+  BOOST_TEST_REQUIRE(relay_until(retrying, transport, 6));
+  BOOST_TEST(transport.wire().back().event_type == "failed_once");
 }
 
 BOOST_FIXTURE_TEST_CASE(the_slot_advances_only_past_settled_events, tailing_fixture) {
@@ -488,7 +541,8 @@ BOOST_AUTO_TEST_CASE(pgoutput_messages_decode_and_truncated_ones_are_refused) {
   BOOST_TEST(m->prefix == "outbox");
   BOOST_TEST(m->content == "abc");
   BOOST_TEST(!wal::decode_pgoutput(msg.substr(0, msg.size() - 1)).has_value());
-  BOOST_TEST(wal::decode_pgoutput("R\x01").has_value());  // other kinds are skipped, not read
+  BOOST_TEST(wal::decode_pgoutput("Y\x01").has_value());   // other kinds are skipped, not read
+  BOOST_TEST(!wal::decode_pgoutput("R\x01").has_value());  // a truncated relation is refused
   const std::string status = wal::status_update(0x10, 0);
   BOOST_TEST(status.size() == 34u);
   BOOST_TEST(status[0] == 'r');

@@ -128,6 +128,14 @@ class store {
     /// every time, it cost the business transaction about 10 of its 38 points
     /// (postgresql_writer_bench).
     void append(session_type& sql, std::span<const outgoing> rows, const writer_options& o = {}) {
+      insert<detail::append_statement>(sql, rows, o, statements::append);
+    }
+
+    /// `append` with another insert of append.sql's parameters (`single_row_insert`, a file of
+    /// sql/postgresql/), prepared under `Name` (the log-tailing relay's table mode).
+    template <const char* Name>
+    static void insert(session_type& sql, std::span<const outgoing> rows, const writer_options& o,
+                       std::string_view single_row_insert) {
       PGconn* c = detail::handle(sql);
       const auto add = [](detail::params& p, const outgoing& r) {
         p.add(r.id.to_string())
@@ -142,10 +150,10 @@ class store {
       if (rows.size() == 1 && o.prepare_statements) {
         detail::params p;
         add(p, rows.front());
-        detail::exec_prepared_once<detail::append_statement>(c, statements::append, p, "append");
+        detail::exec_prepared_once<Name>(c, single_row_insert, p, "append");
         return;
       }
-      outbox::store::insert_in_chunks(statements::append, 8, rows, 500,
+      outbox::store::insert_in_chunks(single_row_insert, 8, rows, 500,
                                       [&](const std::string& text, std::span<const outgoing> part) {
                                         detail::params p;
                                         for (const outgoing& r : part) add(p, r);

@@ -14,6 +14,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -36,8 +37,9 @@ struct tailing_options {
   /// one per relay. Its confirmed position advances only past events the broker confirmed (or
   /// that went to the outbox table), so a restarted relay replays from there.
   std::string slot = "outbox_relay";
-  /// The publication named to `pgoutput` (same rules). It holds no table: the events are
-  /// logical decoding messages, which every publication carries.
+  /// The publication named to `pgoutput` (same rules): the outbox table's inserts (table mode;
+  /// `setup` creates it for the table of the session's search path). The table-free mode's
+  /// logical decoding messages need no table: every publication carries them.
   std::string publication = "outbox_tail";
   /// How often the outbox table (retries, requeued dead letters) is looked at when no retry is
   /// known to be due sooner.
@@ -115,9 +117,32 @@ class tailing_store {
     }
   };
 
+  /// The table-mode writer: each event becomes a row of the outbox table as `store`'s writer
+  /// writes it, but in state 3 ("streamed"): the relay reads the row's INSERT from the WAL
+  /// (through the publication) and deletes the row once the broker confirmed the event. The
+  /// row is in none of the indexes a polling claim uses, and never claimed from the table.
+  /// `outbox::writer<postgresql::tailing_store::table_mode>` uses it.
+  struct table_mode {
+    using session_type = ::soci::session;
+    class appender {
+     public:
+      using session_type = ::soci::session;
+      /// Inserts `rows` on `sql` inside the caller's open transaction, as `store::appender`
+      /// does (one prepared statement for one event, else multi-row INSERTs of 500).
+      void append(session_type& sql, std::span<const outgoing> rows, const writer_options& o = {}) {
+        store::appender::insert<detail::append_streamed_statement>(sql, rows, o,
+                                                                   statements::append_streamed);
+      }
+    };
+    void append(session_type& sql, std::span<const outgoing> rows, const writer_options& o = {}) {
+      appender{}.append(sql, rows, o);
+    }
+  };
+
   /// Creates what a tailing relay needs when it is missing: the publication and the logical
   /// replication slot (`pgoutput`). Idempotent; safe from several processes. Run it outside a
-  /// transaction, on a session of a role that may create publications and has REPLICATION.
+  /// transaction, after `migrate`, on a session of a role that owns the outbox table, may
+  /// create publications and has REPLICATION.
   /// @returns true when the slot was created by this call (it then starts at the current end of
   ///          the WAL: events committed before it are not in it).
   /// @throws outbox::error `misconfigured` (a bad name, `wal_level` not logical, no right).
@@ -128,7 +153,10 @@ class tailing_store {
                             detail::params().add(o.publication), "setup: publication");
     if (pub.text(0, 0) != "t") {
       try {
-        detail::exec(c, ("CREATE PUBLICATION " + o.publication).c_str());
+        // The session's outbox table (its search path), inserts only: table mode's rows.
+        detail::exec(c, ("CREATE PUBLICATION " + o.publication +
+                         " FOR TABLE outbox WITH (publish = 'insert')")
+                            .c_str());
       } catch (const error& e) {
         if (e.native_code() != "42710") throw;  // created by another process meanwhile
       }
@@ -231,7 +259,7 @@ class tailing_store {
       ev.m.sequence = ++sequence_;
       ev.m.attempts = 1;  // counting this one
       batch.messages.push_back(std::move(ev.m));
-      sb.tx_of.emplace_back(ev.m.sequence, ev.tx);
+      sb.entries.push_back({ev.m.sequence, ev.tx, ev.streamed_row});
     }
     try {
       park(to_park, req.now);
@@ -262,7 +290,7 @@ class tailing_store {
     for (std::size_t i = 0; i < fates.size(); ++i) {
       const message& m = batch.messages[i];
       const settlement& f = fates[i];
-      const std::uint64_t tx = out_->tx_for(m.sequence);
+      const std::uint64_t tx = out_->of(m.sequence).tx;
       switch (f.what) {
         case settlement::kind::published:
           ++out.published;
@@ -283,13 +311,14 @@ class tailing_store {
     }
     try {
       park(to_park, now);
+      delete_streamed_rows(batch, fates);
     } catch (...) {
       reset_stream();  // nothing of the batch is settled: the stream replays it
       throw;
     }
     for (std::size_t i = 0; i < fates.size(); ++i)
       if (fates[i].what == settlement::kind::published)
-        done(out_->tx_for(batch.messages[i].sequence));
+        done(out_->of(batch.messages[i].sequence).tx);
     out_.reset();
     advance();
     return out;
@@ -331,22 +360,29 @@ class tailing_store {
     message m;
     std::string why;  // why it cannot be published; empty when it can
     std::uint64_t tx = 0;
+    bool streamed_row = false;  // table mode: a row to delete once published
   };
   struct tx_state {
     detail::wal::lsn end = 0;
     std::size_t open = 0;  // events not settled yet
   };
   struct stream_batch {
+    struct entry {
+      std::int64_t sequence = 0;
+      std::uint64_t tx = 0;
+      bool streamed_row = false;
+    };
     std::int64_t token = 0;
-    /// (sequence, transaction) of each message, by sequence (the relay may reorder the batch).
-    std::vector<std::pair<std::int64_t, std::uint64_t>> tx_of;
-    [[nodiscard]] std::uint64_t tx_for(std::int64_t seq) const {
-      const auto it = std::lower_bound(tx_of.begin(), tx_of.end(),
-                                       std::pair<std::int64_t, std::uint64_t>{seq, 0});
-      if (it == tx_of.end() || it->first != seq)
+    /// Each message's transaction, by sequence (the relay may reorder the batch).
+    std::vector<entry> entries;
+    [[nodiscard]] const entry& of(std::int64_t seq) const {
+      const auto it =
+          std::lower_bound(entries.begin(), entries.end(), seq,
+                           [](const entry& e, std::int64_t v) { return e.sequence < v; });
+      if (it == entries.end() || it->sequence != seq)
         throw error(errc::misconfigured, "postgresql", {},
                     "settle: a message that is not of the batch");
-      return it->second;
+      return *it;
     }
   };
   struct parked_row {
@@ -394,6 +430,7 @@ class tailing_store {
     txs_.clear();
     first_tx_ = next_tx_;
     out_.reset();
+    relations_.clear();  // a new stream describes its tables again
   }
 
   /// Reads what the stream has, turning committed transactions into `ready_` events.
@@ -452,6 +489,32 @@ class tailing_store {
         ++next_tx_;
         current_.clear();
         break;
+      case kind::relation:
+        if (c->relname == "outbox") {
+          if (auto cols = detail::wal::outbox_columns::of(c->names)) {
+            relations_[c->relid] = *cols;
+            break;
+          }
+        }
+        relations_.erase(c->relid);
+        break;
+      case kind::insert: {
+        const auto rel = relations_.find(c->relid);
+        if (rel == relations_.end()) break;
+        // Only the table-mode writer's rows: the relay's own parked rows come by here too.
+        if (detail::wal::row_state(rel->second, c->values) != 3) break;
+        event_in_log ev;
+        ev.streamed_row = true;
+        ev.why = detail::wal::decode_row(rel->second, c->values, ev.m);
+        if (in_tx_) {
+          current_.push_back(std::move(ev));
+        } else {
+          ev.tx = next_tx_++;
+          txs_.push_back(tx_state{f.start, 1});
+          ready_.push_back(std::move(ev));
+        }
+        break;
+      }
       case kind::other:
         break;
     }
@@ -502,6 +565,20 @@ class tailing_store {
   /// Writes `rows` to the outbox table (one statement per 500), then counts them settled.
   void park(std::vector<parked_row>& rows, time_point now) {
     if (rows.empty()) return;
+    // One row per event id in a statement (ON CONFLICT DO UPDATE refuses a second): an event
+    // emitted twice (not by our writer) is parked once; both count as settled.
+    std::vector<parked_row> once;
+    std::vector<std::uint64_t> repeats;
+    {
+      std::unordered_set<uuid> seen;
+      for (auto& r : rows) {
+        if (seen.insert(r.m.id).second)
+          once.push_back(std::move(r));
+        else
+          repeats.push_back(r.tx);
+      }
+    }
+    rows = std::move(once);
     table_.run("park", [&](PGconn* c) {
       outbox::store::insert_in_chunks(
           statements::park, 13, std::span<const parked_row>(rows), 500,
@@ -537,7 +614,23 @@ class tailing_store {
         parked_.insert(outbox::detail::aggregate_key(r.m.aggregate_type, r.m.aggregate_id));
       done(r.tx);
     }
+    for (const auto tx : repeats) done(tx);
     next_table_look_ = now;  // released rows are due at once; a retry's time is checked then
+  }
+
+  /// Table mode: deletes the rows of the published events (tail_delete.sql).
+  void delete_streamed_rows(const claimed_batch& batch, std::span<const settlement> fates) {
+    detail::array_literal ids;
+    for (std::size_t i = 0; i < fates.size(); ++i)
+      if (fates[i].what == settlement::kind::published &&
+          out_->of(batch.messages[i].sequence).streamed_row)
+        ids.add_text(batch.messages[i].id.to_string());
+    if (ids.size() == 0) return;
+    table_.run("delete streamed rows", [&](PGconn* c) {
+      detail::exec(c, std::string(statements::tail_delete), detail::params().add(ids.str()),
+                   "delete published streamed rows");
+      return 0;
+    });
   }
 
   /// Reads which aggregates have pending rows in the table: all of them (`of` empty), or which
@@ -604,6 +697,7 @@ class tailing_store {
   std::unordered_set<std::string> parked_;  // aggregates with pending rows in the table
   std::unordered_set<std::int64_t> table_tokens_;
   time_point next_table_look_{};
+  std::unordered_map<std::uint32_t, detail::wal::outbox_columns> relations_;  // outbox tables
 };
 
 }  // namespace outbox::postgresql

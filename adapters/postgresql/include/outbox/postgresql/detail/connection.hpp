@@ -275,9 +275,10 @@ void forget_prepared(PGconn* conn) {
 }
 
 /// The writers' statements prepared once per connection: the table writer's one-row INSERT,
-/// and the table-free writer's one logical decoding message.
+/// the table-free writer's one logical decoding message, and the table mode's INSERT.
 inline constexpr char append_statement[] = "outbox_append";
 inline constexpr char emit_statement[] = "outbox_emit";
+inline constexpr char append_streamed_statement[] = "outbox_append_streamed";
 
 /// Runs a writer's statement prepared once per connection (`prepared_once<Name>`); when the
 /// server no longer has it (DISCARD ALL, DEALLOCATE ALL: 26000), the caller's transaction is

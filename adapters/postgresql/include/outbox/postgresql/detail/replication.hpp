@@ -65,7 +65,8 @@ class replication_stream {
 
   /// Connects with `conninfo` (keywords or a URI; `replication=database` is added) and starts
   /// streaming `slot` from `start` (the server starts at the slot's confirmed position when that
-  /// is later), with `pgoutput` protocol 1, `publication` and logical decoding messages.
+  /// is later), with `pgoutput` protocol 1, `publication`, logical decoding messages, and rows
+  /// in binary (PostgreSQL 14 and later).
   /// @throws outbox::error `misconfigured` (no such slot or publication, `wal_level` not
   ///         logical, no REPLICATION right, bad credentials), `transient` (server away, the slot
   ///         active on another connection).
@@ -97,7 +98,7 @@ class replication_stream {
     }
     std::string cmd = "START_REPLICATION SLOT " + std::string(slot) + " LOGICAL " +
                       wal::format_lsn(start) + " (proto_version '1', publication_names '" +
-                      std::string(publication) + "', messages 'true')";
+                      std::string(publication) + "', messages 'true', binary 'true')";
     result r(PQexec(conn_, cmd.c_str()));
     if (PQresultStatus(r.get()) != PGRES_COPY_BOTH) {
       try {

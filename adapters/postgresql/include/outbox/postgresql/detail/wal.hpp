@@ -6,11 +6,14 @@
 /// "Streaming Replication Protocol" and "Logical Replication Message Formats").
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <outbox/message.hpp>
+#include <outbox/time.hpp>
 #include <outbox/uuid.hpp>
 #include <outbox/validate.hpp>
 
@@ -164,13 +167,22 @@ inline constexpr std::int64_t pg_epoch_offset_us = 946'684'800'000'000;
   return out;
 }
 
+/// One column of a row in a `pgoutput` message: its kind ('n' null, 'u' unchanged TOASTed
+/// value, 't' text, 'b' binary) and its bytes.
+struct column_value {
+  char kind = 'n';
+  std::string_view bytes{};
+};
+
 /// One decoded `pgoutput` message of interest.
 struct change {
   enum class kind : std::uint8_t {
-    begin,    ///< A transaction starts (`final_lsn`, `xid`).
-    commit,   ///< It committed (`commit_lsn`, `end_lsn`, `commit_time`).
-    message,  ///< A logical decoding message (`prefix`, `content`, `transactional`).
-    other,    ///< Relation, type, origin, row changes of other tables: skipped.
+    begin,     ///< A transaction starts (`final_lsn`, `xid`).
+    commit,    ///< It committed (`commit_lsn`, `end_lsn`, `commit_time`).
+    message,   ///< A logical decoding message (`prefix`, `content`, `transactional`).
+    relation,  ///< A table's description (`relid`, `nspname`, `relname`, `names`).
+    insert,    ///< A row inserted (`relid`, `values`).
+    other,     ///< Type, origin, updates, deletes, truncates: skipped.
   };
   kind what = kind::other;
   lsn final_lsn = 0;
@@ -181,6 +193,11 @@ struct change {
   bool transactional = false;
   std::string_view prefix{};
   std::string_view content{};
+  std::uint32_t relid = 0;
+  std::string_view nspname{};
+  std::string_view relname{};
+  std::vector<std::string_view> names{};  ///< A relation's columns, in order.
+  std::vector<column_value> values{};     ///< An inserted row's columns, in order.
 };
 
 /// Decodes a `pgoutput` message (protocol version 1). `nullopt` for a malformed one.
@@ -210,11 +227,116 @@ struct change {
       c.content = r.bytes(n);
       break;
     }
+    case 'R': {
+      c.what = change::kind::relation;
+      c.relid = r.u32();
+      c.nspname = r.cstring();
+      c.relname = r.cstring();
+      r.u8();  // replica identity
+      const auto n = static_cast<std::uint16_t>(r.u(2));
+      for (std::uint16_t i = 0; i < n && !r.bad(); ++i) {
+        r.u8();  // flags
+        c.names.push_back(r.cstring());
+        r.u32();  // type
+        r.u32();  // modifier
+      }
+      break;
+    }
+    case 'I': {
+      c.what = change::kind::insert;
+      c.relid = r.u32();
+      if (r.u8() != 'N') return std::nullopt;
+      const auto n = static_cast<std::uint16_t>(r.u(2));
+      for (std::uint16_t i = 0; i < n && !r.bad(); ++i) {
+        column_value v;
+        v.kind = static_cast<char>(r.u8());
+        if (v.kind == 't' || v.kind == 'b') v.bytes = r.bytes(r.u32());
+        c.values.push_back(v);
+      }
+      break;
+    }
     default:
       return c;  // other
   }
   if (r.bad()) return std::nullopt;
   return c;
+}
+
+// ---- the outbox table's rows in the stream (table mode) ------------------------------------
+
+/// Where the outbox table's columns are in its relation message (-1: missing).
+struct outbox_columns {
+  int event_id = -1, aggregate_type = -1, aggregate_id = -1, event_type = -1, payload = -1,
+      headers = -1, created_at = -1, content_type = -1, state = -1;
+
+  /// The positions in `names` (a relation message's columns); `nullopt` when a column the
+  /// relay needs is missing (a table of that name that is not the outbox, or not migrated).
+  [[nodiscard]] static std::optional<outbox_columns> of(
+      const std::vector<std::string_view>& names) {
+    outbox_columns c;
+    const std::pair<std::string_view, int*> wanted[] = {{"event_id", &c.event_id},
+                                                        {"aggregate_type", &c.aggregate_type},
+                                                        {"aggregate_id", &c.aggregate_id},
+                                                        {"event_type", &c.event_type},
+                                                        {"payload_bytes", &c.payload},
+                                                        {"headers", &c.headers},
+                                                        {"created_at", &c.created_at},
+                                                        {"content_type", &c.content_type},
+                                                        {"state", &c.state}};
+    for (const auto& [name, at] : wanted) {
+      for (std::size_t i = 0; i < names.size(); ++i)
+        if (names[i] == name) *at = static_cast<int>(i);
+      if (*at < 0) return std::nullopt;
+    }
+    return c;
+  }
+};
+
+/// The state column of an inserted outbox row (binary smallint); -1 when it cannot be read.
+[[nodiscard]] inline int row_state(const outbox_columns& c, const std::vector<column_value>& v) {
+  if (static_cast<std::size_t>(c.state) >= v.size()) return -1;
+  const auto& s = v[static_cast<std::size_t>(c.state)];
+  if (s.kind != 'b' || s.bytes.size() != 2) return -1;
+  reader r(s.bytes);
+  return static_cast<std::int16_t>(r.u(2));
+}
+
+/// The message of an inserted outbox row, from its binary columns (`binary 'true'`). Never
+/// throws on content: returns why it cannot be published (empty when it can).
+[[nodiscard]] inline std::string decode_row(const outbox_columns& c,
+                                            const std::vector<column_value>& v, message& m) {
+  const auto col = [&](int i) -> const column_value* {
+    if (i < 0 || static_cast<std::size_t>(i) >= v.size()) return nullptr;
+    const auto* p = &v[static_cast<std::size_t>(i)];
+    return p->kind == 'b' ? p : nullptr;  // null, unchanged or text: not what we wrote
+  };
+  const auto* id = col(c.event_id);
+  if (id == nullptr || id->bytes.size() != 16) return "streamed outbox row without an event id";
+  uuid::bytes_type b{};
+  for (std::size_t i = 0; i < 16; ++i) b[i] = static_cast<std::uint8_t>(id->bytes[i]);
+  m.id = uuid(b);
+  const std::pair<int, std::string*> texts[] = {{c.aggregate_type, &m.aggregate_type},
+                                                {c.aggregate_id, &m.aggregate_id},
+                                                {c.event_type, &m.event_type},
+                                                {c.payload, &m.payload},
+                                                {c.content_type, &m.content_type}};
+  for (const auto& [i, out] : texts) {
+    const auto* p = col(i);
+    if (p == nullptr) return "streamed outbox row with a missing column";
+    *out = p->bytes;
+  }
+  const auto* at = col(c.created_at);
+  if (at == nullptr || at->bytes.size() != 8) return "streamed outbox row without created_at";
+  reader tr(at->bytes);
+  const auto since_2000 = static_cast<std::int64_t>(tr.u64());  // 'infinity' is INT64_MAX
+  m.created_at = from_unix_clamped<std::micro>(
+      since_2000 > std::numeric_limits<std::int64_t>::max() - pg_epoch_offset_us
+          ? std::numeric_limits<std::int64_t>::max()
+          : since_2000 + pg_epoch_offset_us);
+  const auto* h = col(c.headers);
+  if (h == nullptr || h->bytes.empty() || h->bytes.front() != 1)
+    return "streamed outbox row without headers in jsonb format 1";
+  return read_stored_headers(m, h->bytes.substr(1));
 }
 
 }  // namespace outbox::postgresql::detail::wal
