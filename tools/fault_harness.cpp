@@ -3,7 +3,8 @@
 // applied twice or applied out of order, and that nothing rolled back was seen anywhere.
 //
 // Pairs: every store x transport this build has (-DOUTBOX_HARNESS_<ADAPTER> from
-// tools/meson.build), chosen by --store sqlite|postgresql|mysql and --transport zeromq|amqp|kafka.
+// tools/meson.build), chosen by --store sqlite|postgresql|postgresql-tail|mysql and --transport
+// zeromq|amqp|kafka (postgresql-tail: the log-tailing relay, see postgresql_tail_kind).
 // SQLite: a file in the run's directory; PostgreSQL: a schema of its own (outbox_faults_<run>,
 // created and dropped by the orchestrator) in the database at --postgresql (default:
 // OUTBOX_TEST_POSTGRESQL), claim policy --policy locking|leasing; ZeroMQ: ipc:// in the run's
@@ -161,6 +162,7 @@
 #endif
 #ifdef OUTBOX_HARNESS_POSTGRESQL
 #include <outbox/postgresql/store.hpp>
+#include <outbox/postgresql/tailing_store.hpp>
 #endif
 #ifdef OUTBOX_HARNESS_MYSQL
 #include <outbox/mysql/store.hpp>
@@ -385,7 +387,8 @@ args parse(int argc, char** argv) {
   if (!a.seed_given) a.seed = std::random_device{}();
   if (!a.policy.empty() && a.policy != "locking" && a.policy != "leasing")
     usage("unknown claim policy " + a.policy);
-  const bool server_store = a.store == "postgresql" || a.store == "mysql";
+  const bool server_store =
+      a.store == "postgresql" || a.store == "postgresql-tail" || a.store == "mysql";
   if (!a.policy.empty() && !server_store) usage("--policy is for --store postgresql|mysql");
   if (a.policy.empty() && server_store) a.policy = "locking";
   if (a.db_kills > 0 && !server_store) usage("--db-kills is for --store postgresql|mysql");
@@ -537,6 +540,73 @@ struct postgresql_kind {
   }
 };
 #endif
+
+#ifdef OUTBOX_HARNESS_POSTGRESQL
+/// The log-tailing relay (--store postgresql-tail): PostgreSQL's schema of the run, the writer
+/// table-free (events only in the WAL), the relay reading a replication slot of the run's own
+/// (outbox_faults_<run>, made after the migration, dropped with the schema), its retries and
+/// dead letters in the outbox table; the consumer's inbox as for postgresql. The relay's
+/// replication connection carries the relay's application_name, so a database kill of the relay
+/// ends its stream too. Several relays share the slot: one streams, the others wait for it.
+struct postgresql_tail_kind : postgresql_kind {
+  static constexpr const char* name = "postgresql-tail";
+  using writer_store = outbox::postgresql::tailing_store;
+  static outbox::postgresql::tailing_options tail_options(const args& a) {
+    return {.slot = "outbox_faults_" + a.run, .publication = "outbox_faults_" + a.run};
+  }
+  static void after_migrate(soci::session& sql, const args& a) {
+    (void)outbox::postgresql::tailing_store::setup(sql, tail_options(a));
+  }
+  static std::unique_ptr<outbox::postgresql::tailing_store> relay_store(soci::session& sql,
+                                                                        const args& a) {
+    return std::make_unique<outbox::postgresql::tailing_store>(
+        a.postgresql + " application_name=" + application(a.role, a) +
+            " options='-c search_path=" + schema(a) + " -c client_min_messages=warning'",
+        sql, tail_options(a));
+  }
+  static void drop(const args& a) {
+    try {
+      soci::session admin("postgresql", a.postgresql);
+      const auto o = tail_options(a);
+      for (int i = 0; i < 50; ++i) {
+        admin << "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE "
+                 "slot_name = '" +
+                     o.slot + "' AND active_pid IS NOT NULL";
+        try {
+          outbox::postgresql::tailing_store::drop(admin, o, true);
+          break;
+        } catch (const outbox::error&) {
+          std::this_thread::sleep_for(100ms);  // its walsender is still going away
+        }
+      }
+    } catch (const std::exception& e) {
+      std::cerr << "fault_harness: dropping the run's slot: " << e.what() << "\n";
+    }
+    postgresql_kind::drop(a);
+  }
+};
+#endif
+
+/// The writer's store type of a pair kind: its `writer_store` when it has one (the log-tailing
+/// relay's table-free writer), else its store.
+template <class S>
+struct writer_store_of {
+  using type = typename S::store_type;
+};
+template <class S>
+requires requires { typename S::writer_store; }
+struct writer_store_of<S> {
+  using type = typename S::writer_store;
+};
+
+/// The relay's store of a pair kind: its `relay_store(sql, a)` when it has one, else its store.
+template <class S>
+auto make_relay_store(soci::session& sql, const args& a) {
+  if constexpr (requires { S::relay_store(sql, a); })
+    return S::relay_store(sql, a);
+  else
+    return std::make_unique<typename S::store_type>(sql, S::options(a));
+}
 
 #ifdef OUTBOX_HARNESS_MYSQL
 /// MySQL (MariaDB here): a database of the run's own. A database kill finds a role's
@@ -962,7 +1032,7 @@ template <class S, class T>
 int run_writer(const args& a) {
   become_part();
   auto owned = open_retrying<S>(a);
-  outbox::writer<typename S::store_type> writer;
+  outbox::writer<typename writer_store_of<S>::type> writer;
   std::mt19937_64 rng(a.seed ^ 0x5752495445520000ULL);
   std::vector<long> next_seq(static_cast<std::size_t>(a.aggregates), 1);
   // The special events, by the count of committed events they follow.
@@ -1164,7 +1234,8 @@ int run_relay(const args& a) {
   become_part();
   database<S> db(a);
   soci::session& sql = db.sql;
-  typename S::store_type store(sql, S::options(a));
+  auto relay_store = make_relay_store<S>(sql, a);
+  auto& store = *relay_store;
   auto pub = T::publisher(a);
   harness_wire wire(pub, a.plant);
   // A short lease, so that a killed relay's batch comes back soon; attempts are not meant to
@@ -1516,6 +1587,7 @@ void prepare(const args& a) {
   database<S> db(a);
   soci::session& sql = db.sql;
   S::migrate(sql);
+  if constexpr (requires { S::after_migrate(sql, a); }) S::after_migrate(sql, a);
   const std::string id = S::id_type;
   const std::string seq = S::seq_type;
   sql << "CREATE TABLE harness_business (event_id " + id +
@@ -2566,6 +2638,7 @@ int dispatch(const args& a) {
 #endif
 #ifdef OUTBOX_HARNESS_POSTGRESQL
   if (a.store == "postgresql") return with_transport<postgresql_kind>(a);
+  if (a.store == "postgresql-tail") return with_transport<postgresql_tail_kind>(a);
 #endif
 #ifdef OUTBOX_HARNESS_MYSQL
   if (a.store == "mysql") return with_transport<mysql_kind>(a);

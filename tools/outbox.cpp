@@ -3,6 +3,8 @@
 //   sqlite:///var/lib/app/orders.db   sqlite:relative/path.db
 //   postgresql://user:password@host:5432/db?options=-csearch_path%3Dapp   (postgres:// too)
 //   mysql://user:password@host:3306/db
+//   postgresql+tail://user:password@host:5432/db?slot=NAME&publication=NAME   (the log-tailing
+//       relay's store: its slot and publication; `migrate` creates them)
 // Subcommands: migrate, stats, dead-letters (list, show), requeue, purge. `outbox --help` and
 // `outbox <subcommand> --help` say more. Exit codes: 0 ok, 1 error (the class, the adapter and its
 // native code are printed; never a password), 2 usage.
@@ -210,7 +212,9 @@ nlohmann::json to_json(const outbox::backlog_stats& st) {
           {"waiting_retry", st.waiting_retry},
           {"in_flight", st.in_flight},
           {"dead", st.dead},
-          {"oldest_pending_age_ms", st.oldest_pending_age.count()}};
+          {"oldest_pending_age_ms", st.oldest_pending_age.count()},
+          {"log_lag_bytes", st.log_lag_bytes},
+          {"log_lag_ms", st.log_lag.count()}};
 }
 
 std::string seconds_text(std::chrono::milliseconds d) {
@@ -264,6 +268,9 @@ void print_backlog(const backlog_view& v, const backlog_view* before, const opti
   std::printf("in flight            %lld\n", static_cast<long long>(t.in_flight));
   std::printf("dead-lettered        %lld\n", static_cast<long long>(t.dead));
   std::printf("oldest pending age   %s\n", seconds_text(t.oldest_pending_age).c_str());
+  if (t.log_lag_bytes > 0 || t.log_lag.count() > 0)  // a log-tailing store's slot
+    std::printf("log lag              %lld bytes of WAL, %s\n",
+                static_cast<long long>(t.log_lag_bytes), seconds_text(t.log_lag).c_str());
   if (before)
     std::printf(
         "since the last look  backlog %+.0f/s, dead letters %+.0f/s (published: the "
@@ -450,7 +457,9 @@ int main(int argc, char** argv) {
   CLI::App app{
       "outbox: operate a transactional outbox: apply the schema, see the backlog and the dead "
       "letters, requeue, purge, run relays.\nThe store is a URL: sqlite:///path/to.db, "
-      "postgresql://user:password@host:5432/db, mysql://user:password@host:3306/db (--store, or "
+      "postgresql://user:password@host:5432/db, mysql://user:password@host:3306/db, "
+      "postgresql+tail://user:password@host:5432/db?slot=NAME&publication=NAME (the log-tailing "
+      "relay: its slot and publication, made by migrate) (--store, or "
       "the environment variable OUTBOX_STORE).\nExit codes: 0 ok, 1 error, 2 usage.",
       "outbox"};
   app.set_version_flag("--version", std::string(OUTBOX_TOOL_VERSION));

@@ -260,8 +260,9 @@ class service {
     sample_backlog();
     // Two sessions per thread only when the relay will pipeline (a lease long enough for a batch
     // claimed ahead: see relay::pipelines).
-    const bool two_stores =
+    bool two_stores =
         !o_.no_pipeline && ro.lease >= 2 * ro.publish_timeout + relay_type::pipeline_lease_margin;
+    if constexpr (requires { Store::tails_the_log; }) two_stores = false;  // one stream a slot
     for (unsigned i = 0; i < o_.threads; ++i) {
       auto t = std::make_unique<thread_parts>();
       t->state.index = i;
@@ -414,6 +415,11 @@ class service {
         }
       } else {
         s = monitor_->stats(std::chrono::system_clock::now());
+      }
+      if constexpr (requires { Store::tails_the_log; }) {
+        const auto whole = monitor_->stats(std::chrono::system_clock::now());
+        s.log_lag_bytes = whole.log_lag_bytes;
+        s.log_lag = whole.log_lag;
       }
       std::lock_guard lock(metrics_.backlog_mutex);
       metrics_.backlog = s;
@@ -598,6 +604,14 @@ class service {
       prom_metric(out, "outbox_backlog_waiting_retry", "gauge",
                   "Pending events that failed and wait for their retry time.",
                   static_cast<double>(b.waiting_retry));
+      if constexpr (requires { Store::tails_the_log; }) {
+        prom_metric(out, "outbox_log_lag_bytes", "gauge",
+                    "WAL after the replication slot's confirmed position.",
+                    static_cast<double>(b.log_lag_bytes));
+        prom_metric(out, "outbox_log_lag_seconds", "gauge",
+                    "How far behind the slot's confirmed position is (the server's flush lag).",
+                    std::chrono::duration<double>(b.log_lag).count());
+      }
       prom_metric(out, "outbox_backlog_sample_timestamp_seconds", "gauge",
                   "When the backlog gauges were sampled (Unix time).", metrics_.backlog_at);
       // The same per aggregate type (types with pending, in-flight or dead events).
@@ -692,6 +706,11 @@ int cmd_relay(const relay_command_options& o) {
       if (!maker.shareable && o.threads > 1)
         throw usage_error("a transport that binds its endpoint (" + tu.scheme +
                           ") takes one relay thread (--threads 1)");
+      if constexpr (requires { Store::tails_the_log; })
+        if (o.threads > 1)
+          throw usage_error("a log-tailing store (" + su.scheme +
+                            ") takes one relay thread (--threads 1): a slot streams to one "
+                            "connection");
       service<Store, Transport> s(o, su, tu, std::move(backend), std::move(connect),
                                   std::move(maker));
       return s.run();

@@ -11,6 +11,7 @@
 #endif
 #ifdef OUTBOX_TOOL_POSTGRESQL
 #include <outbox/postgresql/store.hpp>
+#include <outbox/postgresql/tailing_store.hpp>
 #endif
 #ifdef OUTBOX_TOOL_MYSQL
 #include <outbox/mysql/store.hpp>
@@ -25,7 +26,7 @@ inline std::string stores_in_build() {
   out += " sqlite";
 #endif
 #ifdef OUTBOX_TOOL_POSTGRESQL
-  out += " postgresql";
+  out += " postgresql postgresql+tail";
 #endif
 #ifdef OUTBOX_TOOL_MYSQL
   out += " mysql";
@@ -45,6 +46,46 @@ inline store_url with_connect_timeout(store_url u) {
   return u;
 }
 
+#ifdef OUTBOX_TOOL_POSTGRESQL
+/// The log-tailing relay's store in the tool (scheme `postgresql+tail`): `tailing_store` made
+/// like the tool's other stores, from a session and store options. Its slot and publication
+/// are the URL's `slot` and `publication` parameters (both default `outbox_relay`); `migrate`
+/// also creates them when missing. `stats` adds the slot's lag.
+class tail_store : public outbox::postgresql::tailing_store {
+ public:
+  /// Set from the URL by `with_store_type` (one store URL per run of the tool).
+  static inline outbox::postgresql::tailing_options from_url{.slot = "outbox_relay",
+                                                             .publication = "outbox_relay"};
+  static inline std::string conninfo{};
+  static constexpr const char* soci_backend = "postgresql";
+  static constexpr int schema_version = outbox::postgresql::store::schema_version;
+  /// The relay command reads it: one relay thread, one session (a slot streams to one
+  /// connection).
+  static constexpr bool tails_the_log = true;
+
+  tail_store(soci::session& sql, const outbox::store_options& o)
+      : tailing_store(conninfo, sql, with_table(o)) {}
+  static void configure(soci::session& sql, const outbox::session_options& s = {}) {
+    outbox::postgresql::store::configure(sql, s);
+  }
+  static int migrate(soci::session& sql, int target = outbox::store::latest_version) {
+    const int version = outbox::postgresql::store::migrate(sql, target);
+    (void)tailing_store::setup(sql, from_url);
+    return version;
+  }
+  std::vector<outbox::aggregate_type_stats> stats_by_aggregate_type(outbox::time_point now) {
+    return table().stats_by_aggregate_type(now);
+  }
+
+ private:
+  static outbox::postgresql::tailing_options with_table(const outbox::store_options& o) {
+    auto t = from_url;
+    t.table = o;
+    return t;
+  }
+};
+#endif
+
 /// Calls `f.template operator()<Store>(soci_backend, connect_string)` with the store type that
 /// `u`'s scheme names; a scheme this build has no store for is a usage error.
 template <class F>
@@ -62,6 +103,25 @@ decltype(auto) with_store_type(const store_url& u, F&& f) {
   if (u.scheme == "postgresql")  // the parameters are libpq's own keywords
     return std::forward<F>(f).template operator()<outbox::postgresql::store>(
         "postgresql", connect_string(with_connect_timeout(u), "dbname"));
+#endif
+#ifdef OUTBOX_TOOL_POSTGRESQL
+  if (u.scheme == "postgresql+tail") {  // libpq keywords, and the slot's and publication's names
+    store_url plain = u;
+    plain.query.clear();
+    for (const auto& [k, v] : u.query) {
+      if (k == "slot")
+        tail_store::from_url.slot = v;
+      else if (k == "publication")
+        tail_store::from_url.publication = v;
+      else
+        plain.query.emplace_back(k, v);
+    }
+    for (const std::string* name : {&tail_store::from_url.slot, &tail_store::from_url.publication})
+      if (!outbox::postgresql::detail::valid_slot_name(*name))
+        throw usage_error("slot and publication names take 1 to 63 of a-z, 0-9 and _");
+    tail_store::conninfo = connect_string(with_connect_timeout(plain), "dbname");
+    return std::forward<F>(f).template operator()<tail_store>("postgresql", tail_store::conninfo);
+  }
 #endif
 #ifdef OUTBOX_TOOL_MYSQL
   if (u.scheme == "mysql")  // the parameters are SOCI's MySQL keywords

@@ -170,6 +170,14 @@ struct backlog_stats {
   /// aggregate holds them back). The same test on every store; under a *locking* claim policy
   /// a claimed row counts in `pending` (not `in_flight`), never here.
   std::int64_t waiting_retry = 0;
+  /// Log-tailing stores only (0 elsewhere): WAL bytes between the slot's confirmed position
+  /// and the server's current one (events committed and not yet confirmed by the broker, and
+  /// any other WAL written since).
+  std::int64_t log_lag_bytes = 0;
+  /// Log-tailing stores only: how far behind in time the slot's confirmed position is, as the
+  /// server measures it for the connection streaming from it (0 when caught up, or when no
+  /// relay streams).
+  std::chrono::milliseconds log_lag{0};
 };
 
 /// The backlog of one aggregate type (`concepts::aggregate_stats_store`).

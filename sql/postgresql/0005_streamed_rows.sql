@@ -32,3 +32,13 @@ BEGIN
   RETURN NULL;
 END;
 $$;
+
+-- The log-tailing relay's count of claims of the first batch it reads after its stream opens
+-- (at the slot's position): a relay that keeps dying while publishing that batch (a message
+-- that crashes it) claims it again and again from the same position; the count becomes the
+-- batch's attempts, so the relay dead-letters it once the retry policy says they are spent.
+CREATE TABLE outbox_tail_attempts (
+  slot     text    PRIMARY KEY,
+  position bigint  NOT NULL,  -- the LSN the batch starts at (the end of its first transaction)
+  claims   integer NOT NULL
+);

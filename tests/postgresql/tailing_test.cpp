@@ -5,6 +5,7 @@
 #define BOOST_TEST_NO_MAIN
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -16,9 +17,10 @@
 #include <outbox/outbox.hpp>
 #include <outbox/postgresql/tailing_store.hpp>
 #include <outbox/testing/faulty_transport.hpp>
+#include <outbox/testing/manual_clock.hpp>
 #include <outbox/testing/memory_transport.hpp>
 
-#include "../support/postgresql_fixture.hpp"
+#include "../support/postgresql_tailing_fixture.hpp"
 #include "../support/server_store_helpers.hpp"
 
 using namespace std::chrono_literals;
@@ -28,64 +30,7 @@ using outbox::test::eventually;
 
 namespace {
 
-/// A schema of its own (the leasing fixture) and a slot and publication named after it,
-/// dropped at the end (a slot left behind would hold the server's WAL forever).
-struct tailing_fixture : outbox::test::postgresql_leasing_fixture {
-  tailing_fixture() {
-    opts.slot = slot_name();
-    opts.publication = opts.slot + "_pub";
-    auto sql = open_session();
-    created = tailing_store::setup(*sql, opts);  // checked by a test (the destructor drops it)
-  }
-  ~tailing_fixture() {
-    try {
-      auto sql = open_session();
-      // A stream of a store still alive in the test would hold the slot: end it first.
-      *sql << "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
-              "WHERE slot_name = '" +
-                  opts.slot + "' AND active_pid IS NOT NULL";
-      for (int i = 0; i < 50; ++i) {
-        try {
-          tailing_store::drop(*sql, opts, true);
-          break;
-        } catch (const outbox::error&) {
-          std::this_thread::sleep_for(100ms);
-        }
-      }
-    } catch (...) {
-    }
-  }
-  tailing_fixture(const tailing_fixture&) = delete;
-  tailing_fixture& operator=(const tailing_fixture&) = delete;
-
-  std::string slot_name() const {
-    static int n = 0;
-    return "outbox_tail_" + std::to_string(::getpid()) + "_" + std::to_string(n++);
-  }
-
-  std::unique_ptr<tailing_store> make_tailing(soci::session& table) {
-    return std::make_unique<tailing_store>(connect_string(), table, opts);
-  }
-
-  /// Writes events in one transaction with the table-free writer (`Mode` tailing_store), or
-  /// the table mode's (`tailing_store::table_mode`).
-  template <class Mode = tailing_store>
-  void write(const std::vector<std::pair<std::string, std::string>>& events) {
-    auto sql = open_session();
-    outbox::writer<Mode> w;
-    soci::transaction tx(*sql);
-    for (const auto& [agg, name] : events)
-      w.enqueue(*sql, outbox::event{"order", agg, name, "{\"n\":\"" + name + "\"}"});
-    tx.commit();
-  }
-
-  std::size_t table_rows(soci::session& sql, const std::string& where = "true") {
-    return static_cast<std::size_t>(count(sql, "SELECT count(*) FROM outbox WHERE " + where));
-  }
-
-  tailing_options opts;
-  bool created = false;
-};
+using tailing_fixture = outbox::test::postgresql_tailing_fixture;
 
 std::vector<std::string> names(const std::vector<outbox::message>& wire) {
   std::vector<std::string> out;
@@ -344,6 +289,33 @@ BOOST_FIXTURE_TEST_CASE(an_unreadable_message_is_dead_lettered_with_the_reason, 
   BOOST_TEST(r.stats().dead_lettered == 1u);
 }
 
+BOOST_FIXTURE_TEST_CASE(stats_and_slot_show_the_lag_and_who_streams, tailing_fixture) {
+  auto table = open_session();
+  auto store = make_tailing(*table);
+  auto idle = tailing_store::slot(*table, opts);
+  BOOST_TEST(idle.exists);
+  BOOST_TEST(!idle.active);
+  BOOST_TEST(idle.wal_status == "reserved");
+  std::vector<std::pair<std::string, std::string>> events;
+  for (int i = 0; i < 50; ++i) events.emplace_back(std::to_string(i % 5), "e" + std::to_string(i));
+  write(events);
+  const auto before = store->stats(outbox::system_clock{}.now());
+  BOOST_TEST(before.log_lag_bytes > 1000);  // 50 events of WAL not confirmed
+  BOOST_TEST(before.pending == 0);          // nothing in the table
+  outbox::testing::memory_transport transport({.record = true});
+  outbox::relay r(*store, transport);
+  BOOST_TEST_REQUIRE(relay_until(r, transport, 50));
+  BOOST_TEST(tailing_store::slot(*table, opts).active);
+  BOOST_TEST(eventually(
+      [&] {
+        return store->stats(outbox::system_clock{}.now()).log_lag_bytes < before.log_lag_bytes;
+      },
+      10s));
+  tailing_options missing = opts;
+  missing.slot = opts.slot + "_none";
+  BOOST_TEST(!tailing_store::slot(*table, missing).exists);
+}
+
 BOOST_FIXTURE_TEST_CASE(a_missing_slot_is_a_configuration_error, tailing_fixture) {
   auto table = open_session();
   tailing_options other = opts;
@@ -427,6 +399,168 @@ BOOST_FIXTURE_TEST_CASE(the_table_free_writer_prepares_once_and_survives_dealloc
   BOOST_TEST(names(transport.wire()) ==
                  (std::vector<std::string>{"one", "three", "three", "three", "again", "plain"}),
              boost::test_tools::per_element());
+}
+
+// Break-it finding: a stream restarted (a release, a lost walsender) kept the end of a later
+// transaction without events as a settled position, and moved the slot past an event that was
+// claimed and never settled.
+BOOST_FIXTURE_TEST_CASE(a_restarted_stream_never_moves_the_slot_past_an_unsettled_event,
+                        tailing_fixture) {
+  auto table = open_session();
+  const auto claim = [](tailing_store& st) {
+    return st.claim({.owner = "t", .limit = 10, .now = outbox::system_clock{}.now(), .lease = 30s});
+  };
+  write({{"1", "e1"}});
+  {
+    auto store = make_tailing(*table);
+    std::optional<outbox::claimed_batch> b;
+    BOOST_TEST_REQUIRE(eventually([&] {
+      b = claim(*store);
+      return !b->empty();
+    }));
+    {
+      auto sql = open_session();  // a transaction the relay reads, without events of ours
+      *sql << "SELECT pg_logical_emit_message(true, 'somebody_else', 'x')";
+    }
+    std::this_thread::sleep_for(200ms);
+    store->release(*b);  // the stream starts again
+    for (int i = 0; i < 5; ++i) {
+      (void)claim(*store);  // e1 again; never settled
+      std::this_thread::sleep_for(50ms);
+    }
+  }
+  auto store = make_tailing(*table);
+  outbox::testing::memory_transport transport({.record = true});
+  outbox::relay r(*store, transport);
+  BOOST_TEST_REQUIRE(relay_until(r, transport, 1));
+  BOOST_TEST(transport.wire().front().event_type == "e1");
+}
+
+// Break-it finding: a message that crashes the relay came back forever (a stream event's
+// attempts were always 1). The claims of the batch read first after the stream opens are
+// counted in the table; spent, the relay dead-letters it unsent, and what follows flows.
+BOOST_FIXTURE_TEST_CASE(a_message_that_keeps_crashing_relays_is_dead_lettered_unsent,
+                        tailing_fixture) {
+  write({{"1", "poison"}});
+  write({{"2", "fine"}});
+  auto table = open_session();
+  for (int crash = 0; crash < 3; ++crash) {
+    auto store = make_tailing(*table);  // claims the poison, then "dies" before settling it
+    std::optional<outbox::claimed_batch> b;
+    BOOST_TEST_REQUIRE(eventually([&] {
+      b = store->claim(
+          {.owner = "t", .limit = 1, .now = outbox::system_clock{}.now(), .lease = 30s});
+      return !b->empty();
+    }));
+    BOOST_TEST(b->messages.front().event_type == "poison");
+    BOOST_TEST(b->messages.front().attempts == crash + 1);
+  }
+  auto store = make_tailing(*table);
+  outbox::testing::memory_transport transport({.record = true});
+  outbox::relay r(*store, transport, outbox::relay_options{.batch_size = 1},
+                  outbox::exponential_backoff{.initial = 50ms, .jitter = 0, .max_attempts = 3});
+  BOOST_TEST_REQUIRE(relay_until(r, transport, 1));
+  BOOST_TEST(names(transport.wire()) == std::vector<std::string>{"fine"},
+             boost::test_tools::per_element());
+  const auto dead = store->dead_letters(10);
+  BOOST_TEST_REQUIRE(dead.size() == 1u);
+  BOOST_TEST(dead.front().msg.event_type == "poison");
+  BOOST_TEST(dead.front().last_error.find("never settled") != std::string::npos);
+}
+
+// Break-it finding: while the table had due rows, the stream was not read at all.
+BOOST_FIXTURE_TEST_CASE(a_backlog_of_retries_does_not_hold_back_other_aggregates, tailing_fixture) {
+  auto table = open_session();
+  auto store = make_tailing(*table);
+  outbox::testing::memory_transport inner({.record = true});
+  outbox::testing::faulty_transport<outbox::testing::memory_transport> transport(inner);
+  outbox::testing::manual_clock clock;
+  outbox::relay r(*store, transport, outbox::relay_options{.batch_size = 20},
+                  outbox::exponential_backoff{.initial = 50ms, .jitter = 0}, clock);
+  transport.fail_next(1);
+  std::vector<std::pair<std::string, std::string>> a;
+  for (int i = 0; i < 200; ++i) a.emplace_back("A", "a" + std::to_string(i));
+  write(a);  // the first fails: the other 199 go to the table behind it
+  BOOST_TEST_REQUIRE(eventually([&] {
+    r.run_once();
+    return table_rows(*table, "state = 0") == 200u;
+  }));
+  clock.advance(100ms);  // the retry is due: 200 rows of A in the table
+  write({{"B", "b1"}});
+  BOOST_TEST_REQUIRE(relay_until(r, inner, 201));
+  const auto wire = inner.wire();
+  const auto b = std::find_if(wire.begin(), wire.end(),
+                              [](const outbox::message& m) { return m.aggregate_id == "B"; });
+  const auto at = b - wire.begin();
+  BOOST_TEST_REQUIRE(at < static_cast<std::ptrdiff_t>(wire.size()));
+  BOOST_TEST(at < 60, "b1 went out as message " << at);
+}
+
+// Break-it finding: a retry from the stream waited for the table's poll (1 s), not its time.
+BOOST_FIXTURE_TEST_CASE(a_retry_is_looked_at_when_it_is_due, tailing_fixture) {
+  auto table = open_session();
+  auto store = make_tailing(*table);
+  outbox::testing::memory_transport inner({.record = true});
+  outbox::testing::faulty_transport<outbox::testing::memory_transport> transport(inner);
+  outbox::testing::manual_clock clock;
+  outbox::relay r(*store, transport, outbox::relay_options{},
+                  outbox::exponential_backoff{.initial = 50ms, .jitter = 0}, clock);
+  transport.fail_next(1);
+  write({{"1", "once"}});
+  BOOST_TEST_REQUIRE(eventually([&] {
+    r.run_once();
+    return table_rows(*table, "state = 0") == 1u;
+  }));
+  for (int i = 0; i < 3; ++i) r.run_once();  // not due yet: nothing (and the table looked at)
+  BOOST_TEST(inner.wire().empty());
+  clock.advance(60ms);  // due, far before table_poll (1 s) on this clock
+  r.run_once();
+  BOOST_TEST(names(inner.wire()) == std::vector<std::string>{"once"},
+             boost::test_tools::per_element());
+}
+
+// Break-it finding: names PostgreSQL would read as a keyword or a number failed as syntax
+// errors, retried forever; a second stream on a busy slot is passing, not permanent.
+BOOST_FIXTURE_TEST_CASE(any_valid_name_works_and_a_busy_slot_is_transient, tailing_fixture) {
+  auto admin = open_session();
+  tailing_options odd = opts;
+  odd.slot = "9" + opts.slot;
+  odd.publication = "select";
+  BOOST_TEST(tailing_store::setup(*admin, odd));
+  {
+    auto t1 = open_session();
+    auto t2 = open_session();
+    tailing_store first(connect_string(), *t1, odd), second(connect_string(), *t2, odd);
+    write({{"1", "odd"}});
+    std::optional<outbox::claimed_batch> b;
+    BOOST_TEST_REQUIRE(eventually([&] {
+      b = first.claim(
+          {.owner = "t", .limit = 10, .now = outbox::system_clock{}.now(), .lease = 30s});
+      return !b->empty();
+    }));
+    try {
+      (void)second.claim(
+          {.owner = "t", .limit = 10, .now = outbox::system_clock{}.now(), .lease = 30s});
+      BOOST_ERROR("a second stream on a busy slot opened");
+    } catch (const outbox::error& e) {
+      BOOST_TEST(e.code() == outbox::errc::transient);
+      BOOST_TEST(e.native_code() == "55006");
+    }
+    try {
+      tailing_store::drop(*admin, odd);
+      BOOST_ERROR("a busy slot was dropped");
+    } catch (const outbox::error& e) {
+      BOOST_TEST(e.code() == outbox::errc::transient);
+    }
+  }
+  BOOST_TEST(eventually([&] {
+    try {
+      tailing_store::drop(*admin, odd, true);
+      return true;
+    } catch (const outbox::error&) {
+      return false;
+    }
+  }));
 }
 
 BOOST_FIXTURE_TEST_CASE(concurrent_transactions_arrive_in_commit_order, tailing_fixture) {

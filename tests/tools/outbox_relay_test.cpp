@@ -23,6 +23,9 @@
 #include <outbox/amqp/amqp.hpp>
 #include <outbox/outbox.hpp>
 #include <outbox/zeromq/zeromq.hpp>
+#ifdef OUTBOX_TOOL_TEST_POSTGRESQL
+#include <outbox/postgresql/tailing_store.hpp>
+#endif
 
 #include "../../tools/metrics.hpp"
 #include "../support/amqp_fixture.hpp"
@@ -553,5 +556,72 @@ BOOST_AUTO_TEST_CASE(a_database_that_stops_answering_makes_it_unhealthy_and_cann
 #endif
 
 BOOST_AUTO_TEST_SUITE_END()
+
+#ifdef OUTBOX_TOOL_TEST_POSTGRESQL
+// The log-tailing relay from the tool: `migrate` on a postgresql+tail URL makes the slot and
+// the publication, `relay` streams the table-free writer's events to a ZeroMQ consumer, its
+// /metrics have the slot's lag, `stats --json` too, and SIGTERM ends it with exit 0.
+BOOST_AUTO_TEST_CASE(relays_from_the_wal_with_a_postgresql_tail_url,
+                     *boost::unit_test::precondition(outbox::test::services_of<fixture>)) {
+  fixture fx;
+  const std::string slot = "outbox_tool_tail_" + std::to_string(::getpid());
+  std::string url = url_of(fx);
+  url.replace(0, std::string("postgresql").size(), "postgresql+tail");
+  url += "&slot=" + slot + "&publication=" + slot;
+  struct cleanup {
+    fixture& fx;
+    std::string slot;
+    ~cleanup() {
+      try {
+        auto sql = fx.open_session();
+        outbox::postgresql::tailing_store::drop(*sql, {.slot = slot, .publication = slot}, true);
+      } catch (...) {
+      }
+    }
+  } drop_slot{fx, slot};
+  {
+    tool_process migrate({"migrate", "--store", url});
+    BOOST_TEST_REQUIRE(migrate.wait(60s) == 0, migrate.log());
+    auto sql = fx.open_session();
+    BOOST_TEST(
+        fixture::count(*sql, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '" +
+                                 slot + "'") == 1);
+  }
+  std::vector<outbox::uuid> ids;
+  {
+    auto sql = fx.open_session();
+    outbox::writer<outbox::postgresql::tailing_store> w;
+    auto tx = fixture::begin(*sql);
+    for (int i = 0; i < 300; ++i)
+      ids.push_back(w.enqueue(*sql, outbox::event{"order", std::to_string(i % 7), "placed",
+                                                  R"({"i":)" + std::to_string(i) + "}"}));
+    tx->commit();
+  }
+  {
+    tool_process stats({"stats", "--store", url, "--json"});
+    BOOST_TEST_REQUIRE(stats.wait(60s) == 0, stats.log());
+    BOOST_TEST(stats.out().find("\"log_lag_bytes\":") != std::string::npos, stats.out());
+  }
+  const auto socket = socket_path("tail");
+  tool_process relay(relay_args(url, "zmq+ipc://" + socket.string()));
+  const int port = metrics_port(relay);
+  outbox::zeromq::receiver r({.endpoint = "ipc://" + socket.string(), .name = "tool-tail"});
+  const auto got = receive_all(r, ids.size(), nullptr);
+  BOOST_TEST(got == std::set<outbox::uuid>(ids.begin(), ids.end()));
+  const auto s = scrape_until(port, [](auto& s) {
+    return s["outbox_relay_published_total"] >= 300 && s.count("outbox_log_lag_bytes") == 1;
+  });
+  BOOST_TEST(s.at("outbox_relay_published_total") == 300);
+  BOOST_TEST(s.count("outbox_log_lag_seconds") == 1u);
+  BOOST_TEST(http_get(port, "/healthz").first == 200);
+  relay.signal(SIGTERM);
+  BOOST_TEST(relay.wait(30s) == 0, relay.log());
+  std::filesystem::remove(socket);
+  // One relay thread per slot.
+  tool_process two(relay_args(url, "zmq+ipc://" + socket.string(), {"--threads", "2"}));
+  BOOST_TEST(two.wait(30s) == 2, two.log());
+  BOOST_TEST(two.log().find("--threads 1") != std::string::npos, two.log());
+}
+#endif
 
 OUTBOX_TEST_MAIN()

@@ -54,6 +54,16 @@ struct tailing_options {
   store_options table{};
 };
 
+/// A log-tailing relay's replication slot, as the server sees it (`tailing_store::slot`).
+struct slot_status {
+  bool exists = false;
+  bool active = false;               ///< A connection streams from it.
+  std::int64_t lag_bytes = 0;        ///< WAL after its confirmed position.
+  std::int64_t retained_bytes = 0;   ///< WAL it keeps the server from removing.
+  std::string wal_status{};          ///< reserved, extended, unreserved (about to lose), lost.
+  std::chrono::milliseconds lag{0};  ///< The streaming connection's flush lag (0: none).
+};
+
 /// A store whose claim reads the transaction log: events written by `tailing_store::appender`
 /// (`pg_logical_emit_message`, in the caller's transaction: no row, no index, no vacuum) reach
 /// the relay in commit order, one transaction after another, as soon as they commit.
@@ -154,8 +164,8 @@ class tailing_store {
     if (pub.text(0, 0) != "t") {
       try {
         // The session's outbox table (its search path), inserts only: table mode's rows.
-        detail::exec(c, ("CREATE PUBLICATION " + o.publication +
-                         " FOR TABLE outbox WITH (publish = 'insert')")
+        detail::exec(c, ("CREATE PUBLICATION \"" + o.publication +
+                         "\" FOR TABLE outbox WITH (publish = 'insert')")
                             .c_str());
       } catch (const error& e) {
         if (e.native_code() != "42710") throw;  // created by another process meanwhile
@@ -182,11 +192,26 @@ class tailing_store {
   static void drop(session_type& sql, const tailing_options& o = {}, bool publication = false) {
     check_names(o);
     PGconn* c = detail::handle(sql);
-    detail::exec(c,
-                 "SELECT pg_catalog.pg_drop_replication_slot(slot_name) FROM "
-                 "pg_catalog.pg_replication_slots WHERE slot_name = $1",
-                 detail::params().add(o.slot), "drop replication slot");
-    if (publication) detail::exec(c, ("DROP PUBLICATION IF EXISTS " + o.publication).c_str());
+    try {
+      detail::exec(c,
+                   "SELECT pg_catalog.pg_drop_replication_slot(slot_name) FROM "
+                   "pg_catalog.pg_replication_slots WHERE slot_name = $1",
+                   detail::params().add(o.slot), "drop replication slot");
+    } catch (const error& e) {
+      if (e.native_code() != "55006") throw;
+      throw error(errc::transient, "postgresql", e.native_code(),
+                  "drop replication slot " + o.slot +
+                      ": a connection still streams from it (a relay, or one that is going "
+                      "away): stop it and drop again");
+    }
+    if (publication)
+      detail::exec(c, ("DROP PUBLICATION IF EXISTS \"" + o.publication + "\"").c_str());
+    try {
+      detail::exec(c, std::string(statements::tail_forget), detail::params().add(o.slot),
+                   "forget the slot's attempts");
+    } catch (const error& e) {
+      if (e.native_code() != "42P01") throw;  // not migrated: nothing to forget
+    }
   }
 
   /// @param conninfo the replication connection's parameters (libpq keywords or a URI, as for
@@ -230,19 +255,24 @@ class tailing_store {
   claimed_batch claim(const claim_request& req) {
     if (out_) reset_stream();  // the last batch was neither settled nor released: replay it
     open();
-    if (req.now >= next_table_look_) {
+    pump();
+    // The table's due rows and the stream take turns when both have work, so a backlog of
+    // retries does not hold back the aggregates that flow straight from the stream.
+    if (req.now >= next_table_look_ && (table_turn_ || ready_.empty())) {
       claimed_batch b = table_.claim(req);
       if (!b.empty() || b.unreadable > 0) {
         table_tokens_.insert(b.token);
+        table_turn_ = false;
+        advance();  // the server hears from us while the stream waits
         return b;
       }
-      next_table_look_ = req.now + options_.table_poll;
+      next_table_look_ = next_look_after_empty(req.now);
     }
-    pump();
+    table_turn_ = true;
     claimed_batch batch;
     batch.token = -static_cast<std::int64_t>(++stream_batches_);
     batch.lease_until = req.now + req.lease;
-    stream_batch sb{batch.token, {}};
+    stream_batch sb{batch.token, {}, 0};
     std::vector<parked_row> to_park;
     while (!ready_.empty() && batch.messages.size() < req.limit) {
       event_in_log ev = std::move(ready_.front());
@@ -263,6 +293,8 @@ class tailing_store {
     }
     try {
       park(to_park, req.now);
+      if (!to_park.empty()) next_table_look_ = req.now;  // parked behind their aggregate: due
+      if (!batch.empty() && head_unclaimed_) count_head_attempt(batch, sb);
     } catch (...) {
       reset_stream();  // what was taken from the buffer comes again
       throw;
@@ -297,10 +329,13 @@ class tailing_store {
           continue;
         case settlement::kind::retry:
           ++out.retried;
+          retry_times_.push_back(f.retry_at);
+          next_table_look_ = std::min(next_table_look_, f.retry_at);
           to_park.push_back(parked_row{m, tx, 0, f.retry_at, m.attempts, {}});
           break;
         case settlement::kind::release:
           ++out.released;
+          next_table_look_ = now;
           to_park.push_back(parked_row{m, tx, 0, std::nullopt, std::max(0, m.attempts - 1), {}});
           break;
         case settlement::kind::dead:
@@ -332,7 +367,21 @@ class tailing_store {
       table_.release(batch);
       return;
     }
-    if (out_ && out_->token == batch.token) reset_stream();
+    if (!out_ || out_->token != batch.token) return;
+    if (out_->head_position != 0) {
+      // Not an attempt (stopping): the count of the head batch's claims goes back.
+      const auto position = out_->head_position;
+      try {
+        table_.run("release the head batch's attempt", [&](PGconn* c) {
+          detail::exec(c, std::string(statements::tail_attempt_release),
+                       detail::params().add(options_.slot).add(position), "tail attempt release");
+          return 0;
+        });
+      } catch (const error&) {
+        // Counted once too often: one attempt of the retry policy's, never an event.
+      }
+    }
+    reset_stream();
   }
 
   // ---- waking ---------------------------------------------------------------------------------
@@ -340,16 +389,36 @@ class tailing_store {
   /// Sleeps until the stream has input, `interrupt` is called, or `timeout` (at most
   /// `table_poll`) passes. Never throws.
   bool wait_for_work(std::chrono::milliseconds timeout) {
-    if (!ready_.empty()) return true;
+    if (!ready_.empty() || more_buffered_) return true;
     timeout = std::min(timeout, options_.table_poll);
     const auto o = wake_.wait(stream_.socket(), timeout);
     return o.interrupted || o.socket_ready;
   }
   void interrupt() noexcept { wake_.interrupt(); }
 
-  // ---- operations (the outbox table's) --------------------------------------------------------
+  // ---- operations -----------------------------------------------------------------------------
 
-  backlog_stats stats(time_point now) { return table_.stats(now); }
+  /// The slot of `o` as the server sees it (any session of the database).
+  static slot_status slot(session_type& sql, const tailing_options& o) {
+    check_names(o);
+    auto r = detail::exec(detail::handle(sql), std::string(statements::tail_lag),
+                          detail::params().add(o.slot), "slot status");
+    return read_slot(r);
+  }
+
+  /// The outbox table's backlog (retries waiting, dead letters) and the slot's lag
+  /// (`log_lag_bytes`, `log_lag`).
+  backlog_stats stats(time_point now) {
+    backlog_stats s = table_.stats(now);
+    const slot_status st = table_.run("slot status", [&](PGconn* c) {
+      auto r = detail::exec(c, std::string(statements::tail_lag),
+                            detail::params().add(options_.slot), "slot status");
+      return read_slot(r);
+    });
+    s.log_lag_bytes = st.lag_bytes;
+    s.log_lag = st.lag;
+    return s;
+  }
   std::vector<dead_letter> dead_letters(std::size_t n) { return table_.dead_letters(n); }
   bool requeue(const uuid& id) { return table_.requeue(id); }
   std::size_t purge_published(time_point t, std::size_t n) { return table_.purge_published(t, n); }
@@ -375,6 +444,9 @@ class tailing_store {
     std::int64_t token = 0;
     /// Each message's transaction, by sequence (the relay may reorder the batch).
     std::vector<entry> entries;
+    /// The first batch after the stream opened: the position its claim was counted at
+    /// (outbox_tail_attempts), 0 for the others.
+    std::int64_t head_position = 0;
     [[nodiscard]] const entry& of(std::int64_t seq) const {
       const auto it =
           std::lower_bound(entries.begin(), entries.end(), seq,
@@ -393,6 +465,18 @@ class tailing_store {
     int attempts = 0;
     std::string error{};
   };
+
+  static slot_status read_slot(const detail::result& r) {
+    slot_status st;
+    if (r.rows() == 0) return st;
+    st.exists = true;
+    st.lag_bytes = r.is_null(0, 0) ? 0 : r.int64(0, 0);
+    st.active = r.text(0, 1) == "t";
+    st.retained_bytes = r.is_null(0, 2) ? 0 : r.int64(0, 2);
+    st.wal_status = r.text(0, 3);
+    st.lag = std::chrono::milliseconds(r.int64(0, 4));
+    return st;
+  }
 
   static store_options table_options(const tailing_options& o) {
     store_options t = o.table;
@@ -416,7 +500,29 @@ class tailing_store {
   void open() {
     if (stream_.is_open()) return;
     load_parked({});
-    stream_.open(conninfo_, options_.slot, options_.publication, flushed_);
+    try {
+      stream_.open(conninfo_, options_.slot, options_.publication, flushed_);
+    } catch (const error& e) {
+      if (e.code() != errc::misconfigured || e.native_code() != "55000") throw;
+      // The slot may have been invalidated (it kept more WAL than max_slot_wal_keep_size).
+      slot_status st;
+      try {
+        st = table_.run("slot status", [&](PGconn* c) {
+          auto r = detail::exec(c, std::string(statements::tail_lag),
+                                detail::params().add(options_.slot), "slot status");
+          return read_slot(r);
+        });
+      } catch (const error&) {
+        throw e;
+      }
+      if (st.wal_status != "lost") throw;
+      throw error(errc::misconfigured, "postgresql", e.native_code(),
+                  "replication slot " + options_.slot +
+                      " was invalidated: it kept more WAL than max_slot_wal_keep_size allows, so "
+                      "events committed after its position are gone from the WAL (compare what "
+                      "the writers committed with what was published); drop it and set it up "
+                      "again (tailing_store::drop, setup)");
+    }
     last_ack_ = std::chrono::steady_clock::now();
   }
 
@@ -431,13 +537,23 @@ class tailing_store {
     first_tx_ = next_tx_;
     out_.reset();
     relations_.clear();  // a new stream describes its tables again
+    // Positions seen on the old stream say nothing about what the new one will replay: the
+    // settled position may move only past what the new stream shows settled.
+    last_commit_end_ = 0;
+    head_unclaimed_ = true;
+    more_buffered_ = false;
   }
 
   /// Reads what the stream has, turning committed transactions into `ready_` events.
   void pump() {
     std::vector<detail::replication_stream::frame> frames;
     try {
-      while (ready_.size() < options_.read_ahead) {
+      more_buffered_ = false;
+      while (true) {
+        if (ready_.size() >= options_.read_ahead) {
+          more_buffered_ = true;  // may be in libpq's buffer already: the socket would not say
+          break;
+        }
         frames.clear();
         stream_.read(frames, 1'000);
         if (frames.empty()) break;
@@ -615,7 +731,33 @@ class tailing_store {
       done(r.tx);
     }
     for (const auto tx : repeats) done(tx);
-    next_table_look_ = now;  // released rows are due at once; a retry's time is checked then
+  }
+
+  /// The first batch after the stream opened starts where the slot stands. A relay that dies
+  /// while publishing it (a message that crashes the relay looks just like that) starts there
+  /// again: the claims of that position are counted in the table (one statement per stream
+  /// opened, not per batch), and each message of the batch carries the count as its attempts,
+  /// so the relay dead-letters them, unsent, once the retry policy says they are spent, as it
+  /// does with a polling store's rows.
+  void count_head_attempt(claimed_batch& batch, stream_batch& sb) {
+    const auto position = static_cast<std::int64_t>(txs_.empty() ? flushed_ : txs_.front().end);
+    const int claims = table_.run("count the head batch's attempt", [&](PGconn* c) {
+      auto r = detail::exec(c, std::string(statements::tail_attempt),
+                            detail::params().add(options_.slot).add(position), "tail attempt");
+      return static_cast<int>(r.int64(0, 0));
+    });
+    head_unclaimed_ = false;
+    sb.head_position = position;
+    for (auto& m : batch.messages) m.attempts = std::max(1, claims);
+  }
+
+  /// After a table claim found nothing due: the next look at `table_poll`, or at the earliest
+  /// retry time parked since, if sooner.
+  time_point next_look_after_empty(time_point now) {
+    time_point next = now + options_.table_poll;
+    std::erase_if(retry_times_, [&](time_point t) { return t <= now; });
+    for (const auto t : retry_times_) next = std::min(next, t);
+    return next;
   }
 
   /// Table mode: deletes the rows of the published events (tail_delete.sql).
@@ -673,8 +815,10 @@ class tailing_store {
       if (f.what == settlement::kind::release) next_table_look_ = now;
     // A retry's time is not known to the table's claim: look again when it comes.
     for (const auto& f : fates)
-      if (f.what == settlement::kind::retry)
+      if (f.what == settlement::kind::retry) {
+        retry_times_.push_back(f.retry_at);
         next_table_look_ = std::min(next_table_look_, f.retry_at);
+      }
     return r;
   }
 
@@ -698,6 +842,10 @@ class tailing_store {
   std::unordered_set<std::int64_t> table_tokens_;
   time_point next_table_look_{};
   std::unordered_map<std::uint32_t, detail::wal::outbox_columns> relations_;  // outbox tables
+  bool table_turn_ = false;     // the table's due rows go next, when the stream has some too
+  bool head_unclaimed_ = true;  // the stream's first batch since it opened is not counted yet
+  bool more_buffered_ = false;  // the last read stopped at read_ahead
+  std::vector<time_point> retry_times_;  // of events parked for a retry, not yet looked at
 };
 
 }  // namespace outbox::postgresql

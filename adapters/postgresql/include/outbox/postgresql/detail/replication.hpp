@@ -96,24 +96,31 @@ class replication_stream {
                     "log tailing needs the server setting wal_level = logical (it is '" +
                         std::string(r.text(0, 0)) + "'; set it in postgresql.conf and restart)");
     }
-    std::string cmd = "START_REPLICATION SLOT " + std::string(slot) + " LOGICAL " +
-                      wal::format_lsn(start) + " (proto_version '1', publication_names '" +
-                      std::string(publication) + "', messages 'true', binary 'true')";
+    // Quoted: the names are [a-z0-9_] (checked), which a keyword or a leading digit would
+    // still break unquoted.
+    std::string cmd = "START_REPLICATION SLOT \"" + std::string(slot) + "\" LOGICAL " +
+                      wal::format_lsn(start) + " (proto_version '1', publication_names '\"" +
+                      std::string(publication) + "\"', messages 'true', binary 'true')";
     result r(PQexec(conn_, cmd.c_str()));
-    if (PQresultStatus(r.get()) != PGRES_COPY_BOTH) {
-      try {
-        throw_pg(conn_, r, "start replication from slot " + std::string(slot));
-      } catch (const error& e) {
-        close();
-        // 42704: no such slot or publication: a setup step missing, not a passing fault.
-        if (e.native_code() == "42704" || e.native_code() == "55000")
-          throw error(errc::misconfigured, "postgresql", e.native_code(),
-                      std::string(e.what()) +
-                          " (create the slot and publication: postgresql::tailing_store::setup, "
-                          "or `outbox migrate --slot`)");
-        throw;
-      }
-    }
+    if (PQresultStatus(r.get()) == PGRES_COPY_BOTH) return;
+    const char* state = PQresultErrorField(r.get(), PG_DIAG_SQLSTATE);
+    const std::string sqlstate = state ? state : "";
+    std::string why = PQresultErrorMessage(r.get());
+    if (why.empty()) why = PQerrorMessage(conn_);
+    while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+    const bool lost = PQstatus(conn_) != CONNECTION_OK;
+    close();
+    why = "start replication from slot " + std::string(slot) + ": " + why;
+    // The slot streams to another connection (55006), or the connection or server went:
+    // passing. Anything else the server refuses here (no such slot or publication, a slot of
+    // another plugin, an invalidated slot) is a setup step missing or wrong, not a fault that
+    // heals by itself.
+    if (lost || sqlstate == "55006" || classify(sqlstate) == errc::transient)
+      throw error(errc::transient, "postgresql", sqlstate, why);
+    throw error(errc::misconfigured, "postgresql", sqlstate,
+                why +
+                    " (create the slot and publication: postgresql::tailing_store::setup, or "
+                    "`outbox migrate` with a postgresql+tail URL)");
   }
 
   /// Reads what has arrived without blocking: WAL frames are appended to `out`, keepalives

@@ -1,0 +1,83 @@
+#pragma once
+// The log-tailing relay's fixture: the PostgreSQL leasing fixture's schema of its own, and a
+// replication slot and publication named after the process, made by `tailing_store::setup` and
+// dropped at the end (a slot left behind would hold the server's WAL).
+
+#include <unistd.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <outbox/postgresql/tailing_store.hpp>
+#include <outbox/writer.hpp>
+
+#include "postgresql_fixture.hpp"
+
+namespace outbox::test {
+
+/// A schema of its own (the leasing fixture) and a slot and publication named after it,
+/// dropped at the end (a slot left behind would hold the server's WAL forever).
+struct postgresql_tailing_fixture : postgresql_leasing_fixture {
+  using tailing_store = outbox::postgresql::tailing_store;
+
+  postgresql_tailing_fixture() {
+    opts.slot = slot_name();
+    opts.publication = opts.slot + "_pub";
+    auto sql = open_session();
+    created = tailing_store::setup(*sql, opts);  // checked by a test (the destructor drops it)
+  }
+  ~postgresql_tailing_fixture() {
+    try {
+      auto sql = open_session();
+      // A stream of a store still alive in the test would hold the slot: end it first.
+      *sql << "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
+              "WHERE slot_name = '" +
+                  opts.slot + "' AND active_pid IS NOT NULL";
+      for (int i = 0; i < 50; ++i) {
+        try {
+          tailing_store::drop(*sql, opts, true);
+          break;
+        } catch (const outbox::error&) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+      }
+    } catch (...) {
+    }
+  }
+  postgresql_tailing_fixture(const postgresql_tailing_fixture&) = delete;
+  postgresql_tailing_fixture& operator=(const postgresql_tailing_fixture&) = delete;
+
+  std::string slot_name() const {
+    static int n = 0;
+    return "outbox_tail_" + std::to_string(::getpid()) + "_" + std::to_string(n++);
+  }
+
+  std::unique_ptr<tailing_store> make_tailing(soci::session& table) {
+    return std::make_unique<tailing_store>(connect_string(), table, opts);
+  }
+
+  /// Writes events in one transaction with the table-free writer (`Mode` tailing_store), or
+  /// the table mode's (`tailing_store::table_mode`).
+  template <class Mode = tailing_store>
+  void write(const std::vector<std::pair<std::string, std::string>>& events) {
+    auto sql = open_session();
+    outbox::writer<Mode> w;
+    soci::transaction tx(*sql);
+    for (const auto& [agg, name] : events)
+      w.enqueue(*sql, outbox::event{"order", agg, name, "{\"n\":\"" + name + "\"}"});
+    tx.commit();
+  }
+
+  std::size_t table_rows(soci::session& sql, const std::string& where = "true") {
+    return static_cast<std::size_t>(count(sql, "SELECT count(*) FROM outbox WHERE " + where));
+  }
+
+  outbox::postgresql::tailing_options opts;
+  bool created = false;
+};
+
+}  // namespace outbox::test
