@@ -4,7 +4,9 @@
 -- where the retries are claimed. The store repeats the VALUES tuple (renumbering the
 -- parameters) for several rows. A row already there is left as it is (the stream replayed after
 -- a restart), unless it is the streamed row (state 3) of the table mode: that one takes the
--- fate.
+-- fate, and a new seq (the table claims an aggregate's rows by seq: they must be in the order
+-- they are parked, which is commit order, not the order the writers inserted them in). The
+-- store parks rows in stream order.
 -- $1 event_id (UUID text), $2 aggregate_type, $3 aggregate_id, $4 event_type, $5 payload
 -- (bytea, sent in binary), $6 headers (JSON object text), $7 created_at (Unix us),
 -- $8 content_type, $9 state (0 pending, 2 dead), $10 available_at (Unix us; NULL: claimable now, not waiting for a retry), $11 attempts,
@@ -15,6 +17,6 @@ INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload_
 VALUES ($1::uuid, $2, $3, $4, $5::bytea, $6::jsonb, outbox_ts($7::bigint), $8, $9::smallint,
         coalesce(outbox_ts($10::bigint), '-infinity'), $11::integer, outbox_ts($12::bigint), $13)
 ON CONFLICT (event_id) DO UPDATE
-  SET state = excluded.state, available_at = excluded.available_at,
+  SET seq = DEFAULT, state = excluded.state, available_at = excluded.available_at,
       attempts = excluded.attempts, dead_at = excluded.dead_at, last_error = excluded.last_error
   WHERE outbox.state = 3

@@ -166,6 +166,37 @@ BOOST_FIXTURE_TEST_CASE(table_mode_rows_go_out_in_commit_order_and_are_deleted_o
   BOOST_TEST(transport.wire().back().event_type == "failed_once");
 }
 
+// Table mode keeps commit order through the table too: a row inserted first and committed
+// last goes after the other when both wait in the table (a parked row takes a new seq).
+BOOST_FIXTURE_TEST_CASE(table_mode_retries_keep_commit_order_not_insert_order, tailing_fixture) {
+  using table_mode = tailing_store::table_mode;
+  auto table = open_session();
+  auto store = make_tailing(*table);
+  outbox::testing::memory_transport inner({.record = true});
+  outbox::testing::faulty_transport<outbox::testing::memory_transport> transport(inner);
+  outbox::testing::manual_clock clock;
+  outbox::relay r(*store, transport, outbox::relay_options{},
+                  outbox::exponential_backoff{.initial = 50ms, .jitter = 0}, clock);
+  auto first = open_session();
+  auto second = open_session();
+  outbox::writer<table_mode> w;
+  soci::transaction t1(*first);
+  w.enqueue(*first, outbox::event{"order", "A", "inserted_first", "{}"});
+  soci::transaction t2(*second);
+  w.enqueue(*second, outbox::event{"order", "A", "committed_first", "{}"});
+  t2.commit();
+  t1.commit();
+  transport.fail_next(1);  // committed_first fails; inserted_first is released behind it
+  BOOST_TEST_REQUIRE(eventually([&] {
+    r.run_once();
+    return table_rows(*table, "state = 0") == 2u;
+  }));
+  clock.advance(100ms);
+  BOOST_TEST_REQUIRE(relay_until(r, inner, 2));
+  BOOST_TEST(names(inner.wire()) == (std::vector<std::string>{"committed_first", "inserted_first"}),
+             boost::test_tools::per_element());
+}
+
 BOOST_FIXTURE_TEST_CASE(the_slot_advances_only_past_settled_events, tailing_fixture) {
   write({{"1", "e1"}, {"2", "e2"}});
   auto table = open_session();

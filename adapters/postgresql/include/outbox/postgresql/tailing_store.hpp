@@ -256,6 +256,9 @@ class tailing_store {
     if (out_) reset_stream();  // the last batch was neither settled nor released: replay it
     open();
     pump();
+    // Answer the server first: the table's statements below may fail (a server shutting down
+    // ends ordinary sessions before its walsenders, which then wait for our confirmation).
+    advance();
     // The table's due rows and the stream take turns when both have work, so a backlog of
     // retries does not hold back the aggregates that flow straight from the stream.
     if (req.now >= next_table_look_ && (table_turn_ || ready_.empty())) {
@@ -559,6 +562,11 @@ class tailing_store {
         if (frames.empty()) break;
         for (const auto& f : frames) take(f);
       }
+      if (stream_.server_draining() && !caught_up())
+        throw error(errc::transient, "postgresql", {},
+                    "the server is shutting down and waits for the slot to confirm the end of "
+                    "its WAL: the stream is closed so that it can stop (the events after the "
+                    "slot's position come again)");
     } catch (...) {
       reset_stream();
       throw;
@@ -643,6 +651,11 @@ class tailing_store {
     if (t.open > 0) --t.open;
   }
 
+  /// Nothing read is unsettled: the settled position may follow the server's WAL end.
+  [[nodiscard]] bool caught_up() const noexcept {
+    return txs_.empty() && ready_.empty() && !in_tx_ && !out_;
+  }
+
   /// Moves the settled position past the fully settled transactions at the front, and past
   /// WAL without events when nothing is outstanding; reports it when it moved (or when due).
   void advance() {
@@ -651,8 +664,7 @@ class tailing_store {
       txs_.pop_front();
       ++first_tx_;
     }
-    if (txs_.empty() && ready_.empty() && !in_tx_ && !out_)
-      flushed_ = std::max({flushed_, last_commit_end_, stream_.server_end()});
+    if (caught_up()) flushed_ = std::max({flushed_, last_commit_end_, stream_.server_end()});
     const auto now = std::chrono::steady_clock::now();
     if (!stream_.is_open()) return;
     if (flushed_ > acked_ || stream_.reply_requested() ||
@@ -681,6 +693,16 @@ class tailing_store {
   /// Writes `rows` to the outbox table (one statement per 500), then counts them settled.
   void park(std::vector<parked_row>& rows, time_point now) {
     if (rows.empty()) return;
+    // In stream (commit) order, whatever order the relay put the batch in: each row takes the
+    // next seq, and the table claims an aggregate's rows by seq.
+    std::stable_sort(rows.begin(), rows.end(), [](const parked_row& a, const parked_row& b) {
+      return a.m.sequence < b.m.sequence;
+    });
+    // The relay's stamp is of this publish call, not of the event (the writer refuses it).
+    for (auto& r : rows) {
+      if (const auto it = r.m.headers.find(predecessor_header); it != r.m.headers.end())
+        r.m.headers.erase(it);
+    }
     // One row per event id in a statement (ON CONFLICT DO UPDATE refuses a second): an event
     // emitted twice (not by our writer) is parked once; both count as settled.
     std::vector<parked_row> once;

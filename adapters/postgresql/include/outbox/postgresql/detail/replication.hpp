@@ -48,6 +48,7 @@ class replication_stream {
       conn_ = std::exchange(o.conn_, nullptr);
       server_end_ = o.server_end_;
       reply_requested_ = o.reply_requested_;
+      requests_without_data_ = o.requests_without_data_;
     }
     return *this;
   }
@@ -62,6 +63,11 @@ class replication_stream {
   /// The server asked for a status update (it closes a silent connection after
   /// `wal_sender_timeout`).
   [[nodiscard]] bool reply_requested() const noexcept { return reply_requested_; }
+  /// The server asks for replies again and again with no WAL between them: it is shutting
+  /// down, and its walsender will not exit (nor let the server stop) before our confirmed
+  /// position reaches the end of its WAL. A healthy idle server asks once per half
+  /// `wal_sender_timeout`.
+  [[nodiscard]] bool server_draining() const noexcept { return requests_without_data_ >= 20; }
 
   /// Connects with `conninfo` (keywords or a URI; `replication=database` is added) and starts
   /// streaming `slot` from `start` (the server starts at the slot's confirmed position when that
@@ -142,6 +148,7 @@ class replication_stream {
       wal::reader r(data);
       const auto kind = r.u8();
       if (kind == 'w') {
+        requests_without_data_ = 0;
         frame f;
         f.start = r.u64();
         r.u64();  // the server's WAL end
@@ -152,7 +159,9 @@ class replication_stream {
       } else if (kind == 'k') {
         server_end_ = std::max(server_end_, r.u64());
         r.u64();
-        reply_requested_ = r.u8() != 0 || reply_requested_;
+        const bool asks = r.u8() != 0;
+        reply_requested_ = asks || reply_requested_;
+        if (asks) ++requests_without_data_;
       }
       PQfreemem(buf);
     }
@@ -176,6 +185,7 @@ class replication_stream {
     conn_ = nullptr;
     server_end_ = 0;
     reply_requested_ = false;
+    requests_without_data_ = 0;
   }
 
  private:
@@ -222,6 +232,7 @@ class replication_stream {
   PGconn* conn_ = nullptr;
   wal::lsn server_end_ = 0;
   bool reply_requested_ = false;
+  int requests_without_data_ = 0;
 };
 
 }  // namespace outbox::postgresql::detail
