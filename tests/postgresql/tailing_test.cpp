@@ -362,6 +362,43 @@ BOOST_FIXTURE_TEST_CASE(a_missing_slot_is_a_configuration_error, tailing_fixture
   }
 }
 
+BOOST_FIXTURE_TEST_CASE(a_slot_dropped_under_a_running_relay_stops_it_as_misconfigured,
+                        tailing_fixture) {
+  auto table = open_session();
+  auto store = make_tailing(*table);
+  outbox::testing::memory_transport transport({.record = true});
+  outbox::relay r(*store, transport);
+  write({{"1", "before"}});
+  BOOST_TEST_REQUIRE(relay_until(r, transport, 1));
+  auto admin = open_session();
+  BOOST_TEST_REQUIRE(eventually([&] {
+    *admin << "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE "
+              "slot_name = '" +
+                  opts.slot + "' AND active_pid IS NOT NULL";
+    try {
+      tailing_store::drop(*admin, opts);
+      return true;
+    } catch (const outbox::error&) {
+      return false;
+    }
+  }));
+  write({{"1", "after"}});
+  // run() stops on a configuration error; run_once says what it is.
+  std::optional<outbox::error> seen;
+  BOOST_TEST_REQUIRE(eventually(
+      [&] {
+        try {
+          r.run_once();
+        } catch (const outbox::error& e) {
+          if (e.code() == outbox::errc::misconfigured) seen = e;
+        }
+        return seen.has_value();
+      },
+      20s));
+  BOOST_TEST(std::string(seen->what()).find(opts.slot) != std::string::npos, seen->what());
+  BOOST_TEST(transport.wire().size() == 1u);
+}
+
 BOOST_FIXTURE_TEST_CASE(a_lost_stream_replays_and_loses_nothing, tailing_fixture) {
   auto table = open_session();
   auto store = make_tailing(*table);
