@@ -5,9 +5,9 @@
 //   mysql://user:password@host:3306/db
 //   postgresql+tail://user:password@host:5432/db?slot=NAME&publication=NAME   (the log-tailing
 //       relay's store: its slot and publication; `migrate` creates them)
-// Subcommands: migrate, stats, dead-letters (list, show), requeue, purge. `outbox --help` and
-// `outbox <subcommand> --help` say more. Exit codes: 0 ok, 1 error (the class, the adapter and its
-// native code are printed; never a password), 2 usage.
+// Subcommands: migrate, stats, dead-letters (list, show), requeue, purge, slot (status, drop).
+// `outbox --help` and `outbox <subcommand> --help` say more. Exit codes: 0 ok, 1 error (the class,
+// the adapter and its native code are printed; never a password), 2 usage.
 
 #include <pthread.h>
 #include <signal.h>
@@ -44,10 +44,23 @@ using namespace outbox_tool;
 
 // ---- the stores, behind one interface -----------------------------------------------------------
 
+/// A log-tailing store's replication slot, as the server sees it.
+struct slot_view {
+  std::string name;
+  bool exists = false, active = false;
+  std::int64_t lag_bytes = 0, retained_bytes = 0;
+  std::string wal_status;
+  std::chrono::milliseconds lag{0};
+};
+
 /// What the tool does with a store, whichever it is.
 class store_ops {
  public:
   virtual ~store_ops() = default;
+  /// The log-tailing store's slot (a usage error for the other stores).
+  virtual slot_view slot() = 0;
+  /// Drops the log-tailing store's slot (and its publication).
+  virtual void drop_slot(bool publication) = 0;
   virtual int migrate() = 0;
   virtual outbox::backlog_stats stats() = 0;
   virtual std::vector<outbox::aggregate_type_stats> stats_by_type() = 0;
@@ -66,6 +79,21 @@ class store_ops_for final : public store_ops {
   store_ops_for(outbox::store_options options, std::string backend, std::string connect)
       : options_(std::move(options)), backend_(std::move(backend)), connect_(std::move(connect)) {}
   int migrate() override { return Store::migrate(session()); }
+  slot_view slot() override {
+    if constexpr (requires { Store::tails_the_log; }) {
+      const auto st = Store::slot(session(), Store::from_url);
+      return {Store::from_url.slot, st.exists,     st.active, st.lag_bytes,
+              st.retained_bytes,    st.wal_status, st.lag};
+    } else {
+      throw usage_error("slot: not a log-tailing store (a postgresql+tail:// URL)");
+    }
+  }
+  void drop_slot(bool publication) override {
+    if constexpr (requires { Store::tails_the_log; })
+      Store::drop(session(), Store::from_url, publication);
+    else
+      throw usage_error("slot: not a log-tailing store (a postgresql+tail:// URL)");
+  }
   outbox::backlog_stats stats() override { return store().stats(std::chrono::system_clock::now()); }
   std::vector<outbox::aggregate_type_stats> stats_by_type() override {
     return store().stats_by_aggregate_type(std::chrono::system_clock::now());
@@ -193,10 +221,47 @@ struct options {
   std::string since;
   std::string published_before, inbox_before;
   bool force = false;
+  bool publication = false;
 };
 
 /// The shortest inbox window `purge --inbox-before` takes without --force.
 constexpr auto inbox_floor = std::chrono::hours(24 * 7);
+
+/// `slot status`: the log-tailing store's slot; exit 1 when it does not exist.
+int cmd_slot_status(store_ops& s, const options& o) {
+  const slot_view v = s.slot();
+  if (o.json) {
+    std::cout << nlohmann::json{{"slot", v.name},
+                                {"exists", v.exists},
+                                {"active", v.active},
+                                {"lag_bytes", v.lag_bytes},
+                                {"retained_bytes", v.retained_bytes},
+                                {"wal_status", v.wal_status},
+                                {"lag_ms", v.lag.count()}}
+                     .dump()
+              << "\n";
+  } else if (v.exists) {
+    std::printf("slot %s: %s, wal_status %s\n", v.name.c_str(),
+                v.active ? "a relay streams from it" : "no relay streams from it (inactive)",
+                v.wal_status.c_str());
+    std::printf("lag                  %lld bytes of WAL, %.1f s\n",
+                static_cast<long long>(v.lag_bytes), static_cast<double>(v.lag.count()) / 1000.0);
+    std::printf("WAL kept for it      %lld bytes\n", static_cast<long long>(v.retained_bytes));
+  }
+  if (!v.exists) {
+    std::cerr << "outbox: no replication slot " << v.name << " (outbox migrate creates it)\n";
+    return exit_error;
+  }
+  return exit_ok;
+}
+
+/// `slot drop`: a retired relay's slot (its WAL is freed), and with --publication its
+/// publication.
+int cmd_slot_drop(store_ops& s, const options& o) {
+  s.drop_slot(o.publication);
+  std::cout << "dropped" << (o.publication ? " the slot and its publication" : " the slot") << "\n";
+  return exit_ok;
+}
 
 int cmd_migrate(store_ops& s, const options& o) {
   const int version = s.migrate();
@@ -519,6 +584,19 @@ int main(int argc, char** argv) {
   purge->add_option("--batch", o.batch, "rows per statement (default 1000)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{100'000}));
 
+  auto* slot = app.add_subcommand(
+      "slot", "the log-tailing relay's replication slot (a postgresql+tail:// store URL)");
+  slot->require_subcommand(1);
+  auto* slot_status = slot->add_subcommand(
+      "status",
+      "whether it exists and a relay streams from it, its lag, the WAL it keeps, its "
+      "wal_status (unreserved: about to lose WAL; lost)");
+  with_store(slot_status);
+  auto* slot_drop = slot->add_subcommand(
+      "drop", "drop the slot of a retired relay (a slot nobody reads keeps all WAL after it)");
+  with_store(slot_drop);
+  slot_drop->add_flag("--publication", o.publication, "drop its publication too");
+
   relay_command_options ro;
   auto* relay = app.add_subcommand(
       "relay",
@@ -619,6 +697,8 @@ int main(int argc, char** argv) {
     if (show->parsed()) return cmd_dead_letters_show(*store, o);
     if (requeue->parsed()) return cmd_requeue(*store, o);
     if (purge->parsed()) return cmd_purge(*store, o);
+    if (slot_status->parsed()) return cmd_slot_status(*store, o);
+    if (slot_drop->parsed()) return cmd_slot_drop(*store, o);
     return exit_usage;
   } catch (const usage_error& e) {
     std::cerr << "outbox: " << redact(e.what(), secrets) << "\n";

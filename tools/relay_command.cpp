@@ -420,6 +420,15 @@ class service {
         const auto whole = monitor_->stats(std::chrono::system_clock::now());
         s.log_lag_bytes = whole.log_lag_bytes;
         s.log_lag = whole.log_lag;
+        // The slot about to lose WAL it needs (max_slot_wal_keep_size), or lost it: said once
+        // per change, and a gauge.
+        const auto slot = Store::slot(*monitor_sql_, Store::from_url);
+        const bool at_risk = slot.wal_status == "unreserved" || slot.wal_status == "lost";
+        if (at_risk != slot_at_risk_.exchange(at_risk))
+          log_("slot " + Store::from_url.slot + ": wal_status " + slot.wal_status +
+               (at_risk ? ": the server is about to remove, or removed, WAL the slot needs "
+                          "(max_slot_wal_keep_size); events not relayed yet may be lost"
+                        : ": its WAL is kept again"));
       }
       std::lock_guard lock(metrics_.backlog_mutex);
       metrics_.backlog = s;
@@ -611,6 +620,10 @@ class service {
         prom_metric(out, "outbox_log_lag_seconds", "gauge",
                     "How far behind the slot's confirmed position is (the server's flush lag).",
                     std::chrono::duration<double>(b.log_lag).count());
+        prom_metric(out, "outbox_log_slot_wal_at_risk", "gauge",
+                    "1 when the slot's wal_status is unreserved or lost (WAL it needs is, or is "
+                    "about to be, removed).",
+                    slot_at_risk_.load() ? 1.0 : 0.0);
       }
       prom_metric(out, "outbox_backlog_sample_timestamp_seconds", "gauge",
                   "When the backlog gauges were sampled (Unix time).", metrics_.backlog_at);
@@ -659,7 +672,8 @@ class service {
   std::vector<std::unique_ptr<thread_parts>> parts_;
   std::stop_source stop_;
   std::atomic<bool> stopping_{false};
-  std::atomic<bool> running_{false};  ///< Start-up done: parts_ complete (the HTTP handler's).
+  std::atomic<bool> running_{false};       ///< Start-up done: parts_ complete (the HTTP handler's).
+  std::atomic<bool> slot_at_risk_{false};  ///< Log-tailing stores: the slot's WAL at risk.
 };
 
 }  // namespace

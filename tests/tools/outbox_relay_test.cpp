@@ -621,6 +621,20 @@ BOOST_AUTO_TEST_CASE(relays_from_the_wal_with_a_postgresql_tail_url,
   tool_process two(relay_args(url, "zmq+ipc://" + socket.string(), {"--threads", "2"}));
   BOOST_TEST(two.wait(30s) == 2, two.log());
   BOOST_TEST(two.log().find("--threads 1") != std::string::npos, two.log());
+  BOOST_TEST(s.at("outbox_log_slot_wal_at_risk") == 0);
+  {
+    tool_process status({"slot", "status", "--store", url, "--json"});
+    BOOST_TEST_REQUIRE(status.wait(60s) == 0, status.log());
+    BOOST_TEST(status.out().find("\"exists\":true") != std::string::npos, status.out());
+    BOOST_TEST(status.out().find("\"wal_status\":\"reserved\"") != std::string::npos, status.out());
+    tool_process drop({"slot", "drop", "--store", url, "--publication"});
+    BOOST_TEST_REQUIRE(drop.wait(60s) == 0, drop.log());
+    tool_process gone({"slot", "status", "--store", url});
+    BOOST_TEST(gone.wait(60s) == 1, gone.log());
+    BOOST_TEST(gone.log().find("no replication slot " + slot) != std::string::npos, gone.log());
+    tool_process plain({"slot", "status", "--store", url_of(fx)});
+    BOOST_TEST(plain.wait(60s) == 2, plain.log());  // not a log-tailing store
+  }
 }
 #endif
 
