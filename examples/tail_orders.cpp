@@ -21,7 +21,8 @@ int main(int argc, char** argv) try {
     return 2;
   }
   const std::string base = argv[1];
-  const std::string conninfo = base + " options='-c search_path=outbox_tail_example'";
+  const std::string conninfo =
+      base + " options='-c search_path=outbox_tail_example -c client_min_messages=warning'";
   {
     soci::session s("postgresql", base);
     s << "SET client_min_messages = warning";
@@ -60,7 +61,18 @@ int main(int argc, char** argv) try {
     if (relay.run_once() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   const auto wire = transport.wire();
-  pg::tailing_store::drop(admin, opts, true);
+  // A retired relay's slot goes, or it keeps the server's WAL: its stream closed first (the
+  // server's walsender ends a moment later; until then the slot is busy, `transient`).
+  source.close();
+  for (int i = 0;; ++i) {
+    try {
+      pg::tailing_store::drop(admin, opts, true);
+      break;
+    } catch (const outbox::error& e) {
+      if (e.code() != outbox::errc::transient || i == 100) throw;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
   admin << "DROP SCHEMA outbox_tail_example CASCADE";
   if (wire.size() != 1 || wire.front().payload != R"({"total":42})") {
     std::cerr << "tail_orders: expected the one event on the wire, got " << wire.size() << "\n";

@@ -72,6 +72,7 @@ concept kit_store_fixture =
       { fx.open_unmigrated_session() } -> std::same_as<std::unique_ptr<typename F::session_type>>;
       { F::insert_raw_previous_schema(sql, text, text, text) };
       { F::now_literal } -> std::convertible_to<const char*>;
+      { F::previous_schema_version } -> std::convertible_to<int>;  // insert_raw_previous_schema's
     };
 
 /// What the end-to-end tests also need of a store fixture: the consumer's effect and its counts.

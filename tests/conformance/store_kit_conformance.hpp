@@ -163,7 +163,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(rows_of_the_previous_schema_are_readable_after_the
   auto bare = fx.open_unmigrated_session();
   // The schema as the previous release left it, with a row in it (written as another program
   // or the previous release would: no content type column yet).
-  store_type::migrate(*bare, store_type::schema_version - 1);
+  store_type::migrate(*bare, Fixture::previous_schema_version);
   const auto id = outbox::make_uuid_v7();
   Fixture::insert_raw_previous_schema(*bare, id.to_string(), "old", "{\"k\":\"v\"}");
   BOOST_TEST(store_type::migrate(*bare) == store_type::schema_version);
@@ -183,7 +183,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_database_behind_the_library_is_misconfigured_and
   Fixture fx;
   using store_type = typename Fixture::store_type;
   auto bare = fx.open_unmigrated_session();
-  store_type::migrate(*bare, store_type::schema_version - 1);  // one migration behind
+  store_type::migrate(*bare, Fixture::previous_schema_version);  // a release behind
   auto st = fx.make_store(*bare);
   outbox::testing::manual_clock clock;
   kit::expect_error(

@@ -106,6 +106,10 @@ struct postgresql_fixture : soci_fixture_base {
 
   /// A time for `outbox_schema_migrations.applied_at` in SQL text.
   static constexpr const char* now_literal = "now()";
+  /// The schema `insert_raw_previous_schema` writes for: before migration 4 (payload jsonb, no
+  /// content type). Migration 5 (the log-tailing relay's state 3) changes nothing the writer or
+  /// an old row needs, so "one behind" is the release before 4.
+  static constexpr int previous_schema_version = 3;
   /// The largest attempt count the outbox column holds.
   static constexpr const char* max_attempts_literal = "2147483647";
   /// Sets every outbox row's attempt count to the largest value the column holds, as another

@@ -77,6 +77,8 @@ struct sqlite_fixture : soci_fixture_base {
 
   /// A time for `outbox_schema_migrations.applied_at` in SQL text.
   static constexpr const char* now_literal = "0";
+  /// The schema `insert_raw_previous_schema` writes for: the one before the latest.
+  static constexpr int previous_schema_version = store_type::schema_version - 1;
   /// The largest attempt count the outbox column holds.
   static constexpr const char* max_attempts_literal = "9223372036854775807";
   /// Sets every outbox row's attempt count to the largest value the column holds, as another

@@ -238,6 +238,11 @@ class tailing_store {
   /// The position up to which every event is settled (reported to the server as the slot's
   /// confirmed position); 0 before the stream was opened.
   [[nodiscard]] detail::wal::lsn settled_position() const noexcept { return flushed_; }
+  /// Closes the replication stream (the next claim opens it again from the settled position;
+  /// what was read and not settled comes again). Before dropping the slot, or to hand it to
+  /// another relay: the server's walsender ends once it notices (a moment later).
+  void close() noexcept { reset_stream(); }
+
   /// One stream batch at a time: a claim while one is unsettled starts the stream again.
   [[nodiscard]] bool claims_overlap() const noexcept { return false; }
 
