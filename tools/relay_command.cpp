@@ -417,12 +417,11 @@ class service {
         s = monitor_->stats(std::chrono::system_clock::now());
       }
       if constexpr (requires { Store::tails_the_log; }) {
-        const auto whole = monitor_->stats(std::chrono::system_clock::now());
-        s.log_lag_bytes = whole.log_lag_bytes;
-        s.log_lag = whole.log_lag;
-        // The slot about to lose WAL it needs (max_slot_wal_keep_size), or lost it: said once
-        // per change, and a gauge.
+        // One look at the slot: its lag, and whether it is about to lose WAL it needs
+        // (max_slot_wal_keep_size) or lost it (said once per change, and a gauge).
         const auto slot = Store::slot(*monitor_sql_, Store::from_url);
+        s.log_lag_bytes = slot.lag_bytes;
+        s.log_lag = slot.lag;
         const bool at_risk = slot.wal_status == "unreserved" || slot.wal_status == "lost";
         if (at_risk != slot_at_risk_.exchange(at_risk))
           log_("slot " + Store::from_url.slot + ": wal_status " + slot.wal_status +

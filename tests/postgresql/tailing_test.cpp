@@ -203,13 +203,9 @@ BOOST_FIXTURE_TEST_CASE(the_slot_advances_only_past_settled_events, tailing_fixt
   {
     // Claimed, never settled: a relay that died between the confirm and the settle.
     auto store = make_tailing(*table);
-    std::optional<outbox::claimed_batch> b;
-    BOOST_TEST_REQUIRE(eventually([&] {
-      b = store->claim(
-          {.owner = "t", .limit = 10, .now = outbox::system_clock{}.now(), .lease = 30s});
-      return !b->empty();
-    }));
-    BOOST_TEST(b->size() == 2u);
+    auto b = claim_some(*store);
+    BOOST_TEST_REQUIRE(!b.empty());
+    BOOST_TEST(b.size() == 2u);
   }
   outbox::testing::memory_transport transport({.record = true});
   {
@@ -353,8 +349,7 @@ BOOST_FIXTURE_TEST_CASE(a_missing_slot_is_a_configuration_error, tailing_fixture
   other.slot = opts.slot + "_missing";
   tailing_store store(connect_string(), *table, other);
   try {
-    (void)store.claim(
-        {.owner = "t", .limit = 10, .now = outbox::system_clock{}.now(), .lease = 30s});
+    (void)claim_now(store);
     BOOST_FAIL("a claim on a missing slot went through");
   } catch (const outbox::error& e) {
     BOOST_TEST(e.code() == outbox::errc::misconfigured);
@@ -475,25 +470,19 @@ BOOST_FIXTURE_TEST_CASE(the_table_free_writer_prepares_once_and_survives_dealloc
 BOOST_FIXTURE_TEST_CASE(a_restarted_stream_never_moves_the_slot_past_an_unsettled_event,
                         tailing_fixture) {
   auto table = open_session();
-  const auto claim = [](tailing_store& st) {
-    return st.claim({.owner = "t", .limit = 10, .now = outbox::system_clock{}.now(), .lease = 30s});
-  };
   write({{"1", "e1"}});
   {
     auto store = make_tailing(*table);
-    std::optional<outbox::claimed_batch> b;
-    BOOST_TEST_REQUIRE(eventually([&] {
-      b = claim(*store);
-      return !b->empty();
-    }));
+    auto b = claim_some(*store);
+    BOOST_TEST_REQUIRE(!b.empty());
     {
       auto sql = open_session();  // a transaction the relay reads, without events of ours
       *sql << "SELECT pg_logical_emit_message(true, 'somebody_else', 'x')";
     }
     std::this_thread::sleep_for(200ms);
-    store->release(*b);  // the stream starts again
+    store->release(b);  // the stream starts again
     for (int i = 0; i < 5; ++i) {
-      (void)claim(*store);  // e1 again; never settled
+      (void)claim_now(*store);  // e1 again; never settled
       std::this_thread::sleep_for(50ms);
     }
   }
@@ -514,14 +503,10 @@ BOOST_FIXTURE_TEST_CASE(a_message_that_keeps_crashing_relays_is_dead_lettered_un
   auto table = open_session();
   for (int crash = 0; crash < 3; ++crash) {
     auto store = make_tailing(*table);  // claims the poison, then "dies" before settling it
-    std::optional<outbox::claimed_batch> b;
-    BOOST_TEST_REQUIRE(eventually([&] {
-      b = store->claim(
-          {.owner = "t", .limit = 1, .now = outbox::system_clock{}.now(), .lease = 30s});
-      return !b->empty();
-    }));
-    BOOST_TEST(b->messages.front().event_type == "poison");
-    BOOST_TEST(b->messages.front().attempts == crash + 1);
+    auto b = claim_some(*store, 1);
+    BOOST_TEST_REQUIRE(!b.empty());
+    BOOST_TEST(b.messages.front().event_type == "poison");
+    BOOST_TEST(b.messages.front().attempts == crash + 1);
   }
   auto store = make_tailing(*table);
   outbox::testing::memory_transport transport({.record = true});
@@ -600,15 +585,10 @@ BOOST_FIXTURE_TEST_CASE(any_valid_name_works_and_a_busy_slot_is_transient, taili
     auto t2 = open_session();
     tailing_store first(connect_string(), *t1, odd), second(connect_string(), *t2, odd);
     write({{"1", "odd"}});
-    std::optional<outbox::claimed_batch> b;
-    BOOST_TEST_REQUIRE(eventually([&] {
-      b = first.claim(
-          {.owner = "t", .limit = 10, .now = outbox::system_clock{}.now(), .lease = 30s});
-      return !b->empty();
-    }));
+    auto b = claim_some(first);
+    BOOST_TEST_REQUIRE(!b.empty());
     try {
-      (void)second.claim(
-          {.owner = "t", .limit = 10, .now = outbox::system_clock{}.now(), .lease = 30s});
+      (void)claim_now(second);
       BOOST_ERROR("a second stream on a busy slot opened");
     } catch (const outbox::error& e) {
       BOOST_TEST(e.code() == outbox::errc::transient);

@@ -16,6 +16,7 @@
 #include <outbox/writer.hpp>
 
 #include "postgresql_fixture.hpp"
+#include "server_store_helpers.hpp"
 
 namespace outbox::test {
 
@@ -54,6 +55,23 @@ struct postgresql_tailing_fixture : postgresql_leasing_fixture {
   std::string slot_name() const {
     static int n = 0;
     return "outbox_tail_" + std::to_string(::getpid()) + "_" + std::to_string(n++);
+  }
+
+  /// One claim of at most `limit` events, now.
+  static outbox::claimed_batch claim_now(tailing_store& st, std::size_t limit = 10) {
+    return st.claim({.owner = "t",
+                     .limit = limit,
+                     .now = outbox::system_clock{}.now(),
+                     .lease = std::chrono::seconds(30)});
+  }
+  /// Claims until a batch comes (bounded: 60 s); empty when none came.
+  static outbox::claimed_batch claim_some(tailing_store& st, std::size_t limit = 10) {
+    outbox::claimed_batch b;
+    (void)eventually([&] {
+      b = claim_now(st, limit);
+      return !b.empty();
+    });
+    return b;
   }
 
   std::unique_ptr<tailing_store> make_tailing(soci::session& table) {

@@ -269,7 +269,6 @@ class tailing_store {
     if (req.now >= next_table_look_ && (table_turn_ || ready_.empty())) {
       claimed_batch b = table_.claim(req);
       if (!b.empty() || b.unreadable > 0) {
-        table_tokens_.insert(b.token);
         table_turn_ = false;
         advance();  // the server hears from us while the stream waits
         return b;
@@ -371,7 +370,6 @@ class tailing_store {
   /// again from the settled position (its events come again, attempts not counted).
   void release(const claimed_batch& batch) {
     if (batch.token >= 0) {
-      table_tokens_.erase(batch.token);
       table_.release(batch);
       return;
     }
@@ -409,20 +407,14 @@ class tailing_store {
   /// The slot of `o` as the server sees it (any session of the database).
   static slot_status slot(session_type& sql, const tailing_options& o) {
     check_names(o);
-    auto r = detail::exec(detail::handle(sql), std::string(statements::tail_lag),
-                          detail::params().add(o.slot), "slot status");
-    return read_slot(r);
+    return query_slot(detail::handle(sql), o.slot);
   }
 
   /// The outbox table's backlog (retries waiting, dead letters) and the slot's lag
   /// (`log_lag_bytes`, `log_lag`).
   backlog_stats stats(time_point now) {
     backlog_stats s = table_.stats(now);
-    const slot_status st = table_.run("slot status", [&](PGconn* c) {
-      auto r = detail::exec(c, std::string(statements::tail_lag),
-                            detail::params().add(options_.slot), "slot status");
-      return read_slot(r);
-    });
+    const slot_status st = own_slot();
     s.log_lag_bytes = st.lag_bytes;
     s.log_lag = st.lag;
     return s;
@@ -474,7 +466,10 @@ class tailing_store {
     std::string error{};
   };
 
-  static slot_status read_slot(const detail::result& r) {
+  /// tail_lag.sql for `slot` on `c`.
+  static slot_status query_slot(PGconn* c, const std::string& slot) {
+    const auto r = detail::exec(c, std::string(statements::tail_lag), detail::params().add(slot),
+                                "slot status");
     slot_status st;
     if (r.rows() == 0) return st;
     st.exists = true;
@@ -484,6 +479,11 @@ class tailing_store {
     st.wal_status = r.text(0, 3);
     st.lag = std::chrono::milliseconds(r.int64(0, 4));
     return st;
+  }
+
+  /// This store's slot, on the table's connection.
+  slot_status own_slot() {
+    return table_.run("slot status", [&](PGconn* c) { return query_slot(c, options_.slot); });
   }
 
   static store_options table_options(const tailing_options& o) {
@@ -515,11 +515,7 @@ class tailing_store {
       // The slot may have been invalidated (it kept more WAL than max_slot_wal_keep_size).
       slot_status st;
       try {
-        st = table_.run("slot status", [&](PGconn* c) {
-          auto r = detail::exec(c, std::string(statements::tail_lag),
-                                detail::params().add(options_.slot), "slot status");
-          return read_slot(r);
-        });
+        st = own_slot();
       } catch (const error&) {
         throw e;
       }
@@ -832,20 +828,19 @@ class tailing_store {
 
   settle_result settle_table(const claimed_batch& batch, std::span<const settlement> fates,
                              time_point now) {
-    table_tokens_.erase(batch.token);
     settle_result r = table_.settle(batch, fates, now);
     std::vector<const message*> of;
     of.reserve(batch.messages.size());
     for (const auto& m : batch.messages) of.push_back(&m);
     if (!of.empty()) load_parked(of);
-    for (const auto& f : fates)
+    for (const auto& f : fates) {
       if (f.what == settlement::kind::release) next_table_look_ = now;
-    // A retry's time is not known to the table's claim: look again when it comes.
-    for (const auto& f : fates)
+      // A retry's time is not known to the table's claim: look again when it comes.
       if (f.what == settlement::kind::retry) {
         retry_times_.push_back(f.retry_at);
         next_table_look_ = std::min(next_table_look_, f.retry_at);
       }
+    }
     return r;
   }
 
@@ -866,7 +861,6 @@ class tailing_store {
   std::uint64_t stream_batches_ = 0;
   std::int64_t sequence_ = 0;
   std::unordered_set<std::string> parked_;  // aggregates with pending rows in the table
-  std::unordered_set<std::int64_t> table_tokens_;
   time_point next_table_look_{};
   std::unordered_map<std::uint32_t, detail::wal::outbox_columns> relations_;  // outbox tables
   bool table_turn_ = false;     // the table's due rows go next, when the stream has some too
