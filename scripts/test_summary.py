@@ -15,6 +15,8 @@ A log that is missing or unreadable counts as one failure (its test run did not 
 does each --add-failed (e.g. a build that failed before any test could run). A line that is not
 valid JSON (a log cut short) is reported on stderr and ignored.
 
+The end of each failing test's output (--tail lines of stdout and of stderr) goes to stderr.
+
 Prints the summary line on stdout (the last line, for CI) and exits 1 when anything failed or
 when no test ran at all (passed + failed == 0), else 0. Standard library only.
 """
@@ -64,6 +66,21 @@ def count(path: str, totals: dict) -> None:
                 warn(f"{path}:{number}: unknown result {result!r} of {name!r}, counted as failed")
             warn(f"{result or 'NO RESULT'}: {name} ({path})")
             totals["failed"] += 1
+            totals["failures"].append(entry)
+
+
+def show_failure(entry: dict, lines: int) -> None:
+    """Prints the end of a failing test's output on stderr: CI keeps the log, not the build dir."""
+    if lines <= 0:
+        return
+    for stream in ("stdout", "stderr"):
+        text = str(entry.get(stream) or "").rstrip("\n")
+        if not text:
+            continue
+        tail = text.split("\n")[-lines:]
+        warn(f"--- {entry.get('name', '?')}: last {len(tail)} lines of its {stream} ---")
+        for line in tail:
+            print(f"  {line}", file=sys.stderr)
 
 
 def main(argv: list) -> int:
@@ -78,11 +95,20 @@ def main(argv: list) -> int:
         metavar="N",
         help="count N more failures (e.g. builds that failed before their tests ran)",
     )
+    parser.add_argument(
+        "--tail",
+        type=int,
+        default=40,
+        metavar="N",
+        help="print the last N lines of each failing test's stdout and stderr (0: none)",
+    )
     args = parser.parse_args(argv)
 
-    totals = {"passed": 0, "failed": max(args.add_failed, 0), "skipped": 0}
+    totals = {"passed": 0, "failed": max(args.add_failed, 0), "skipped": 0, "failures": []}
     for path in args.testlogs:
         count(path, totals)
+    for entry in totals["failures"]:
+        show_failure(entry, args.tail)
 
     summary = f"tests: {totals['passed']} passed, {totals['failed']} failed"
     if totals["skipped"]:

@@ -94,6 +94,10 @@
 // setup pass your own commands (e.g. --db-restart-cmd 'pg_ctl -D /srv/pg -m fast restart');
 // a fault asked for with no way to inject it exits 77 (1 under OUTBOX_REQUIRE_SERVICES=1).
 //
+// OUTBOX_HARNESS_TRACE=1: every part writes on stderr, with the wall clock (ms), the faults it
+// injects or meets, the relays' errors and batches slower than 500 ms, and the orchestrator
+// the count of applied events each second: to place a stall against the faults around it.
+//
 // Planted defects (to show the ledger catches them; the harness must then exit 3):
 //   mark-before-confirm  the relay's transport reports every message confirmed whether or not
 //                        the consumer acknowledged it (a relay that marks on send);
@@ -190,6 +194,26 @@ constexpr int exit_stalled = 4;
 constexpr int exit_skip = 77;
 
 constexpr const char* consumer_name = "harness";
+
+/// OUTBOX_HARNESS_TRACE=1: every part says on stderr what happened when (faults injected, the
+/// relays' errors and slow batches), with the wall clock in ms, so that a stall can be placed
+/// against the faults around it. Off by default (CI keeps the table).
+bool tracing() {
+  static const bool on = [] {
+    const char* v = std::getenv("OUTBOX_HARNESS_TRACE");
+    return v != nullptr && std::string_view(v) == "1";
+  }();
+  return on;
+}
+void trace(const std::string& what) {
+  if (!tracing()) return;
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count();
+  std::ostringstream line;
+  line << "trace " << ms % 1'000'000 << " [" << ::getpid() << "] " << what << '\n';
+  std::cerr << line.str() << std::flush;
+}
 
 /// The relay's batch: a relay fault redelivers at most this many (the wire-duplicate bound).
 constexpr std::size_t relay_batch = 50;
@@ -556,6 +580,15 @@ struct postgresql_tail_kind : postgresql_kind {
   }
   static void after_migrate(soci::session& sql, const args& a) {
     (void)outbox::postgresql::tailing_store::setup(sql, tail_options(a));
+  }
+  /// A relay that takes the slot over gets its first event only once its walsender has read
+  /// the WAL from the slot's restart point, which PostgreSQL moves at its standby snapshots
+  /// (every 15 s of activity): seen here, 3 to 3.5 s for 34-40 MB on a busy machine. With a
+  /// fault every few seconds they come one after another (seen: a batch confirmed, its relay
+  /// paused and killed, and its copies published 21-25 s later by the fourth relay after it),
+  /// so each relay fault of the plan counts.
+  static std::chrono::milliseconds takeover_stall(int relay_faults) {
+    return relay_faults * std::chrono::milliseconds(4000);
   }
   static std::unique_ptr<outbox::postgresql::tailing_store> relay_store(soci::session& sql,
                                                                         const args& a) {
@@ -1246,7 +1279,20 @@ int run_relay(const args& a) {
        .lease = relay_lease,
        .publish_timeout = relay_publish_timeout,
        .idle_poll_min = 1ms,
-       .idle_poll_max = 50ms},
+       .idle_poll_max = 50ms,
+       .on_error =
+           [&a](const outbox::error& e) {
+             trace("relay " + std::to_string(a.index) + " error: " + e.what());
+           },
+       .on_batch =
+           [&a](const outbox::batch_report& b) {
+             if (b.claim + b.publish + b.settle > 500ms)
+               trace("relay " + std::to_string(a.index) + " slow batch of " +
+                     std::to_string(b.messages.size()) + ": claim " +
+                     std::to_string(b.claim / 1ms) + " ms, publish " +
+                     std::to_string(b.publish / 1ms) + " ms, settle " +
+                     std::to_string(b.settle / 1ms) + " ms");
+           }},
       outbox::exponential_backoff{
           .initial = 20ms, .max_delay = relay_max_retry_delay, .max_attempts = 1000},
       jumping_clock{});
@@ -1258,9 +1304,14 @@ int run_relay(const args& a) {
       failure = std::current_exception();
     }
   });
+  std::uint64_t traced_published = 0;
   for (int tick = 0; stop_requested == 0 && !failure; ++tick) {
     std::this_thread::sleep_for(10ms);
     if (tick % 10 == 0) write_relay_stats(a, relay.stats());
+    if (tick % 100 == 0 && tracing() && relay.stats().published != traced_published) {
+      traced_published = relay.stats().published;
+      trace("relay " + std::to_string(a.index) + " published " + std::to_string(traced_published));
+    }
   }
   worker.request_stop();
   relay.wake();
@@ -1335,6 +1386,7 @@ int run_consumer(const args& a) {
   if (log < 0) throw std::runtime_error("cannot open " + duplicates_log(a));
   const auto window = a.plant == "forget-window" ? 0s : std::chrono::seconds(a.dedup_window_s);
   auto next_purge = steady::now();
+  std::string last_error;  // traced when it changes
   outbox::consumer consumer(
       store, wire,
       [ack_early](soci::session& s, const outbox::message& m) {
@@ -1361,9 +1413,17 @@ int run_consumer(const args& a) {
         }
       },
       {.name = consumer_name, .poll_timeout = 50ms});
+  long long polled = 0;
+  auto traced_at = steady::now();
   while (stop_requested == 0) {
+    if (tracing() && steady::now() - traced_at >= 1s) {
+      trace("consumer " + std::to_string(a.index) + " polled " + std::to_string(polled));
+      traced_at = steady::now();
+    }
     try {
-      if (consumer.poll_once() == decltype(consumer)::outcome::duplicate)
+      const auto outcome = consumer.poll_once();
+      if (outcome != decltype(consumer)::outcome::idle) ++polled;
+      if (outcome == decltype(consumer)::outcome::duplicate)
         if (::write(log, wire.last_was_copy() ? "s\n" : "d\n", 2) != 2)
           throw std::runtime_error("cannot log a duplicate");
       if (steady::now() >= next_purge) {
@@ -1372,6 +1432,10 @@ int run_consumer(const args& a) {
       }
     } catch (const outbox::error& e) {
       // What consumer::run does: back off from all but a misconfiguration.
+      if (tracing() && e.what() != last_error) {
+        trace("consumer " + std::to_string(a.index) + " error: " + e.what());
+        last_error = e.what();
+      }
       if (e.kind() == outbox::errc::misconfigured) throw;
       std::this_thread::sleep_for(20ms);
     }
@@ -1908,6 +1972,7 @@ struct server_fault_driver {
   [[nodiscard]] bool busy() const { return step != 0; }
 
   void start(const std::string& text, std::chrono::milliseconds down) {
+    trace("server fault " + plan[next].kind + ": " + text);
     cmd_text = text;
     cmd = run_command(text, down);
     since = steady::now();
@@ -1932,6 +1997,7 @@ struct server_fault_driver {
   }
   void end(steady::time_point away_since, steady::time_point back) {
     const server_fault& f = plan[next];
+    trace("server fault " + f.kind + " over");
     ++done[f.kind];
     if (f.kind != "close-connections")
       longest_s = std::max(longest_s, std::chrono::duration<double>(back - away_since).count());
@@ -2228,12 +2294,19 @@ int run_orchestrator(args a) {
     // those acked since the last offset commit), the time a partition can stay without one.
     if constexpr (requires { T::partition_stall(0); })
       path += T::partition_stall(static_cast<int>(server.plan.size()));
+    // Where a relay that takes over starts late (the log-tailing relay reads the WAL from its
+    // slot's restart point first), each relay fault of the plan can hold a batch back that long.
+    if constexpr (requires { S::takeover_stall(0); })
+      path += S::takeover_stall(static_cast<int>(relay_faults.size()));
     const int needed = static_cast<int>(std::chrono::ceil<std::chrono::seconds>(path).count());
     if (needed > a.dedup_window_s) {
       std::cerr << "fault_harness: dedup window " << needed << " s, not " << a.dedup_window_s
                 << " s: the longest redelivery path this plan makes (" << jumps
                 << " clock jumps, a pause and the outages "
-                << std::chrono::duration<double>(away).count() << " s)" << std::endl;
+                << std::chrono::duration<double>(away).count() << " s"
+                << (requires { S::takeover_stall(0); } ? ", and a relay takeover per relay fault"
+                                                       : "")
+                << ")" << std::endl;
       a.dedup_window_s = needed;
     }
   }
@@ -2247,6 +2320,7 @@ int run_orchestrator(args a) {
   int storms_missed = 0;
   const auto start = [&](part& p) {
     p.pid = spawn(a, p.role, p.index);
+    trace(p.role + " " + std::to_string(p.index) + " started, pid " + std::to_string(p.pid));
     p.started = steady::now();
     p.armed.reset();
     p.restart_at.reset();
@@ -2282,6 +2356,7 @@ int run_orchestrator(args a) {
                             : S::terminate(sql, k.target, a);
     if (n == 0 && now - db_kill_due < k.delay + 5s && (!of_writer || writer_running)) return;
     sessions_terminated += n;
+    trace("db kill of " + k.target + ": " + std::to_string(n) + " sessions");
     ++db_killed[k.target + (n == 0 ? " missed" : "")];
     ++next_db_kill;
     db_kill_due = {};
@@ -2321,11 +2396,14 @@ int run_orchestrator(args a) {
       return;
     }
     ++p.injected[fault_name(p.faults[p.next].kind, p.consumer)];
+    trace(p.role + " " + std::to_string(p.index) + " killed (" +
+          fault_name(p.faults[p.next].kind, p.consumer) + ")");
     ++p.next;
     last_fault = steady::now();
     p.restart_at = last_fault + p.faults[p.next - 1].down;
   };
   const auto kill_now = [&](part& p) {
+    trace(p.role + " " + std::to_string(p.index) + " killed");
     ::kill(p.pid, SIGKILL);
     ::waitpid(p.pid, nullptr, 0);
     p.pid = -1;
@@ -2342,6 +2420,7 @@ int run_orchestrator(args a) {
     if (p.stopped_at) {  // paused: resumed once its lease has run out
       if (steady::now() - *p.stopped_at < pause_length) return;
       ::kill(p.pid, SIGCONT);
+      trace(p.role + " " + std::to_string(p.index) + " resumed after its pause");
       p.stopped_at.reset();
       p.armed.reset();
       ++p.injected["pause"];
@@ -2357,6 +2436,7 @@ int run_orchestrator(args a) {
           return;
         }
         p.stopped_at = steady::now();
+        trace(p.role + " " + std::to_string(p.index) + " paused");
         return;
       }
       return on_exit(p, status);
@@ -2404,6 +2484,8 @@ int run_orchestrator(args a) {
   auto quiet_since = steady::now();
   std::optional<steady::time_point> drained_at;
   long last_applied = 0;
+  long last_traced = -1;
+  steady::time_point traced_at{};
   while (failure.empty()) {
     // Server faults first: a restart that just ended is seen by the count below (reconnects).
     server.drive(last_applied, consumers);
@@ -2411,6 +2493,11 @@ int run_orchestrator(args a) {
     if (!server.failure.empty()) failure = server.failure;
     bool db_answered = false;
     const long applied = applied_so_far(sql, last_applied, db_answered);
+    if (tracing() && applied != last_traced && steady::now() - traced_at >= 1s) {
+      trace("applied " + std::to_string(applied));
+      last_traced = applied;
+      traced_at = steady::now();
+    }
     for (auto& r : relays) drive(r, applied);
     for (auto& c : consumers) drive(c, applied);
     try {

@@ -175,7 +175,11 @@ class tailing_store {
       try {
         auto r = detail::exec(c, std::string(statements::tail_slot), detail::params().add(o.slot),
                               "setup: replication slot");
-        return r.text(0, 0) != "t";
+        if (r.text(0, 0) == "t") return false;
+        // A new slot starts at the end of the WAL: what an earlier slot of that name saved
+        // says nothing about it.
+        forget(c, o.slot);
+        return true;
       } catch (const error& e) {
         if (e.native_code() == "42710" && attempt == 0) continue;  // created meanwhile
         if (e.native_code() == "55000")                            // wal_level
@@ -206,12 +210,7 @@ class tailing_store {
     }
     if (publication)
       detail::exec(c, ("DROP PUBLICATION IF EXISTS \"" + o.publication + "\"").c_str());
-    try {
-      detail::exec(c, std::string(statements::tail_forget), detail::params().add(o.slot),
-                   "forget the slot's attempts");
-    } catch (const error& e) {
-      if (e.native_code() != "42P01") throw;  // not migrated: nothing to forget
-    }
+    forget(c, o.slot);
   }
 
   /// @param conninfo the replication connection's parameters (libpq keywords or a URI, as for
@@ -493,6 +492,16 @@ class tailing_store {
     return t;
   }
 
+  /// Deletes a slot's head-batch claim count and saved position (tail_forget.sql).
+  static void forget(PGconn* c, const std::string& slot) {
+    try {
+      detail::exec(c, std::string(statements::tail_forget), detail::params().add(slot),
+                   "forget the slot's attempts and position");
+    } catch (const error& e) {
+      if (e.native_code() != "42P01") throw;  // not migrated: nothing to forget
+    }
+  }
+
   static void check_names(const tailing_options& o) {
     if (!detail::valid_slot_name(o.slot))
       throw error(errc::misconfigured, "postgresql", {},
@@ -509,7 +518,7 @@ class tailing_store {
     if (stream_.is_open()) return;
     load_parked({});
     try {
-      stream_.open(conninfo_, options_.slot, options_.publication, flushed_);
+      stream_.open(conninfo_, options_.slot, options_.publication, start_position());
     } catch (const error& e) {
       if (e.code() != errc::misconfigured || e.native_code() != "55000") throw;
       // The slot may have been invalidated (it kept more WAL than max_slot_wal_keep_size).
@@ -528,6 +537,7 @@ class tailing_store {
                       "again (tailing_store::drop, setup)");
     }
     last_ack_ = std::chrono::steady_clock::now();
+    acked_ = 0;  // the server hears the position at once (after a restart its slot may be behind)
   }
 
   /// Forgets what was read and not settled, and closes the stream: the next claim opens it
@@ -662,6 +672,7 @@ class tailing_store {
   void advance() {
     while (!txs_.empty() && txs_.front().open == 0) {
       flushed_ = std::max(flushed_, txs_.front().end);
+      settled_events_ = std::max(settled_events_, txs_.front().end);
       txs_.pop_front();
       ++first_tx_;
     }
@@ -679,6 +690,47 @@ class tailing_store {
       acked_ = flushed_;
       last_ack_ = now;
     }
+    if (settled_events_ > saved_) save_position();
+  }
+
+  /// Writes the end of the last transaction whose events are settled to outbox_tail_positions
+  /// (the stream starts there again, whatever the slot says after a server restart). Only
+  /// transactions with events move it: the write is itself WAL that the stream shows, and
+  /// following those would write for ever. A transient failure only leaves the saved position
+  /// behind (a restart would replay more, none is lost): the next advance writes it; anything
+  /// else (the table missing: migration 6 not applied) stops the relay.
+  void save_position() {
+    const auto position = settled_events_;
+    try {
+      table_.run("save the slot's settled position", [&](PGconn* c) {
+        detail::exec(c, std::string(statements::tail_position_save),
+                     detail::params().add(options_.slot).add(static_cast<std::int64_t>(position)),
+                     "save the settled position");
+        return 0;
+      });
+      saved_ = position;
+    } catch (const error& e) {
+      if (e.code() != errc::transient) throw;
+    }
+  }
+
+  /// Where the stream starts: the settled position this store knows, or the one saved in the
+  /// table, whichever is later (the server starts at its slot's position when that is later).
+  detail::wal::lsn start_position() {
+    const auto saved = table_.run("read the slot's settled position", [&](PGconn* c) {
+      auto r = detail::exec(c, std::string(statements::tail_position),
+                            detail::params().add(options_.slot), "read the settled position");
+      return static_cast<detail::wal::lsn>(std::max<std::int64_t>(r.int64(0, 0), 0));
+    });
+    saved_ = std::max(saved_, saved);
+    settled_events_ = std::max(settled_events_, saved);
+    // Confirmed to the server at once (open() clears acked_): its slot may stand behind (a
+    // restart, or relays killed before they settled anything), and a slot confirmed ahead of
+    // the WAL the walsender decodes moves its restart point with each of the server's
+    // snapshots the walsender passes, so the next relay reads less WAL before its first event
+    // (seen: relays killed every 3 s, each reading the same 34 MB for 3 s, none getting further).
+    flushed_ = std::max(flushed_, saved);
+    return flushed_;
   }
 
   parked_row unreadable_row(event_in_log ev, time_point) {
@@ -856,6 +908,8 @@ class tailing_store {
   std::deque<tx_state> txs_;  // transactions with events handed out or ready, oldest first
   std::uint64_t first_tx_ = 0, next_tx_ = 0;  // txs_.front() is first_tx_
   detail::wal::lsn flushed_ = 0, acked_ = 0, last_commit_end_ = 0;
+  // The end of the last transaction with events settled, and what outbox_tail_positions has.
+  detail::wal::lsn settled_events_ = 0, saved_ = 0;
   std::chrono::steady_clock::time_point last_ack_{};
   std::optional<stream_batch> out_;
   std::uint64_t stream_batches_ = 0;
