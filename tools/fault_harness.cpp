@@ -211,7 +211,7 @@ void trace(const std::string& what) {
                       std::chrono::system_clock::now().time_since_epoch())
                       .count();
   std::ostringstream line;
-  line << "trace " << ms % 1'000'000 << " [" << ::getpid() << "] " << what << '\n';
+  line << "trace " << ms << " [" << ::getpid() << "] " << what << '\n';
   std::cerr << line.str() << std::flush;
 }
 

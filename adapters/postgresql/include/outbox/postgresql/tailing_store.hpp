@@ -492,13 +492,16 @@ class tailing_store {
     return t;
   }
 
-  /// Deletes a slot's head-batch claim count and saved position (tail_forget.sql).
+  /// Deletes a slot's head-batch claim count and saved position (tail_forget.sql,
+  /// tail_position_forget.sql).
   static void forget(PGconn* c, const std::string& slot) {
-    try {
-      detail::exec(c, std::string(statements::tail_forget), detail::params().add(slot),
-                   "forget the slot's attempts and position");
-    } catch (const error& e) {
-      if (e.native_code() != "42P01") throw;  // not migrated: nothing to forget
+    for (const auto statement : {statements::tail_forget, statements::tail_position_forget}) {
+      try {
+        detail::exec(c, std::string(statement), detail::params().add(slot),
+                     "forget the slot's attempts and position");
+      } catch (const error& e) {
+        if (e.native_code() != "42P01") throw;  // not migrated that far: nothing to forget
+      }
     }
   }
 
@@ -537,7 +540,9 @@ class tailing_store {
                       "again (tailing_store::drop, setup)");
     }
     last_ack_ = std::chrono::steady_clock::now();
-    acked_ = 0;  // the server hears the position at once (after a restart its slot may be behind)
+    // What the server has: a slot behind the saved position (after a restart) hears it at the
+    // first advance; one ahead of it (an idle relay follows the keepalives) is not set back.
+    acked_ = slot_confirmed_;
   }
 
   /// Forgets what was read and not settled, and closes the stream: the next claim opens it
@@ -696,33 +701,45 @@ class tailing_store {
   /// Writes the end of the last transaction whose events are settled to outbox_tail_positions
   /// (the stream starts there again, whatever the slot says after a server restart). Only
   /// transactions with events move it: the write is itself WAL that the stream shows, and
-  /// following those would write for ever. A transient failure only leaves the saved position
-  /// behind (a restart would replay more, none is lost): the next advance writes it; anything
-  /// else (the table missing: migration 6 not applied) stops the relay.
-  void save_position() {
-    const auto position = settled_events_;
+  /// following those would write for ever. Never fails the settle it follows (the events are
+  /// settled, the slot heard it): a failure only leaves the saved position behind (a restart
+  /// would replay more, none is lost) and the next advance writes it. One that is not
+  /// transient (a right missing on the table, a read-only server) closes the stream, so that
+  /// the next claim opens it again and meets the error there, where it stops or backs off the
+  /// relay (open() writes the position before it streams).
+  void save_position() noexcept {
     try {
-      table_.run("save the slot's settled position", [&](PGconn* c) {
-        detail::exec(c, std::string(statements::tail_position_save),
-                     detail::params().add(options_.slot).add(static_cast<std::int64_t>(position)),
-                     "save the settled position");
-        return 0;
-      });
-      saved_ = position;
+      write_position(settled_events_);
     } catch (const error& e) {
-      if (e.code() != errc::transient) throw;
+      if (e.code() != errc::transient) reset_stream();
+    } catch (...) {
+      reset_stream();
     }
+  }
+
+  void write_position(detail::wal::lsn position) {
+    table_.run("save the slot's settled position", [&](PGconn* c) {
+      detail::exec(c, std::string(statements::tail_position_save),
+                   detail::params().add(options_.slot).add(static_cast<std::int64_t>(position)),
+                   "save the settled position");
+      return 0;
+    });
+    saved_ = std::max(saved_, position);
   }
 
   /// Where the stream starts: the settled position this store knows, or the one saved in the
   /// table, whichever is later (the server starts at its slot's position when that is later).
   detail::wal::lsn start_position() {
-    const auto saved = table_.run("read the slot's settled position", [&](PGconn* c) {
+    const auto [saved, confirmed] = table_.run("read the slot's settled position", [&](PGconn* c) {
       auto r = detail::exec(c, std::string(statements::tail_position),
                             detail::params().add(options_.slot), "read the settled position");
-      return static_cast<detail::wal::lsn>(std::max<std::int64_t>(r.int64(0, 0), 0));
+      return std::pair{static_cast<detail::wal::lsn>(std::max<std::int64_t>(r.int64(0, 0), 0)),
+                       static_cast<detail::wal::lsn>(std::max<std::int64_t>(r.int64(0, 1), 0))};
     });
-    saved_ = std::max(saved_, saved);
+    slot_confirmed_ = confirmed;
+    // Written back before the stream opens: the row exists from now on, and a right missing
+    // on the table (or a read-only server) stops the relay here, not after its first batch.
+    write_position(std::max(saved, settled_events_));
     settled_events_ = std::max(settled_events_, saved);
     // Confirmed to the server at once (open() clears acked_): its slot may stand behind (a
     // restart, or relays killed before they settled anything), and a slot confirmed ahead of
@@ -910,6 +927,7 @@ class tailing_store {
   detail::wal::lsn flushed_ = 0, acked_ = 0, last_commit_end_ = 0;
   // The end of the last transaction with events settled, and what outbox_tail_positions has.
   detail::wal::lsn settled_events_ = 0, saved_ = 0;
+  detail::wal::lsn slot_confirmed_ = 0;  // the slot's confirmed position when the stream opened
   std::chrono::steady_clock::time_point last_ack_{};
   std::optional<stream_batch> out_;
   std::uint64_t stream_batches_ = 0;
