@@ -2,7 +2,9 @@
 // What the `outbox` tool's commands share: exit codes, usage errors, server URLs (parsed,
 // percent-decoded, printed with the password replaced) and timestamps.
 
+#include <cctype>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <ctime>
 #include <map>
@@ -20,6 +22,8 @@ namespace outbox_tool {
 inline constexpr int exit_ok = 0;
 inline constexpr int exit_error = 1;
 inline constexpr int exit_usage = 2;
+/// A check that found what it looks for (`slot status --max-kept`: the slot's WAL at risk).
+inline constexpr int exit_alarm = 3;
 
 /// A usage error found after parsing (a bad URL, a bad duration): exit 2.
 struct usage_error : std::runtime_error {
@@ -295,6 +299,44 @@ inline std::chrono::milliseconds parse_age(const std::string& text, const char* 
     throw usage_error(std::string(option) + " takes an age such as 7d, 12h, 30m or 45s, got '" +
                       text + "'");
   return std::chrono::milliseconds(n * u->second);
+}
+
+/// What is wrong with a log-tailing relay's slot, for `slot status --max-kept` and `relay
+/// --max-slot-kept`: its wal_status says WAL it needs is about to go or gone, or it keeps more
+/// than `max_kept` bytes (0: no limit). Empty when nothing is.
+inline std::string slot_alarm(const std::string& slot, const std::string& wal_status,
+                              std::int64_t kept, std::int64_t max_kept, bool active) {
+  if (wal_status == "unreserved" || wal_status == "lost")
+    return "slot " + slot + ": wal_status " + wal_status +
+           ": the server is about to remove, or removed, WAL the slot needs "
+           "(max_slot_wal_keep_size); events not relayed yet may be lost";
+  if (max_kept > 0 && kept > max_kept)
+    return "slot " + slot + " keeps " + std::to_string(kept) + " bytes of WAL, more than " +
+           std::to_string(max_kept) +
+           (active ? " (its relay is behind)"
+                   : " (no relay streams from it: start one, or drop a retired relay's slot)");
+  return {};
+}
+
+/// "512MB", "2GB", "64kB", "1000": a size in bytes (kB, MB, GB, TB count by 1024, as
+/// PostgreSQL's settings do; the unit's case does not matter).
+inline std::int64_t parse_size(const std::string& text, const char* option) {
+  std::size_t used = 0;
+  long long n = -1;
+  try {
+    n = std::stoll(text, &used);
+  } catch (const std::exception&) {
+  }
+  std::string unit = n >= 0 ? text.substr(used) : "";
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::map<std::string, long long> units{{"", 1},           {"b", 1},
+                                               {"kb", 1LL << 10}, {"mb", 1LL << 20},
+                                               {"gb", 1LL << 30}, {"tb", 1LL << 40}};
+  const auto u = units.find(unit);
+  if (n < 0 || u == units.end() || n > (1LL << 62) / u->second)
+    throw usage_error(std::string(option) + " takes a size such as 512MB, 2GB or 64kB, got '" +
+                      text + "'");
+  return n * u->second;
 }
 
 }  // namespace outbox_tool

@@ -7,7 +7,8 @@
 //       relay's store: its slot and publication; `migrate` creates them)
 // Subcommands: migrate, stats, dead-letters (list, show), requeue, purge, slot (status, drop).
 // `outbox --help` and `outbox <subcommand> --help` say more. Exit codes: 0 ok, 1 error (the class,
-// the adapter and its native code are printed; never a password), 2 usage.
+// the adapter and its native code are printed; never a password), 2 usage, 3 a check that found
+// what it looks for (`slot status --max-kept`).
 
 #include <pthread.h>
 #include <signal.h>
@@ -222,13 +223,16 @@ struct options {
   std::string published_before, inbox_before;
   bool force = false;
   bool publication = false;
+  std::string max_kept;  ///< slot status: alarm above this much WAL kept (empty: none)
 };
 
 /// The shortest inbox window `purge --inbox-before` takes without --force.
 constexpr auto inbox_floor = std::chrono::hours(24 * 7);
 
-/// `slot status`: the log-tailing store's slot; exit 1 when it does not exist.
+/// `slot status`: the log-tailing store's slot; exit 1 when it does not exist, 3 (with
+/// --max-kept) when its WAL is at risk or it keeps more than that.
 int cmd_slot_status(store_ops& s, const options& o) {
+  const std::int64_t max_kept = o.max_kept.empty() ? 0 : parse_size(o.max_kept, "--max-kept");
   const slot_view v = s.slot();
   if (o.json) {
     std::cout << nlohmann::json{{"slot", v.name},
@@ -251,6 +255,14 @@ int cmd_slot_status(store_ops& s, const options& o) {
   if (!v.exists) {
     std::cerr << "outbox: no replication slot " << v.name << " (outbox migrate creates it)\n";
     return exit_error;
+  }
+  if (!o.max_kept.empty()) {
+    if (const std::string alarm =
+            slot_alarm(v.name, v.wal_status, v.retained_bytes, max_kept, v.active);
+        !alarm.empty()) {
+      std::cerr << "outbox: " << alarm << "\n";
+      return exit_alarm;
+    }
   }
   return exit_ok;
 }
@@ -525,7 +537,8 @@ int main(int argc, char** argv) {
       "postgresql://user:password@host:5432/db, mysql://user:password@host:3306/db, "
       "postgresql+tail://user:password@host:5432/db?slot=NAME&publication=NAME (the log-tailing "
       "relay: its slot and publication, made by migrate) (--store, or "
-      "the environment variable OUTBOX_STORE).\nExit codes: 0 ok, 1 error, 2 usage.",
+      "the environment variable OUTBOX_STORE).\nExit codes: 0 ok, 1 error, 2 usage, 3 slot status "
+      "--max-kept found the slot at risk.",
       "outbox"};
   app.set_version_flag("--version", std::string(OUTBOX_TOOL_VERSION));
   app.require_subcommand(1);
@@ -592,6 +605,12 @@ int main(int argc, char** argv) {
       "whether it exists and a relay streams from it, its lag, the WAL it keeps, its "
       "wal_status (unreserved: about to lose WAL; lost)");
   with_store(slot_status);
+  slot_status
+      ->add_option("--max-kept", o.max_kept,
+                   "a check: exit 3 when the slot keeps more WAL than this (512MB, 2GB), or its "
+                   "wal_status is unreserved or lost (for cron or a monitor: a slot nobody reads "
+                   "keeps all WAL after it)")
+      ->type_name("SIZE");
   auto* slot_drop = slot->add_subcommand(
       "drop", "drop the slot of a retired relay (a slot nobody reads keeps all WAL after it)");
   with_store(slot_drop);
@@ -640,6 +659,11 @@ int main(int argc, char** argv) {
                     "the relay is back this long after they are, at most (default 5s)");
   relay->add_option("--backlog-interval", ro.backlog_interval,
                     "how often the backlog gauges are sampled (default 5s)");
+  relay
+      ->add_option("--max-slot-kept", ro.max_slot_kept,
+                   "log-tailing stores: /healthz fails while the slot keeps more WAL than this "
+                   "(1GB, 512MB) or its wal_status is unreserved or lost (default: not checked)")
+      ->type_name("SIZE");
   // Before the subcommand: `outbox --config /etc/outbox/relay.toml relay`, the relay's options
   // under [relay]. A key that names no option is an error, not ignored.
   app.set_config("--config", "",

@@ -189,7 +189,9 @@ class service {
         connect_(std::move(connect)),
         maker_(std::move(maker)),
         secrets_(secrets()),
-        log_(secrets_) {}
+        log_(secrets_),
+        max_slot_kept_(o.max_slot_kept.empty() ? 0
+                                               : parse_size(o.max_slot_kept, "--max-slot-kept")) {}
 
   int run() {
     outbox::store_options so;
@@ -423,6 +425,16 @@ class service {
         s.log_lag_bytes = slot.lag_bytes;
         s.log_lag = slot.lag;
         const bool at_risk = slot.wal_status == "unreserved" || slot.wal_status == "lost";
+        if (!o_.max_slot_kept.empty()) {
+          // --max-slot-kept: /healthz fails while the slot keeps too much or is at risk.
+          std::string alarm = slot_alarm(Store::from_url.slot, slot.wal_status, slot.retained_bytes,
+                                         max_slot_kept_, slot.active);
+          std::lock_guard lock(metrics_.backlog_mutex);
+          if (alarm.empty() != slot_alarm_.empty())
+            log_(alarm.empty() ? "slot " + Store::from_url.slot + ": within --max-slot-kept again"
+                               : "/healthz fails: " + alarm);
+          slot_alarm_ = std::move(alarm);
+        }
         if (at_risk != slot_at_risk_.exchange(at_risk))
           log_("slot " + Store::from_url.slot + ": wal_status " + slot.wal_status +
                (at_risk ? ": the server is about to remove, or removed, WAL the slot needs "
@@ -528,6 +540,10 @@ class service {
 
   http_response health(std::chrono::milliseconds unhealthy_after) {
     if (stopping_) return {503, "text/plain; charset=utf-8", "stopping\n"};
+    {
+      std::lock_guard lock(metrics_.backlog_mutex);
+      if (!slot_alarm_.empty()) return {503, "text/plain; charset=utf-8", slot_alarm_ + "\n"};
+    }
     for (auto& t : parts_) {
       auto& st = t->state;
       std::lock_guard lock(st.mutex);
@@ -673,6 +689,8 @@ class service {
   std::atomic<bool> stopping_{false};
   std::atomic<bool> running_{false};       ///< Start-up done: parts_ complete (the HTTP handler's).
   std::atomic<bool> slot_at_risk_{false};  ///< Log-tailing stores: the slot's WAL at risk.
+  std::int64_t max_slot_kept_ = 0;         ///< --max-slot-kept in bytes (0: none).
+  std::string slot_alarm_;  ///< Why /healthz fails for the slot (under metrics_.backlog_mutex).
 };
 
 }  // namespace
@@ -704,6 +722,11 @@ int cmd_relay(const relay_command_options& o) {
         "waiting for a slow broker, or idle, would be called stuck");
   if (parse_age(o.backlog_interval, "--backlog-interval") < 100ms)
     throw usage_error("--backlog-interval takes at least 100ms");
+  if (!o.max_slot_kept.empty()) {
+    (void)parse_size(o.max_slot_kept, "--max-slot-kept");
+    if (o.store.rfind("postgresql+tail:", 0) != 0)
+      throw usage_error("--max-slot-kept is for a log-tailing store (a postgresql+tail:// URL)");
+  }
   (void)parse_address(o.metrics_address);
 
   // SIGTERM and SIGINT are taken by the supervising loop only: blocked here, before any thread

@@ -20,6 +20,9 @@ struct relay_command_options {
   std::string unhealthy_after = "60s";
   std::string max_backoff = "5s";  ///< The longest pause while the database or broker is away.
   std::string backlog_interval = "5s";
+  /// Log-tailing stores: /healthz fails when the slot keeps more WAL than this (a size such as
+  /// 1GB), or its wal_status is unreserved or lost. Empty: /healthz does not look at the slot.
+  std::string max_slot_kept;
 };
 
 /// Runs relays until SIGTERM or SIGINT; returns the exit code (0 after a graceful stop, 1 when a
