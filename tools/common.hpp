@@ -283,22 +283,35 @@ inline std::string iso8601(outbox::time_point t) {
   return buf;
 }
 
-/// "7d", "12h", "30m", "45s", "250ms": an age, or a duration.
-inline std::chrono::milliseconds parse_age(const std::string& text, const char* option) {
+/// A number and a unit from `units` (the unit's case does not matter, the keys are in lower
+/// case), as the count of the smallest unit; nullopt when the text is not one, or the count
+/// would pass `max`.
+inline std::optional<long long> parse_quantity(const std::string& text,
+                                               const std::map<std::string, long long>& units,
+                                               long long max) {
   std::size_t used = 0;
   long long n = -1;
   try {
     n = std::stoll(text, &used);
   } catch (const std::exception&) {
   }
-  const std::string unit = n >= 0 ? text.substr(used) : "";
-  const std::map<std::string, long long> units{
-      {"ms", 1}, {"s", 1000}, {"m", 60'000}, {"h", 3'600'000}, {"d", 86'400'000}};
+  if (n < 0) return std::nullopt;
+  std::string unit = text.substr(used);
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   const auto u = units.find(unit);
-  if (n < 0 || u == units.end() || n > 100LL * 365 * 86'400'000 / u->second)
+  if (u == units.end() || n > max / u->second) return std::nullopt;
+  return n * u->second;
+}
+
+/// "7d", "12h", "30m", "45s", "250ms": an age, or a duration.
+inline std::chrono::milliseconds parse_age(const std::string& text, const char* option) {
+  const auto ms = parse_quantity(
+      text, {{"ms", 1}, {"s", 1000}, {"m", 60'000}, {"h", 3'600'000}, {"d", 86'400'000}},
+      100LL * 365 * 86'400'000);
+  if (!ms)
     throw usage_error(std::string(option) + " takes an age such as 7d, 12h, 30m or 45s, got '" +
                       text + "'");
-  return std::chrono::milliseconds(n * u->second);
+  return std::chrono::milliseconds(*ms);
 }
 
 /// What is wrong with a log-tailing relay's slot, for `slot status --max-kept` and `relay
@@ -321,22 +334,18 @@ inline std::string slot_alarm(const std::string& slot, const std::string& wal_st
 /// "512MB", "2GB", "64kB", "1000": a size in bytes (kB, MB, GB, TB count by 1024, as
 /// PostgreSQL's settings do; the unit's case does not matter).
 inline std::int64_t parse_size(const std::string& text, const char* option) {
-  std::size_t used = 0;
-  long long n = -1;
-  try {
-    n = std::stoll(text, &used);
-  } catch (const std::exception&) {
-  }
-  std::string unit = n >= 0 ? text.substr(used) : "";
-  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  const std::map<std::string, long long> units{{"", 1},           {"b", 1},
-                                               {"kb", 1LL << 10}, {"mb", 1LL << 20},
-                                               {"gb", 1LL << 30}, {"tb", 1LL << 40}};
-  const auto u = units.find(unit);
-  if (n < 0 || u == units.end() || n > (1LL << 62) / u->second)
+  const auto bytes = parse_quantity(text,
+                                    {{"", 1},
+                                     {"b", 1},
+                                     {"kb", 1LL << 10},
+                                     {"mb", 1LL << 20},
+                                     {"gb", 1LL << 30},
+                                     {"tb", 1LL << 40}},
+                                    1LL << 62);
+  if (!bytes)
     throw usage_error(std::string(option) + " takes a size such as 512MB, 2GB or 64kB, got '" +
                       text + "'");
-  return n * u->second;
+  return *bytes;
 }
 
 }  // namespace outbox_tool

@@ -436,10 +436,9 @@ class service {
           slot_alarm_ = std::move(alarm);
         }
         if (at_risk != slot_at_risk_.exchange(at_risk))
-          log_("slot " + Store::from_url.slot + ": wal_status " + slot.wal_status +
-               (at_risk ? ": the server is about to remove, or removed, WAL the slot needs "
-                          "(max_slot_wal_keep_size); events not relayed yet may be lost"
-                        : ": its WAL is kept again"));
+          log_(at_risk ? slot_alarm(Store::from_url.slot, slot.wal_status, 0, 0, slot.active)
+                       : "slot " + Store::from_url.slot + ": wal_status " + slot.wal_status +
+                             ": its WAL is kept again");
       }
       std::lock_guard lock(metrics_.backlog_mutex);
       metrics_.backlog = s;

@@ -323,7 +323,8 @@ class relay {
       return false;
   }
 
-  /// Wakes a sleeping `run` (e.g. after a local commit, or on a database notification).
+  /// Wakes a sleeping `run` (e.g. after a local commit, or on a database notification). Not
+  /// the pause after an error: that ends when the retry policy says (or on a stop request).
   void wake() {
     {
       std::lock_guard lock(wake_mutex_);
@@ -384,8 +385,8 @@ class relay {
         consecutive_errors_.store(static_cast<std::uint64_t>(++failures),
                                   std::memory_order_relaxed);
         count_error(e);
-        sleep_for(stop, std::min(std::max(retry_.delay(failures, rng_), options_.idle_poll_min),
-                                 options_.error_backoff_max));
+        back_off(stop, std::min(std::max(retry_.delay(failures, rng_), options_.idle_poll_min),
+                                options_.error_backoff_max));
         continue;
       }
       if (again) {
@@ -815,6 +816,17 @@ class relay {
       wake_cv_.wait_for(lock, stop, d, [&] { return woken_; });
       woken_ = false;
     }
+  }
+
+  /// The pause after a failed step: all of `d`, unless a stop request cuts it short. Not the
+  /// store's wake-up channel, and not `wake()`: work waiting (events a store holds, a commit's
+  /// notification) is what the failed step could not do, so they would make the relay retry
+  /// at once, as often as they come (seen: a log-tailing relay holding events while its table
+  /// claim was refused retried 4,000-6,000 times a second). A wake during the pause is kept
+  /// for the sleep after the next step.
+  void back_off(std::stop_token& stop, std::chrono::milliseconds d) {
+    std::unique_lock lock(wake_mutex_);
+    (void)wake_cv_.wait_for(lock, stop, d, [] { return false; });
   }
 
   /// The first is the one `run_once`, `wake` and the idle sleep use; the second (two-store

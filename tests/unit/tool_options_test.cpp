@@ -1,0 +1,72 @@
+// The `outbox` tool's option parsing and slot alarm (tools/common.hpp), without a server: the
+// ages and sizes its options take, what it refuses, and each reason the slot guard gives
+// (`slot status --max-kept`, `relay --max-slot-kept`), including the wal_status a test server
+// cannot be brought to on demand (unreserved, lost).
+#define BOOST_TEST_MODULE outbox tool options
+#include <boost/test/unit_test.hpp>
+
+#include <string>
+
+#include "../../tools/common.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using outbox_tool::parse_age;
+using outbox_tool::parse_size;
+using outbox_tool::slot_alarm;
+using outbox_tool::usage_error;
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(ages_take_a_count_and_a_unit) {
+  BOOST_TEST(parse_age("250ms", "--x").count() == 250);
+  BOOST_TEST(parse_age("45s", "--x") == 45s);
+  BOOST_TEST(parse_age("30m", "--x") == 30min);
+  BOOST_TEST(parse_age("12h", "--x") == 12h);
+  BOOST_TEST(parse_age("7d", "--x") == 7 * 24h);
+  BOOST_TEST(parse_age("7D", "--x") == 7 * 24h);
+  BOOST_TEST(parse_age("0s", "--x") == 0s);
+  for (const char* bad : {"", "7", "-1s", "s", "1y", "1.5h", "99999999999999999999d", "36501d"})
+    BOOST_CHECK_EXCEPTION(parse_age(bad, "--since"), usage_error, [&](const usage_error& e) {
+      return contains(e.what(), "--since takes an age") && contains(e.what(), bad);
+    });
+}
+
+BOOST_AUTO_TEST_CASE(sizes_count_by_1024_in_any_case) {
+  BOOST_TEST(parse_size("1000", "--x") == 1000);
+  BOOST_TEST(parse_size("1b", "--x") == 1);
+  BOOST_TEST(parse_size("64kB", "--x") == 64 * 1024);
+  BOOST_TEST(parse_size("512MB", "--x") == 512LL << 20);
+  BOOST_TEST(parse_size("2gb", "--x") == 2LL << 30);
+  BOOST_TEST(parse_size("1TB", "--x") == 1LL << 40);
+  for (const char* bad : {"", "MB", "-1MB", "1.5GB", "1PB", "4194305TB", "2 GB"})
+    BOOST_CHECK_EXCEPTION(parse_size(bad, "--max-kept"), usage_error, [&](const usage_error& e) {
+      return contains(e.what(), "--max-kept takes a size") && contains(e.what(), bad);
+    });
+}
+
+BOOST_AUTO_TEST_CASE(the_slot_alarm_names_each_reason_and_is_quiet_otherwise) {
+  // Within the limit, or no limit: nothing to say, whatever the slot keeps.
+  BOOST_TEST(slot_alarm("s", "reserved", 100, 100, true).empty());
+  BOOST_TEST(slot_alarm("s", "extended", 1LL << 40, 0, false).empty());
+  // Over the limit: how much, and what to do, which depends on whether a relay streams.
+  const auto behind = slot_alarm("s", "reserved", 101, 100, true);
+  BOOST_TEST(contains(behind, "slot s keeps 101 bytes of WAL, more than 100"));
+  BOOST_TEST(contains(behind, "its relay is behind"));
+  const auto idle = slot_alarm("s", "extended", 101, 100, false);
+  BOOST_TEST(contains(idle, "no relay streams from it"));
+  // WAL about to go, or gone: said with or without a limit, and before the size.
+  for (const char* status : {"unreserved", "lost"}) {
+    for (const std::int64_t limit : {std::int64_t{0}, std::int64_t{100}}) {
+      const auto at_risk = slot_alarm("s", status, 101, limit, true);
+      BOOST_TEST(contains(at_risk, std::string("slot s: wal_status ") + status), at_risk);
+      BOOST_TEST(contains(at_risk, "max_slot_wal_keep_size"), at_risk);
+      BOOST_TEST(!contains(at_risk, "bytes of WAL"), at_risk);
+    }
+  }
+}
