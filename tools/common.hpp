@@ -315,19 +315,29 @@ inline std::chrono::milliseconds parse_age(const std::string& text, const char* 
 }
 
 /// What is wrong with a log-tailing relay's slot, for `slot status --max-kept` and `relay
-/// --max-slot-kept`: its wal_status says WAL it needs is about to go or gone, or it keeps more
-/// than `max_kept` bytes (0: no limit). Empty when nothing is.
+/// --max-slot-kept`: its wal_status says WAL it needs is about to go or gone; or, with a limit
+/// (`max_kept` bytes, 0: none), a slot a relay streams from is more than that behind
+/// (`lag`: WAL after its confirmed position), or one nobody streams from keeps more than that
+/// (`kept`: WAL from its restart point). A streaming slot is judged by its lag, not by what it
+/// keeps: PostgreSQL moves the restart point only at its standby snapshots (every 15 s of
+/// activity), so a relay that is not behind at all keeps that much WAL too. Empty when
+/// nothing is wrong.
 inline std::string slot_alarm(const std::string& slot, const std::string& wal_status,
-                              std::int64_t kept, std::int64_t max_kept, bool active) {
+                              std::int64_t kept, std::int64_t lag, std::int64_t max_kept,
+                              bool active) {
   if (wal_status == "unreserved" || wal_status == "lost")
     return "slot " + slot + ": wal_status " + wal_status +
            ": the server is about to remove, or removed, WAL the slot needs "
            "(max_slot_wal_keep_size); events not relayed yet may be lost";
-  if (max_kept > 0 && kept > max_kept)
+  if (max_kept <= 0) return {};
+  if (active && lag > max_kept)
+    return "slot " + slot + ": its relay is " + std::to_string(lag) +
+           " bytes of WAL behind, more than " + std::to_string(max_kept) + " (the slot keeps " +
+           std::to_string(kept) + ")";
+  if (!active && kept > max_kept)
     return "slot " + slot + " keeps " + std::to_string(kept) + " bytes of WAL, more than " +
            std::to_string(max_kept) +
-           (active ? " (its relay is behind)"
-                   : " (no relay streams from it: start one, or drop a retired relay's slot)");
+           " (no relay streams from it: start one, or drop a retired relay's slot)";
   return {};
 }
 
@@ -346,6 +356,14 @@ inline std::int64_t parse_size(const std::string& text, const char* option) {
     throw usage_error(std::string(option) + " takes a size such as 512MB, 2GB or 64kB, got '" +
                       text + "'");
   return *bytes;
+}
+
+/// A size limit: `parse_size`, above 0 (a limit of 0 would read as "no limit").
+inline std::int64_t parse_limit(const std::string& text, const char* option) {
+  const auto bytes = parse_size(text, option);
+  if (bytes <= 0)
+    throw usage_error(std::string(option) + " takes a size above 0, got '" + text + "'");
+  return bytes;
 }
 
 }  // namespace outbox_tool

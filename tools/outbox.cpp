@@ -232,7 +232,7 @@ constexpr auto inbox_floor = std::chrono::hours(24 * 7);
 /// `slot status`: the log-tailing store's slot; exit 1 when it does not exist, 3 (with
 /// --max-kept) when its WAL is at risk or it keeps more than that.
 int cmd_slot_status(store_ops& s, const options& o) {
-  const std::int64_t max_kept = o.max_kept.empty() ? 0 : parse_size(o.max_kept, "--max-kept");
+  const std::int64_t max_kept = o.max_kept.empty() ? 0 : parse_limit(o.max_kept, "--max-kept");
   const slot_view v = s.slot();
   if (o.json) {
     std::cout << nlohmann::json{{"slot", v.name},
@@ -258,7 +258,7 @@ int cmd_slot_status(store_ops& s, const options& o) {
   }
   if (!o.max_kept.empty()) {
     if (const std::string alarm =
-            slot_alarm(v.name, v.wal_status, v.retained_bytes, max_kept, v.active);
+            slot_alarm(v.name, v.wal_status, v.retained_bytes, v.lag_bytes, max_kept, v.active);
         !alarm.empty()) {
       std::cerr << "outbox: " << alarm << "\n";
       return exit_alarm;
@@ -607,9 +607,9 @@ int main(int argc, char** argv) {
   with_store(slot_status);
   slot_status
       ->add_option("--max-kept", o.max_kept,
-                   "a check: exit 3 when the slot keeps more WAL than this (512MB, 2GB), or its "
-                   "wal_status is unreserved or lost (for cron or a monitor: a slot nobody reads "
-                   "keeps all WAL after it)")
+                   "a check: exit 3 when the slot keeps more WAL than this (512MB, 2GB; a slot "
+                   "a relay streams from: is that far behind), or its wal_status is unreserved "
+                   "or lost (for cron or a monitor: a slot nobody reads keeps all WAL after it)")
       ->type_name("SIZE");
   auto* slot_drop = slot->add_subcommand(
       "drop", "drop the slot of a retired relay (a slot nobody reads keeps all WAL after it)");
@@ -661,8 +661,9 @@ int main(int argc, char** argv) {
                     "how often the backlog gauges are sampled (default 5s)");
   relay
       ->add_option("--max-slot-kept", ro.max_slot_kept,
-                   "log-tailing stores: /healthz fails while the slot keeps more WAL than this "
-                   "(1GB, 512MB) or its wal_status is unreserved or lost (default: not checked)")
+                   "log-tailing stores: /healthz fails while the relay is more WAL than this "
+                   "behind (1GB, 512MB) or the slot's wal_status is unreserved or lost (default: "
+                   "not checked)")
       ->type_name("SIZE");
   // Before the subcommand: `outbox --config /etc/outbox/relay.toml relay`, the relay's options
   // under [relay]. A key that names no option is an error, not ignored.

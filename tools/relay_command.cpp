@@ -191,7 +191,7 @@ class service {
         secrets_(secrets()),
         log_(secrets_),
         max_slot_kept_(o.max_slot_kept.empty() ? 0
-                                               : parse_size(o.max_slot_kept, "--max-slot-kept")) {}
+                                               : parse_limit(o.max_slot_kept, "--max-slot-kept")) {}
 
   int run() {
     outbox::store_options so;
@@ -428,7 +428,7 @@ class service {
         if (!o_.max_slot_kept.empty()) {
           // --max-slot-kept: /healthz fails while the slot keeps too much or is at risk.
           std::string alarm = slot_alarm(Store::from_url.slot, slot.wal_status, slot.retained_bytes,
-                                         max_slot_kept_, slot.active);
+                                         slot.lag_bytes, max_slot_kept_, slot.active);
           std::lock_guard lock(metrics_.backlog_mutex);
           if (alarm.empty() != slot_alarm_.empty())
             log_(alarm.empty() ? "slot " + Store::from_url.slot + ": within --max-slot-kept again"
@@ -436,7 +436,7 @@ class service {
           slot_alarm_ = std::move(alarm);
         }
         if (at_risk != slot_at_risk_.exchange(at_risk))
-          log_(at_risk ? slot_alarm(Store::from_url.slot, slot.wal_status, 0, 0, slot.active)
+          log_(at_risk ? slot_alarm(Store::from_url.slot, slot.wal_status, 0, 0, 0, slot.active)
                        : "slot " + Store::from_url.slot + ": wal_status " + slot.wal_status +
                              ": its WAL is kept again");
       }
@@ -722,7 +722,7 @@ int cmd_relay(const relay_command_options& o) {
   if (parse_age(o.backlog_interval, "--backlog-interval") < 100ms)
     throw usage_error("--backlog-interval takes at least 100ms");
   if (!o.max_slot_kept.empty()) {
-    (void)parse_size(o.max_slot_kept, "--max-slot-kept");
+    (void)parse_limit(o.max_slot_kept, "--max-slot-kept");
     if (o.store.rfind("postgresql+tail:", 0) != 0)
       throw usage_error("--max-slot-kept is for a log-tailing store (a postgresql+tail:// URL)");
   }

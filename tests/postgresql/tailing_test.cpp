@@ -713,6 +713,38 @@ BOOST_FIXTURE_TEST_CASE(a_message_that_keeps_crashing_relays_is_dead_lettered_un
   BOOST_TEST(dead.front().last_error.find("never settled") != std::string::npos);
 }
 
+// Break-it finding: a relay that died in a later batch of a transaction larger than a batch
+// charged the claim to the transaction's first batch (the slot stays at the transaction's
+// start), which was dead-lettered after the retry policy's attempts though delivered each time.
+BOOST_FIXTURE_TEST_CASE(a_relay_dying_late_in_a_large_transaction_does_not_charge_its_first_batch,
+                        tailing_fixture) {
+  std::vector<std::pair<std::string, std::string>> large;
+  for (int i = 0; i < 30; ++i) large.push_back({std::to_string(i), "e" + std::to_string(i)});
+  write(large);
+  auto table = open_session();
+  std::vector<outbox::settlement> published(10);
+  for (auto& f : published) f.what = outbox::settlement::kind::published;
+  for (int crash = 0; crash < 4; ++crash) {
+    auto store = make_tailing(*table);
+    auto first = claim_some(*store, 10);
+    BOOST_TEST_REQUIRE(first.size() == 10u);
+    BOOST_TEST(first.messages.front().event_type == "e0");
+    BOOST_TEST(first.messages.front().attempts == 1);  // was crash + 1
+    BOOST_TEST(store->settle(first, published, outbox::system_clock{}.now()).published == 10u);
+    auto second = claim_some(*store, 10);  // then "dies" publishing the second
+    BOOST_TEST_REQUIRE(second.size() == 10u);
+    BOOST_TEST(second.messages.front().event_type == "e10");
+  }
+  auto store = make_tailing(*table);
+  outbox::testing::memory_transport transport({.record = true});
+  outbox::relay r(*store, transport, outbox::relay_options{.batch_size = 10},
+                  outbox::exponential_backoff{.initial = 50ms, .jitter = 0, .max_attempts = 3});
+  BOOST_TEST_REQUIRE(relay_until(r, transport, 30));
+  BOOST_TEST(store->dead_letters(10).empty());
+  BOOST_TEST(transport.wire().size() == 30u);
+  store->close();
+}
+
 // Break-it finding: while the table had due rows, the stream was not read at all.
 BOOST_FIXTURE_TEST_CASE(a_backlog_of_retries_does_not_hold_back_other_aggregates, tailing_fixture) {
   auto table = open_session();

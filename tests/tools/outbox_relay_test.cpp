@@ -618,24 +618,35 @@ BOOST_AUTO_TEST_CASE(relays_from_the_wal_with_a_postgresql_tail_url,
   BOOST_TEST(relay.wait(30s) == 0, relay.log());
   std::filesystem::remove(socket);
   {
-    // --max-slot-kept: /healthz fails while the slot keeps more WAL than that (its restart
-    // point stays behind the server's WAL end: more than 1 byte), and the log says so once.
-    tool_process kept(relay_args(url, "zmq+ipc://" + socket.string(), {"--max-slot-kept", "1"}));
+    // --max-slot-kept: /healthz fails while the relay is more WAL than that behind (here an
+    // event no consumer confirms: nobody listens on the socket), and the log says so once.
+    {
+      auto sql = fx.open_session();
+      outbox::writer<outbox::postgresql::tailing_store> w;
+      auto tx = fixture::begin(*sql);
+      w.enqueue(*sql, outbox::event{"order", "1", "unconfirmed", R"({"i":0})"});
+      tx->commit();
+    }
+    // (Its publish waits 30 s for a confirm: the relay stays behind that long, then the event
+    // goes to the table for a retry.)
+    tool_process kept(relay_args(url, "zmq+ipc://" + socket.string(),
+                                 {"--max-slot-kept", "1", "--publish-timeout", "30s", "--lease",
+                                  "90s"}));
     const int kept_port = metrics_port(kept);
     std::pair<int, std::string> h;
-    for (int i = 0; i < 600 && h.second.find(" keeps ") == std::string::npos; ++i) {
+    for (int i = 0; i < 600 && h.second.find(" behind") == std::string::npos; ++i) {
       h = http_get(kept_port, "/healthz");  // 503 "starting" first
       std::this_thread::sleep_for(50ms);
     }
     BOOST_TEST(h.first == 503);
-    BOOST_TEST(h.second.find("slot " + slot + " keeps ") != std::string::npos, h.second);
+    BOOST_TEST(h.second.find("slot " + slot + ": its relay is ") != std::string::npos, h.second);
     kept.signal(SIGTERM);
     BOOST_TEST(kept.wait(30s) == 0, kept.log());
     // (The log hides the test's password, "outbox", which the slot's name contains.)
     BOOST_TEST(kept.log().find("/healthz fails: slot ") != std::string::npos, kept.log());
     std::filesystem::remove(socket);
-    // The same check for cron or a monitor; a size it cannot read, or a store without a slot,
-    // is a usage error.
+    // The same check for cron or a monitor (no relay streams now: what the slot keeps); a
+    // size it cannot read, a limit of 0, or a store without a slot, is a usage error.
     tool_process over({"slot", "status", "--store", url, "--max-kept", "1"});
     BOOST_TEST(over.wait(60s) == 3, over.log());
     BOOST_TEST(over.log().find("slot " + slot + " keeps ") != std::string::npos, over.log());
@@ -643,6 +654,8 @@ BOOST_AUTO_TEST_CASE(relays_from_the_wal_with_a_postgresql_tail_url,
     BOOST_TEST(within.wait(60s) == 0, within.log());
     tool_process bad({"slot", "status", "--store", url, "--max-kept", "lots"});
     BOOST_TEST(bad.wait(60s) == 2, bad.log());
+    tool_process zero({"slot", "status", "--store", url, "--max-kept", "0"});
+    BOOST_TEST(zero.wait(60s) == 2, zero.log());
     tool_process polling(
         relay_args(url_of(fx), "zmq+ipc://" + socket.string(), {"--max-slot-kept", "1GB"}));
     BOOST_TEST(polling.wait(30s) == 2, polling.log());

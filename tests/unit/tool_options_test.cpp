@@ -50,23 +50,39 @@ BOOST_AUTO_TEST_CASE(sizes_count_by_1024_in_any_case) {
     });
 }
 
+BOOST_AUTO_TEST_CASE(a_limit_is_a_size_above_0) {
+  BOOST_TEST(outbox_tool::parse_limit("1", "--x") == 1);
+  BOOST_CHECK_EXCEPTION(
+      outbox_tool::parse_limit("0MB", "--max-kept"), usage_error,
+      [](const usage_error& e) { return contains(e.what(), "--max-kept takes a size above 0"); });
+}
+
 BOOST_AUTO_TEST_CASE(the_slot_alarm_names_each_reason_and_is_quiet_otherwise) {
-  // Within the limit, or no limit: nothing to say, whatever the slot keeps.
-  BOOST_TEST(slot_alarm("s", "reserved", 100, 100, true).empty());
-  BOOST_TEST(slot_alarm("s", "extended", 1LL << 40, 0, false).empty());
-  // Over the limit: how much, and what to do, which depends on whether a relay streams.
-  const auto behind = slot_alarm("s", "reserved", 101, 100, true);
-  BOOST_TEST(contains(behind, "slot s keeps 101 bytes of WAL, more than 100"));
-  BOOST_TEST(contains(behind, "its relay is behind"));
-  const auto idle = slot_alarm("s", "extended", 101, 100, false);
-  BOOST_TEST(contains(idle, "no relay streams from it"));
-  // WAL about to go, or gone: said with or without a limit, and before the size.
+  // No limit: nothing to say, whatever the slot keeps or its relay is behind.
+  BOOST_TEST(slot_alarm("s", "extended", 1LL << 40, 1LL << 40, 0, false).empty());
+  BOOST_TEST(slot_alarm("s", "reserved", 1LL << 40, 1LL << 40, 0, true).empty());
+  // A slot a relay streams from is judged by its lag: one that keeps more than the limit
+  // only because the server's restart point is behind (every 15 s) is not.
+  BOOST_TEST(slot_alarm("s", "reserved", 7'000'000, 0, 4'000'000, true).empty());
+  BOOST_TEST(slot_alarm("s", "reserved", 7'000'000, 100, 100, true).empty());
+  const auto behind = slot_alarm("s", "reserved", 7'000'000, 101, 100, true);
+  BOOST_TEST(contains(behind, "slot s: its relay is 101 bytes of WAL behind, more than 100"),
+             behind);
+  BOOST_TEST(contains(behind, "the slot keeps 7000000"), behind);
+  // One nobody streams from by all it keeps (its lag means nothing: nobody reads it).
+  BOOST_TEST(slot_alarm("s", "extended", 100, 0, 100, false).empty());
+  const auto idle = slot_alarm("s", "extended", 101, 0, 100, false);
+  BOOST_TEST(contains(idle, "slot s keeps 101 bytes of WAL, more than 100"), idle);
+  BOOST_TEST(contains(idle, "no relay streams from it"), idle);
+  // WAL about to go, or gone: said with or without a limit, and before the sizes.
   for (const char* status : {"unreserved", "lost"}) {
     for (const std::int64_t limit : {std::int64_t{0}, std::int64_t{100}}) {
-      const auto at_risk = slot_alarm("s", status, 101, limit, true);
-      BOOST_TEST(contains(at_risk, std::string("slot s: wal_status ") + status), at_risk);
-      BOOST_TEST(contains(at_risk, "max_slot_wal_keep_size"), at_risk);
-      BOOST_TEST(!contains(at_risk, "bytes of WAL"), at_risk);
+      for (const bool active : {true, false}) {
+        const auto at_risk = slot_alarm("s", status, 101, 101, limit, active);
+        BOOST_TEST(contains(at_risk, std::string("slot s: wal_status ") + status), at_risk);
+        BOOST_TEST(contains(at_risk, "max_slot_wal_keep_size"), at_risk);
+        BOOST_TEST(!contains(at_risk, "bytes of WAL"), at_risk);
+      }
     }
   }
 }

@@ -360,8 +360,15 @@ class tailing_store {
     for (std::size_t i = 0; i < fates.size(); ++i)
       if (fates[i].what == settlement::kind::published)
         done(out_->of(batch.messages[i].sequence).tx);
-    out_.reset();
+    const auto head_position = std::exchange(out_, std::nullopt)->head_position;
     advance();
+    // The head batch settled, so its claim was no crash. When the slot stays where it was (its
+    // first transaction goes on past the batch), a relay that dies later in that transaction
+    // starts at the same position again: that claim must not count as an attempt of this
+    // batch (seen: a 10,000-event transaction, a relay killed at its 5th batch each time, and
+    // the first batch, delivered every time, dead-lettered at the 10th).
+    if (head_position != 0 && flushed_ < static_cast<detail::wal::lsn>(head_position))
+      uncount_head_attempt(head_position);
     return out;
   }
 
@@ -373,19 +380,8 @@ class tailing_store {
       return;
     }
     if (!out_ || out_->token != batch.token) return;
-    if (out_->head_position != 0) {
-      // Not an attempt (stopping): the count of the head batch's claims goes back.
-      const auto position = out_->head_position;
-      try {
-        table_.run("release the head batch's attempt", [&](PGconn* c) {
-          detail::exec(c, std::string(statements::tail_attempt_release),
-                       detail::params().add(options_.slot).add(position), "tail attempt release");
-          return 0;
-        });
-      } catch (const error&) {
-        // Counted once too often: one attempt of the retry policy's, never an event.
-      }
-    }
+    // Not an attempt (stopping): the count of the head batch's claims goes back.
+    if (out_->head_position != 0) uncount_head_attempt(out_->head_position);
     reset_stream();
   }
 
@@ -841,7 +837,10 @@ class tailing_store {
   /// again: the claims of that position are counted in the table (one statement per stream
   /// opened, not per batch), and each message of the batch carries the count as its attempts,
   /// so the relay dead-letters them, unsent, once the retry policy says they are spent, as it
-  /// does with a polling store's rows.
+  /// does with a polling store's rows. A claim that ends in a settle or a release is taken
+  /// back (uncount_head_attempt) when the slot stays at the position: the count is of claims
+  /// a relay died in. A relay that dies in a later batch of a transaction larger than a batch
+  /// is not caught by it: it starts from that transaction again each time.
   void count_head_attempt(claimed_batch& batch, stream_batch& sb) {
     const auto position = static_cast<std::int64_t>(txs_.empty() ? flushed_ : txs_.front().end);
     const int claims = table_.run("count the head batch's attempt", [&](PGconn* c) {
@@ -852,6 +851,20 @@ class tailing_store {
     head_unclaimed_ = false;
     sb.head_position = position;
     for (auto& m : batch.messages) m.attempts = std::max(1, claims);
+  }
+
+  /// The head batch's claim at `position` was no attempt (released, or settled while its first
+  /// transaction goes on): its count goes back (tail_attempt_release.sql).
+  void uncount_head_attempt(std::int64_t position) noexcept {
+    try {
+      table_.run("release the head batch's attempt", [&](PGconn* c) {
+        detail::exec(c, std::string(statements::tail_attempt_release),
+                     detail::params().add(options_.slot).add(position), "tail attempt release");
+        return 0;
+      });
+    } catch (...) {
+      // Counted once too often: one attempt of the retry policy's, never an event.
+    }
   }
 
   /// After a table claim found nothing due: the next look at `table_poll`, or at the earliest
