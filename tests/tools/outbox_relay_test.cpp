@@ -629,9 +629,9 @@ BOOST_AUTO_TEST_CASE(relays_from_the_wal_with_a_postgresql_tail_url,
     }
     // (Its publish waits 30 s for a confirm: the relay stays behind that long, then the event
     // goes to the table for a retry.)
-    tool_process kept(relay_args(url, "zmq+ipc://" + socket.string(),
-                                 {"--max-slot-kept", "1", "--publish-timeout", "30s", "--lease",
-                                  "90s"}));
+    tool_process kept(
+        relay_args(url, "zmq+ipc://" + socket.string(),
+                   {"--max-slot-kept", "1", "--publish-timeout", "30s", "--lease", "90s"}));
     const int kept_port = metrics_port(kept);
     std::pair<int, std::string> h;
     for (int i = 0; i < 600 && h.second.find(" behind") == std::string::npos; ++i) {
