@@ -627,11 +627,11 @@ BOOST_AUTO_TEST_CASE(relays_from_the_wal_with_a_postgresql_tail_url,
       w.enqueue(*sql, outbox::event{"order", "1", "unconfirmed", R"({"i":0})"});
       tx->commit();
     }
-    // (Its publish waits 30 s for a confirm: the relay stays behind that long, then the event
-    // goes to the table for a retry.)
+    // (Its publish waits 15 s for a confirm: the relay stays behind that long, then the event
+    // goes to the table for a retry; SIGTERM waits for that publish.)
     tool_process kept(
         relay_args(url, "zmq+ipc://" + socket.string(),
-                   {"--max-slot-kept", "1", "--publish-timeout", "30s", "--lease", "90s"}));
+                   {"--max-slot-kept", "1", "--publish-timeout", "15s", "--lease", "60s"}));
     const int kept_port = metrics_port(kept);
     std::pair<int, std::string> h;
     for (int i = 0; i < 600 && h.second.find(" behind") == std::string::npos; ++i) {
@@ -641,7 +641,7 @@ BOOST_AUTO_TEST_CASE(relays_from_the_wal_with_a_postgresql_tail_url,
     BOOST_TEST(h.first == 503);
     BOOST_TEST(h.second.find("slot " + slot + ": its relay is ") != std::string::npos, h.second);
     kept.signal(SIGTERM);
-    BOOST_TEST(kept.wait(30s) == 0, kept.log());
+    BOOST_TEST(kept.wait(60s) == 0, kept.log());
     // (The log hides the test's password, "outbox", which the slot's name contains.)
     BOOST_TEST(kept.log().find("/healthz fails: slot ") != std::string::npos, kept.log());
     std::filesystem::remove(socket);
