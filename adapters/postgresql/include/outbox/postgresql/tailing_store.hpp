@@ -81,7 +81,9 @@ struct slot_status {
 ///   table's rows are claimed like a polling relay's (`table_poll`, or sooner when a retry is
 ///   due). `stats`, `dead_letters`, `requeue` and the purges are the table's.
 /// - **One relay per slot**, and one tailing relay per outbox table: the retries of the table
-///   belong to the relay that wrote them.
+///   belong to the relay that wrote them. The table-free writer's events belong to the
+///   database (logical decoding messages have no schema): every tailing relay of the database
+///   publishes them, so keep one table-free outbox per database (or use `table_mode`).
 ///
 /// Needs `wal_level = logical`, a role with the REPLICATION attribute, the slot and the
 /// publication (`setup`). A slot that is not read holds WAL back: drop the slot of a relay
