@@ -911,7 +911,8 @@ class tailing_store {
   /// batch starts at that batch again (the events before it are settled, see settled()).
   void count_head_attempt(claimed_batch& batch, stream_batch& sb,
                           std::pair<std::int64_t, std::int64_t> head) {
-    const auto [position, within] = head;
+    // Not a structured binding: clang 14 cannot capture one in the lambda.
+    const std::int64_t position = head.first, within = head.second;
     const int claims = table_.run("count the head batch's attempt", [&](PGconn* c) {
       auto r = detail::exec(c, std::string(statements::tail_attempt),
                             detail::params().add(options_.slot).add(position).add(within),
