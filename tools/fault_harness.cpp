@@ -123,6 +123,7 @@
 // usage; 77 a server address, or a server fault's command, is missing (skip).
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -271,6 +272,9 @@ struct args {
   std::string broker_down_cmd;      ///< Takes the broker away (RabbitMQ: stop_app) ...
   std::string broker_up_cmd;        ///< ... and brings it back (start_app).
   std::string db_restart_cmd;       ///< Restarts the database server (down OUTBOX_FAULT_DOWN_S).
+  /// The harness's own test: the run's Kafka mock cluster finds its brokers' ports taken when
+  /// they go down (kafka_cluster_process), and the run must fail at once, saying so.
+  bool take_kafka_port = false;
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -291,7 +295,8 @@ struct args {
          "       [--db-restart-cmd CMD]   (server faults: each CMD runs under sh -c, with\n"
          "         OUTBOX_FAULT_DOWN_S the seconds the database is to stay down; default\n"
          "         commands from OUTBOX_SERVICES_DIR, the servers of scripts/services.sh)\n"
-         "       fault_harness --role writer|relay|consumer|check --dir DIR [...]\n";
+         "       [--take-kafka-port]   (the harness's own test: see kafka_cluster_process)\n"
+         "       fault_harness --role writer|relay|consumer|check|kafka-cluster --dir DIR [...]\n";
   std::exit(exit_usage);
 }
 
@@ -385,11 +390,13 @@ args parse(int argc, char** argv) {
       a.broker_up_cmd = text(i);
     else if (arg == "--db-restart-cmd")
       a.db_restart_cmd = text(i);
+    else if (arg == "--take-kafka-port")
+      a.take_kafka_port = true;
     else
       usage("unknown argument " + std::string(arg));
   }
   if (a.role != "orchestrator" && a.role != "writer" && a.role != "relay" && a.role != "consumer" &&
-      a.role != "check")
+      a.role != "check" && a.role != "kafka-cluster")
     usage("unknown role " + a.role);
   if (!a.plant.empty() && a.plant != "mark-before-confirm" && a.plant != "skip-inbox" &&
       a.plant != "blind-retry" && a.plant != "forget-window" && a.plant != "writer-drop" &&
@@ -844,11 +851,11 @@ struct kafka_kind {
   /// The confirm is the broker's delivery report: published is not applied.
   static constexpr bool confirm_is_applied = false;
   /// What --broker-outages can do: the brokers that lead the topic's partitions down, then up
-  /// (the orchestrator's own mock cluster; producers and fetches find no leader). The group's
-  /// coordinator is a broker of its own that stays up: librdkafka 2.0.2's mock aborts
-  /// (rdkafka_mock_cgrp.c: "Assertion `!member->resp' failed") when a member joins again across
-  /// its coordinator's outage, which took the orchestrator and the run with it. A cluster given
-  /// by --kafka: node-restart, by --broker-down-cmd/--broker-up-cmd.
+  /// (the run's own mock cluster, kafka_cluster_process; producers and fetches find no
+  /// leader). The group's coordinator is a broker of its own that stays up: librdkafka
+  /// 2.0.2's mock aborts (rdkafka_mock_cgrp.c: "Assertion `!member->resp' failed") when a
+  /// member joins again across its coordinator's outage. A cluster given by --kafka:
+  /// node-restart, by --broker-down-cmd/--broker-up-cmd.
   static constexpr const char* outages = "node-restart";
   static constexpr const char* own_cluster_outages = "leaders-down";
   /// The records a consumer fault may deliver again: the in-flight one, and those acked since
@@ -996,10 +1003,16 @@ sigset_t fault_signals() {
   return set;
 }
 
-/// A part never outlives the orchestrator, stops on SIGTERM and arms its sharp fault on
-/// SIGUSR1/SIGUSR2 (and sig_pause, sig_storm, sig_clock_jump).
-void become_part() {
+/// In a child between fork and exec: it is killed when `parent` ends, however it ends (SIGKILL,
+/// abort, an exception out of main), and kept across exec; a parent already gone ends it here.
+void die_with(pid_t parent) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) ::_exit(127);
+}
+
+/// A part (started by `spawn`, so it dies with the orchestrator) stops on SIGTERM and arms its
+/// sharp fault on SIGUSR1/SIGUSR2 (and sig_pause, sig_storm, sig_clock_jump).
+void become_part() {
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   for (int sig : {SIGTERM, SIGUSR1, SIGUSR2, sig_pause(), sig_storm(), sig_clock_jump()})
@@ -1810,8 +1823,10 @@ pid_t spawn(const args& a, const std::string& role, int index = 0) {
   const sigset_t armed = fault_signals();
   sigset_t before;
   ::sigprocmask(SIG_BLOCK, &armed, &before);
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid == 0) {
+    die_with(parent);
     ::execv(a.self.c_str(), argv.data());
     ::_exit(127);
   }
@@ -1838,6 +1853,170 @@ int reap(pid_t pid, std::chrono::milliseconds bound) {
   ::waitpid(pid, &status, 0);
   return status;
 }
+
+#ifdef OUTBOX_HARNESS_KAFKA
+// ---- the run's own Kafka mock cluster, in a process of its own ---------------------------------
+//
+// librdkafka 2.0.2's mock takes a broker down by closing its listening socket and binding a new
+// one to the same port at once, and asserts (aborts the process) when that bind fails. It fails
+// when another process holds a copy of the old socket: a child forked by the process in that
+// instant. The orchestrator forks parts and commands all the time, so its own cluster once took
+// the run down with it (and a part left as an orphan kept the test runner waiting). So the
+// cluster lives in a process that never forks (--role kafka-cluster), told "down" and "up" on
+// a socket, answering "ok" or "error <why>"; if it dies, the run fails at once and says why.
+
+/// The cluster process's SIGABRT: a clear line instead of a core dump (the mock's own log line,
+/// "Failed to bind mock broker socket", is on stderr just before).
+extern "C" void on_cluster_abort(int) {
+  static const char text[] =
+      "fault_harness: the Kafka mock cluster aborted: librdkafka's mock asserts when a broker "
+      "going down cannot bind its port again (another process holds it; see above)\n";
+  [[maybe_unused]] const auto n = ::write(2, text, sizeof text - 1);
+  ::_exit(exit_failed);
+}
+
+/// --role kafka-cluster: brokers 1 and 2 lead the topic's partitions, broker 3 coordinates the
+/// group (kafka_kind::outages says why); prints "ready <bootstrap servers>", then serves the
+/// orchestrator's words on stdin until it closes it.
+int run_kafka_cluster(const args& a) {
+  struct sigaction sa {};
+  sa.sa_handler = on_cluster_abort;
+  ::sigaction(SIGABRT, &sa, nullptr);
+  outbox::kafka::mock_cluster cluster(3);
+  const std::string topic = kafka_kind::topic(a);
+  cluster.create_topic(topic, 4, 1);
+  for (int p = 0; p < 4; ++p) cluster.set_partition_leader(topic, p, 1 + p % 2);
+  cluster.set_group_coordinator(topic, 3);
+  std::cout << "ready " << cluster.bootstrap_servers() << std::endl;
+  for (std::string word; std::getline(std::cin, word);) {
+    if (word != "down" && word != "up") {
+      std::cout << "error unknown word " << word << std::endl;
+      continue;
+    }
+    // --take-kafka-port: a child holding copies of every socket while the brokers go down, as
+    // a fork at that instant would (it dies with this process).
+    pid_t holder = -1;
+    if (word == "down" && a.take_kafka_port) {
+      const pid_t self = ::getpid();
+      holder = ::fork();
+      if (holder == 0) {
+        die_with(self);
+        for (;;) ::pause();
+      }
+    }
+    try {
+      for (int id = 1; id <= 2; ++id)
+        word == "down" ? cluster.set_broker_down(id) : cluster.set_broker_up(id);
+      std::cout << "ok" << std::endl;
+    } catch (const std::exception& e) {
+      std::cout << "error " << e.what() << std::endl;
+    }
+    if (holder > 0) {
+      ::kill(holder, SIGKILL);
+      ::waitpid(holder, nullptr, 0);
+    }
+  }
+  return exit_ok;
+}
+
+/// The orchestrator's side of --role kafka-cluster: started with the run, ended (its stdin
+/// closed, then killed if need be) with it; it dies with the orchestrator (die_with).
+class kafka_cluster_process {
+ public:
+  /// @throws std::runtime_error when it does not start (within 30 s), saying why.
+  explicit kafka_cluster_process(const args& a) {
+    int fds[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0)
+      throw std::runtime_error("socketpair failed");
+    std::vector<std::string> all{
+        "fault_harness", "--role", "kafka-cluster", "--store", a.store, "--transport",
+        "kafka",         "--run",  a.run,           "--dir",   a.dir};
+    if (a.take_kafka_port) all.emplace_back("--take-kafka-port");
+    std::vector<char*> argv;
+    for (auto& x : all) argv.push_back(x.data());
+    argv.push_back(nullptr);
+    const pid_t parent = ::getpid();
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      die_with(parent);
+      ::dup2(fds[1], 0);
+      ::dup2(fds[1], 1);
+      ::execv(a.self.c_str(), argv.data());
+      ::_exit(127);
+    }
+    ::close(fds[1]);
+    fd_ = fds[0];
+    if (pid_ < 0) {
+      ::close(fd_);
+      throw std::runtime_error("fork failed");
+    }
+    const auto line = read_line(30s);
+    if (!line || !line->starts_with("ready ")) {
+      const std::string why = ended("starting");
+      stop();
+      throw std::runtime_error(why);
+    }
+    bootstraps_ = line->substr(6);
+  }
+  kafka_cluster_process(const kafka_cluster_process&) = delete;
+  kafka_cluster_process& operator=(const kafka_cluster_process&) = delete;
+  ~kafka_cluster_process() { stop(); }
+
+  [[nodiscard]] const std::string& bootstrap_servers() const { return bootstraps_; }
+
+  /// Takes the brokers that lead the partitions down, or brings them up; returns why that
+  /// failed (empty: it did not).
+  std::string power(bool down) {
+    const std::string word = down ? "down\n" : "up\n";
+    if (::send(fd_, word.data(), word.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(word.size()))
+      return ended(down ? "taking its brokers down" : "bringing its brokers up");
+    const auto line = read_line(30s);
+    if (!line) return ended(down ? "taking its brokers down" : "bringing its brokers up");
+    if (*line == "ok") return {};
+    return "the Kafka mock cluster refused: " + *line;
+  }
+
+ private:
+  /// One line from the cluster within `bound`; none on end of file, an error or the bound.
+  std::optional<std::string> read_line(std::chrono::milliseconds bound) {
+    const auto until = steady::now() + bound;
+    for (;;) {
+      if (const auto nl = buffer_.find('\n'); nl != std::string::npos) {
+        std::string line = buffer_.substr(0, nl);
+        buffer_.erase(0, nl + 1);
+        return line;
+      }
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(until - steady::now());
+      if (left.count() <= 0) return std::nullopt;
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+      char chunk[512];
+      const ssize_t n = ::read(fd_, chunk, sizeof chunk);
+      if (n <= 0) return std::nullopt;
+      buffer_.append(chunk, static_cast<std::size_t>(n));
+    }
+  }
+  /// What became of the process, which failed to answer while `doing`.
+  std::string ended(const std::string& doing) {
+    const int status = reap(pid_, 5s);
+    pid_ = -1;
+    return "the Kafka mock cluster (the run's own process) ended while " + doing + ": " +
+           status_text(status);
+  }
+  void stop() noexcept {
+    if (fd_ >= 0) ::close(fd_);  // its stdin ends: it exits
+    fd_ = -1;
+    if (pid_ > 0) reap(pid_, 10s);
+    pid_ = -1;
+  }
+
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  std::string buffer_;
+  std::string bootstraps_;
+};
+#endif
 
 // ---- server faults: the broker away and back, the database server restarted -------------------
 //
@@ -1931,21 +2110,43 @@ std::string server_commands(args& a, bool broker, const char* db_server) {
   return missing;
 }
 
-/// Starts `cmd` under sh -c in a process group of its own, its output on our stderr (stdout is
-/// the table), OUTBOX_FAULT_DOWN_S set to `down`.
-pid_t run_command(const std::string& cmd, std::chrono::milliseconds down) {
+/// Starts `cmd` under sh -c in a process group of its own, OUTBOX_FAULT_DOWN_S set to `down`,
+/// its output appended to `log` (copied to our stderr when it ends: server_fault_driver). Not
+/// killed with the orchestrator: a server restart cut in half would leave the server down for
+/// the tests after this one; and holding no pipe of ours, it cannot keep a test runner waiting.
+pid_t run_command(const std::string& cmd, std::chrono::milliseconds down, const std::string& log) {
+  const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (out < 0) throw std::runtime_error("cannot open " + log);
   const pid_t pid = ::fork();
-  if (pid < 0) throw std::runtime_error("fork failed");
-  if (pid == 0) {
+  if (pid < 0) {
+    ::close(out);
+    throw std::runtime_error("fork failed");
+  }
+  if (pid != 0) {
+    ::close(out);
+    return pid;
+  }
+  {
     ::setpgid(0, 0);
-    ::dup2(2, 1);
+    ::dup2(out, 1);
+    ::dup2(out, 2);
+    const int null = ::open("/dev/null", O_RDONLY);
+    ::dup2(null, 0);
     char text[32];
     std::snprintf(text, sizeof text, "%.3f", static_cast<double>(down.count()) / 1000);
     ::setenv("OUTBOX_FAULT_DOWN_S", text, 1);
     ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
-  return pid;
+}
+
+/// Copies what `log` gained since `from` (bytes) to our stderr; returns its new size.
+std::uintmax_t echo_log(const std::string& log, std::uintmax_t from) {
+  std::ifstream in(log, std::ios::binary);
+  in.seekg(static_cast<std::streamoff>(from));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::cerr << text << std::flush;
+  return from + text.size();
 }
 
 /// Drives the server faults, one at a time, from the orchestrator's loop.
@@ -1960,12 +2161,13 @@ struct server_fault_driver {
   pid_t cmd = -1;
   std::string cmd_text{};
   std::map<std::string, int> done{};  ///< By kind.
-  /// node-restart without commands: takes the broker down (true) or brings it up (false) in
-  /// this process (the orchestrator's own Kafka mock cluster).
-  std::function<void(bool)> power{};
+  /// leaders-down without commands: takes the brokers down (true) or brings them up (false)
+  /// (the run's own Kafka mock cluster); returns what went wrong, empty when nothing did.
+  std::function<std::string(bool)> power{};
   double longest_s = 0;           ///< The longest time a server (or the consumer) was away.
   steady::time_point last_end{};  ///< When the last one ended (back up).
   std::string failure{};
+  std::uintmax_t log_shown = 0;  ///< How much of log() is on our stderr.
 
   [[nodiscard]] bool finished() const { return next >= plan.size(); }
   /// A command running, or the server away: the database may not answer.
@@ -1974,14 +2176,19 @@ struct server_fault_driver {
   void start(const std::string& text, std::chrono::milliseconds down) {
     trace("server fault " + plan[next].kind + ": " + text);
     cmd_text = text;
-    cmd = run_command(text, down);
+    cmd = run_command(text, down, log());
     since = steady::now();
   }
+  /// The server fault commands' output.
+  [[nodiscard]] std::string log() const { return a->dir + "/server-faults.log"; }
+  /// Shows what the command that ended wrote.
+  void ended() { log_shown = echo_log(log(), log_shown); }
   /// Whether the running command ended; a failure (or one over 120 s) is the harness's.
   bool command_done() {
     int status = 0;
     if (::waitpid(cmd, &status, WNOHANG) == cmd) {
       cmd = -1;
+      ended();
       if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         failure = "server fault command failed (" + status_text(status) + "): " + cmd_text;
       return true;
@@ -1990,6 +2197,7 @@ struct server_fault_driver {
       ::kill(-cmd, SIGKILL);
       ::waitpid(cmd, nullptr, 0);
       cmd = -1;
+      ended();
       failure = "server fault command still running after 120 s: " + cmd_text;
       return true;
     }
@@ -2033,7 +2241,7 @@ struct server_fault_driver {
           }
           step = 4;
         } else if (f.kind == "leaders-down") {
-          power(true);
+          failure = power(true);
           since = steady::now();  // down now
           step = 2;
         } else if (f.kind == "node-restart") {
@@ -2056,7 +2264,7 @@ struct server_fault_driver {
       case 2:
         if (now - since < f.down) return;
         if (power) {
-          power(false);
+          failure = power(false);
           end(since, steady::now());
           return;
         }
@@ -2088,15 +2296,17 @@ struct server_fault_driver {
     if (cmd > 0) {
       const int status = reap(cmd, 60s);
       cmd = -1;
+      ended();
       if (failure.empty() && (!WIFEXITED(status) || WEXITSTATUS(status) != 0))
         failure = "server fault command failed (" + status_text(status) + "): " + cmd_text;
     }
-    if (!finished() && power && step == 2) {
-      power(false);
+    if (!finished() && power && step == 2 && failure.empty()) {
+      failure = power(false);
     } else if (!finished() && plan[next].kind == "node-restart" && (step == 1 || step == 2)) {
       start(a->broker_up_cmd, 0ms);
       reap(cmd, 60s);
       cmd = -1;
+      ended();
     }
   }
 
@@ -2150,32 +2360,15 @@ int run_orchestrator(args a) {
   for (const char* what : {S::missing(a), T::missing(a)})
     if (what != nullptr) return missing_service(what);
   a.run = std::to_string(::getpid()) + "_" + std::to_string(a.seed);
-  // Kafka without --kafka: a mock cluster of the run's own, served by this process's librdkafka
-  // threads while the parts (other processes) use it; its outages are taken here, in process.
-  std::function<void(bool)> broker_power;
-#ifdef OUTBOX_HARNESS_KAFKA
-  std::optional<outbox::kafka::mock_cluster> kafka_cluster;
-  if constexpr (std::is_same_v<T, kafka_kind>) {
-    if (a.kafka.empty()) {
-      // Brokers 1 and 2 lead the partitions, broker 3 coordinates the group (see outages).
-      kafka_cluster.emplace(3);
-      kafka_cluster->create_topic(T::topic(a), 4, 1);
-      for (int p = 0; p < 4; ++p) kafka_cluster->set_partition_leader(T::topic(a), p, 1 + p % 2);
-      kafka_cluster->set_group_coordinator(T::topic(a), 3);
-      a.kafka = kafka_cluster->bootstrap_servers();
-      broker_power = [&kafka_cluster](bool down) {
-        for (int id = 1; id <= 2; ++id)
-          down ? kafka_cluster->set_broker_down(id) : kafka_cluster->set_broker_up(id);
-      };
-    }
-  }
-#endif
+  // Kafka without --kafka: a mock cluster of the run's own (kafka_cluster_process), started
+  // once the run's directory exists; its outages are taken by a word to it, no command.
+  const bool own_kafka_cluster = std::is_same_v<T, kafka_kind> && a.kafka.empty();
   std::vector<std::string> outage_kinds;  // server faults: what the pair can do, and how
   {
     std::string offered;
     if constexpr (requires { T::outages; }) offered = T::outages;
     if constexpr (requires { T::own_cluster_outages; })
-      if (broker_power) offered = T::own_cluster_outages;  // taken in process, no command
+      if (own_kafka_cluster) offered = T::own_cluster_outages;  // no command
     const char* db_server = nullptr;
     if constexpr (requires { S::server; }) db_server = S::server;
     if (a.broker_outage_kinds.empty()) a.broker_outage_kinds = offered;
@@ -2199,13 +2392,6 @@ int run_orchestrator(args a) {
     const std::string no_way = server_commands(a, broker_cmds, db_server);
     if (!no_way.empty()) return missing_service(no_way.c_str(), "");
   }
-  // The parts read the addresses from the environment (not from their command lines, where a
-  // password would show in ps).
-  if (!a.postgresql.empty()) ::setenv("OUTBOX_TEST_POSTGRESQL", a.postgresql.c_str(), 1);
-  if (!a.amqp.empty()) ::setenv("OUTBOX_TEST_AMQP", a.amqp.c_str(), 1);
-  if (!a.kafka.empty()) ::setenv("OUTBOX_TEST_KAFKA", a.kafka.c_str(), 1);
-  const std::string pair_name =
-      std::string(S::name) + (a.policy.empty() ? "" : " (" + a.policy + ")") + " x " + T::name;
   bool made_dir = false;
   if (a.dir.empty()) {
     std::string tmpl = (std::filesystem::temp_directory_path() / "outbox-faults-XXXXXX").string();
@@ -2215,6 +2401,22 @@ int run_orchestrator(args a) {
   } else {
     std::filesystem::create_directories(a.dir);
   }
+  std::function<std::string(bool)> broker_power;
+#ifdef OUTBOX_HARNESS_KAFKA
+  std::optional<kafka_cluster_process> kafka_cluster;
+  if (own_kafka_cluster) {
+    kafka_cluster.emplace(a);
+    a.kafka = kafka_cluster->bootstrap_servers();
+    broker_power = [&kafka_cluster](bool down) { return kafka_cluster->power(down); };
+  }
+#endif
+  // The parts read the addresses from the environment (not from their command lines, where a
+  // password would show in ps).
+  if (!a.postgresql.empty()) ::setenv("OUTBOX_TEST_POSTGRESQL", a.postgresql.c_str(), 1);
+  if (!a.amqp.empty()) ::setenv("OUTBOX_TEST_AMQP", a.amqp.c_str(), 1);
+  if (!a.kafka.empty()) ::setenv("OUTBOX_TEST_KAFKA", a.kafka.c_str(), 1);
+  const std::string pair_name =
+      std::string(S::name) + (a.policy.empty() ? "" : " (" + a.policy + ")") + " x " + T::name;
   std::cerr << "fault_harness: " << pair_name << ", seed " << a.seed << " (replay: --store "
             << a.store << " --transport " << a.transport
             << (a.policy.empty() ? "" : " --policy " + a.policy) << " --seed " << a.seed
@@ -2697,6 +2899,11 @@ int run_pair(const args& a) {
   if (a.role == "writer") return run_writer<S, T>(a);
   if (a.role == "relay") return run_relay<S, T>(a);
   if (a.role == "consumer") return run_consumer<S, T>(a);
+#ifdef OUTBOX_HARNESS_KAFKA
+  if constexpr (std::is_same_v<T, kafka_kind>)
+    if (a.role == "kafka-cluster") return run_kafka_cluster(a);
+#endif
+  if (a.role == "kafka-cluster") usage("--role kafka-cluster is for --transport kafka");
   if (a.role == "check") {
     if (const char* what = S::missing(a)) return missing_service(what);
     return run_check<S>(a);

@@ -395,6 +395,23 @@ BOOST_AUTO_TEST_CASE(faults_hit_only_the_operations_named_until_healed) {
   BOOST_TEST(store.claim(req(now)).empty());  // one failure, as asked
 }
 
+BOOST_AUTO_TEST_CASE(a_fault_keyed_to_a_count_lets_that_many_through_first) {
+  memory_database db;
+  memory_session app(db);
+  memory_store store(app);
+  const auto now = std::chrono::system_clock::now();
+  db.fail_after(2, 2, outbox::errc::transient, memory_operation::claim);
+  db.fail_next(1, outbox::errc::permanent, memory_operation::operations);
+  BOOST_TEST((kind_of([&] { (void)store.stats(now); }) == outbox::errc::permanent));
+  BOOST_TEST(store.claim(req(now)).empty());  // 1 and 2 go through
+  BOOST_TEST(store.claim(req(now)).empty());
+  BOOST_TEST((kind_of([&] { (void)store.claim(req(now)); }) == outbox::errc::transient));
+  BOOST_TEST((kind_of([&] { (void)store.claim(req(now)); }) == outbox::errc::transient));
+  BOOST_TEST(store.claim(req(now)).empty());  // the rule is spent
+  BOOST_CHECK_NO_THROW((void)store.stats(now));
+  BOOST_TEST(db.failures_injected() == 3u);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 // ---- an aggregate's run in one call, on a transport that keeps publish order ------------------
@@ -804,11 +821,13 @@ BOOST_AUTO_TEST_CASE(failures_on_either_side_lose_nothing_and_hold_nothing) {
                        .idle_poll_max = 2ms,
                        .on_error = [&](const outbox::error&) { ++errors; }},
                       outbox::exponential_backoff{.initial = 1ms, .max_delay = 2ms}, clock);
+  // Armed before the relay starts, keyed to counts (armed later, they raced the relay, which
+  // could drain all 300 first): the first claim fails; after the settles of the first two
+  // batches, a settle that keeps failing (3 tries, the release of the batch the transport
+  // failed): its batch stays leased until the lease runs out.
   db.fail_next(1, outbox::errc::transient, memory_operation::claim);
+  db.fail_after(2, 3, outbox::errc::transient, memory_operation::settle);
   std::jthread runner([&](std::stop_token stop) { relay.run(stop); });
-  BOOST_TEST(eventually([&] { return broker.published_count() >= 100u; }));
-  // A settle that keeps failing (3 tries): its batch stays leased until the lease runs out.
-  db.fail_next(3, outbox::errc::transient, memory_operation::settle);
   BOOST_TEST(eventually([&] { return db.failures_injected() == 4u; }));
   BOOST_TEST(eventually([&] {
     const auto s = store.stats(clock.now());

@@ -143,6 +143,7 @@ class memory_session;
 /// | `db.insert_raw(row)`           | `std::int64_t`          | commits `row` unchecked, as another program would; returns its sequence; `duplicate` if its id exists |
 /// | `db.update_rows(f)`            | `std::size_t`           | applies `f` to every committed outbox row (as an `UPDATE outbox ...` of another program) |
 /// | `db.fail_next(n, kind, where)` | `void`                  | the next `n` operations in `where` throw `kind` (see `memory_operation`) |
+/// | `db.fail_after(k, n, kind, where)` | `void`              | the `n` operations in `where` after the next `k` ones throw `kind` |
 /// | `db.heal()`                    | `void`                  | no more injected failures             |
 /// | `db.failures_injected()`       | `std::size_t`           | how many operations an injected fault failed so far |
 ///
@@ -217,19 +218,24 @@ class memory_database {
     return rows_.size();
   }
 
-  /// The next `n` operations in `where` fail with `kind` (added to failures still pending; the
-  /// class and the operations are those of the last call).
+  /// The next `n` operations in `where` fail with `kind` (`fail_after(0, n, kind, where)`).
   void fail_next(std::size_t n, errc kind = errc::transient,
                  memory_operation where = memory_operation::any) {
+    fail_after(0, n, kind, where);
+  }
+  /// After the next `skip` operations in `where` (which go through), the `n` after them fail
+  /// with `kind`: a fault keyed to a count of operations, armed before the work it targets, so
+  /// a test does not race the threads doing that work. Each call adds a rule of its own; an
+  /// operation counts towards every rule it is in, and the first rule due fails it.
+  void fail_after(std::size_t skip, std::size_t n, errc kind = errc::transient,
+                  memory_operation where = memory_operation::any) {
     std::lock_guard lock(mutex_);
-    fail_next_ += n;
-    fail_kind_ = kind;
-    fail_where_ = where;
+    if (n > 0) faults_.push_back({skip, n, kind, where});
   }
   /// Removes every injected fault.
   void heal() {
     std::lock_guard lock(mutex_);
-    fail_next_ = 0;
+    faults_.clear();
   }
   [[nodiscard]] std::size_t failures_injected() const {
     std::lock_guard lock(mutex_);
@@ -246,10 +252,20 @@ class memory_database {
 
   /// The class of the injected failure `op` must throw now, if any. Caller holds `mutex_`.
   std::optional<errc> take_fault(memory_operation op) {
-    if (fail_next_ == 0 || !overlaps(op, fail_where_)) return std::nullopt;
-    --fail_next_;
+    std::optional<errc> out;
+    for (auto& f : faults_) {
+      if (!overlaps(op, f.where)) continue;
+      if (f.skip > 0) {
+        --f.skip;
+      } else if (!out) {
+        --f.n;
+        out = f.kind;
+      }
+    }
+    if (!out) return std::nullopt;
+    std::erase_if(faults_, [](const fault_rule& f) { return f.n == 0; });
     ++injected_;
-    return fail_kind_;
+    return out;
   }
   /// Throws the injected failure of `op`, if any. Caller holds `mutex_`.
   void check_fault(memory_operation op, std::string_view what) {
@@ -268,9 +284,14 @@ class memory_database {
   std::int64_t next_token_ = 1;
   std::uint64_t appended_ = 0;  ///< Bumped whenever rows become claimable (wake-ups).
 
-  std::size_t fail_next_ = 0;
-  errc fail_kind_ = errc::transient;
-  memory_operation fail_where_ = memory_operation::any;
+  /// An injected fault: the `n` operations in `where` after `skip` more of them throw `kind`.
+  struct fault_rule {
+    std::size_t skip;
+    std::size_t n;
+    errc kind;
+    memory_operation where;
+  };
+  std::vector<fault_rule> faults_;
   std::size_t injected_ = 0;
 };
 

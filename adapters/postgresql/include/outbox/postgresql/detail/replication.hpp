@@ -5,8 +5,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -40,12 +42,15 @@ class replication_stream {
   replication_stream() = default;
   replication_stream(replication_stream&& o) noexcept
       : conn_(std::exchange(o.conn_, nullptr)),
+        previous_pid_(o.previous_pid_),
         server_end_(o.server_end_),
-        reply_requested_(o.reply_requested_) {}
+        reply_requested_(o.reply_requested_),
+        requests_without_data_(o.requests_without_data_) {}
   replication_stream& operator=(replication_stream&& o) noexcept {
     if (this != &o) {
       close();
       conn_ = std::exchange(o.conn_, nullptr);
+      previous_pid_ = o.previous_pid_;
       server_end_ = o.server_end_;
       reply_requested_ = o.reply_requested_;
       requests_without_data_ = o.requests_without_data_;
@@ -108,9 +113,20 @@ class replication_stream {
                       wal::format_lsn(start) + " (proto_version '1', publication_names '\"" +
                       std::string(publication) + "\"', messages 'true', binary 'true')";
     result r(PQexec(conn_, cmd.c_str()));
-    if (PQresultStatus(r.get()) == PGRES_COPY_BOTH) return;
-    const char* state = PQresultErrorField(r.get(), PG_DIAG_SQLSTATE);
-    const std::string sqlstate = state ? state : "";
+    // Our own stream, just closed, may still hold the slot (55006) while its walsender exits:
+    // wait for that process to go (bounded), rather than fail a claim that cannot collide.
+    const auto give_up = std::chrono::steady_clock::now() + own_exit_bound;
+    while (PQresultStatus(r.get()) != PGRES_COPY_BOTH && sqlstate_of(r) == "55006" &&
+           previous_pid_ != 0 && slot_holder(slot) == previous_pid_ &&
+           std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      r = result(PQexec(conn_, cmd.c_str()));
+    }
+    if (PQresultStatus(r.get()) == PGRES_COPY_BOTH) {
+      previous_pid_ = PQbackendPID(conn_);
+      return;
+    }
+    const std::string sqlstate = sqlstate_of(r);
     std::string why = PQresultErrorMessage(r.get());
     if (why.empty()) why = PQerrorMessage(conn_);
     while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
@@ -229,7 +245,25 @@ class replication_stream {
                 "replication stream: " + std::string(what) + (why.empty() ? "" : ": " + why));
   }
 
+  static std::string sqlstate_of(const result& r) {
+    const char* state = PQresultErrorField(r.get(), PG_DIAG_SQLSTATE);
+    return state ? state : "";
+  }
+
+  /// The process streaming `slot` now (0: none, or unknown). The name is [a-z0-9_] (checked).
+  int slot_holder(std::string_view slot) {
+    const std::string sql = "SELECT active_pid FROM pg_replication_slots WHERE slot_name = '" +
+                            std::string(slot) + "' AND active_pid IS NOT NULL";
+    const result r(PQexec(conn_, sql.c_str()));
+    if (PQresultStatus(r.get()) != PGRES_TUPLES_OK || r.rows() != 1) return 0;
+    return std::atoi(std::string(r.text(0, 0)).c_str());
+  }
+
+  /// How long `open` waits for this stream's previous walsender to exit (its slot busy).
+  static constexpr std::chrono::seconds own_exit_bound{10};
+
   PGconn* conn_ = nullptr;
+  int previous_pid_ = 0;  ///< The walsender of the last stream this object opened.
   wal::lsn server_end_ = 0;
   bool reply_requested_ = false;
   int requests_without_data_ = 0;
