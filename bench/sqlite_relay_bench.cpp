@@ -176,7 +176,8 @@ result run_bare(const fs::path& db, const args& a) {
                 .bind(2, std::string_view("bare"))
                 .bind(3, token)
                 .bind(4, now)
-                .bind(5, std::int64_t{a.batch});
+                .bind(5, std::int64_t{a.batch})
+                .bind(6, std::int64_t{0});  // no scan limit, as the relay's run_once
             while (claim.step()) {
               if (n++) ids += ',';
               ids += std::to_string(claim.column_int64(0));
