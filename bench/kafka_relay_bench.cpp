@@ -19,7 +19,7 @@
 // Usage: kafka_relay_bench [--rows N] [--batch N] [--single-rows N] [--rounds N] [--dir PATH]
 //                          [--linger-ms N]
 // PostgreSQL: OUTBOX_TEST_POSTGRESQL (libpq conninfo; uses and drops the schema
-// outbox_kafka_bench).
+// outbox_kafka_bench), optional (required under OUTBOX_REQUIRE_SERVICES=1).
 
 #include <unistd.h>
 
@@ -213,6 +213,11 @@ struct rates {
 
 int main(int argc, char** argv) try {
   const args a = parse(argc, argv);
+#ifdef OUTBOX_BENCH_WITH_POSTGRESQL
+  const bool pg_set = !outbox::bench::optional_service_address(
+                           "kafka_relay_bench", "OUTBOX_TEST_POSTGRESQL", "libpq conninfo")
+                           .empty();
+#endif
   outbox::kafka::mock_cluster cluster(3);
   const std::string topic = "outbox.event.order";
   cluster.create_topic(topic, 4, 1);
@@ -228,7 +233,7 @@ int main(int argc, char** argv) try {
   outbox::bench::build_sqlite_pristine(pristine_small, a.single_rows, 1000);
   bool with_pg = false;
 #ifdef OUTBOX_BENCH_WITH_POSTGRESQL
-  if (const char* pgv = std::getenv("OUTBOX_TEST_POSTGRESQL"); pgv && *pgv) {
+  if (pg_set) {
     soci::session sql("postgresql", pg_connect_string());
     outbox::bench::build_postgresql_pristine(sql, "outbox_kafka_bench", a.rows, 1000);
     with_pg = true;

@@ -8,7 +8,7 @@
 //
 // Usage: postgresql_wakeup_bench [--seconds N] [--rate N] [--confirm-us N]
 // Server: OUTBOX_TEST_POSTGRESQL (libpq conninfo); uses (and drops) the schema outbox_lbench.
-// Broker: OUTBOX_TEST_AMQP (amqp:// URL), optional.
+// Broker: OUTBOX_TEST_AMQP (amqp:// URL), optional (required under OUTBOX_REQUIRE_SERVICES=1).
 
 #include <algorithm>
 #include <chrono>
@@ -110,6 +110,10 @@ int main(int argc, char** argv) try {
     else if (k == "--confirm-us")
       confirm_us = std::atol(argv[i + 1]);
   }
+#ifdef OUTBOX_BENCH_WITH_AMQP
+  const std::string url = outbox::bench::optional_service_address(
+      "postgresql_wakeup_bench", "OUTBOX_TEST_AMQP", "amqp:// URL");
+#endif
   {
     soci::session admin("postgresql", connect_string());
     admin << "DROP SCHEMA IF EXISTS outbox_lbench CASCADE";
@@ -134,7 +138,7 @@ int main(int argc, char** argv) try {
   std::printf("ratio p99 poll/notify %.1f\n", poll.p99 / notify.p99);
   percentiles reported = notify;
 #ifdef OUTBOX_BENCH_WITH_AMQP
-  if (const char* url = std::getenv("OUTBOX_TEST_AMQP"); url && *url) {
+  if (!url.empty()) {
     const outbox::bench::amqp_scratch scratch(url, "outbox-lbench");
     outbox::amqp::publisher pub({.connection = {.url = url}, .exchange = scratch.exchange()});
     pub.connect();

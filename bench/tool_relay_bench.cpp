@@ -426,11 +426,8 @@ std::pair<double, double> best_median(const std::vector<run_times>& runs, F f) {
 
 int main(int argc, char** argv) try {
   const args a = parse(argc, argv);
-  const char* url = std::getenv("OUTBOX_TEST_AMQP");
-  if (!url || !*url) {
-    std::cerr << "tool_relay_bench: set OUTBOX_TEST_AMQP (amqp:// URL)\n";
-    return 77;
-  }
+  const std::string url =
+      outbox::bench::service_address("tool_relay_bench", "OUTBOX_TEST_AMQP", "amqp:// URL");
   if (::access(a.tool.c_str(), X_OK) != 0) {
     std::cerr << "tool_relay_bench: no outbox tool at " << a.tool << " (--tool or OUTBOX_TOOL)\n";
     return 2;
