@@ -26,7 +26,7 @@
 // many-aggregate row, medians) and `ratio hot-amqp-waves/many-amqp`.
 //
 // Usage: amqp_relay_bench [--rows N] [--batch N] [--single-rows N] [--rounds N] [--dir PATH]
-//                         [--aggregates N] [--waves-rows N]
+//                         [--aggregates N] [--waves-rows N] [--smoke]
 // The broker: OUTBOX_TEST_AMQP (amqp:// URL); PostgreSQL: OUTBOX_TEST_POSTGRESQL (libpq conninfo;
 // uses and drops the schema outbox_amqp_bench). Under OUTBOX_REQUIRE_SERVICES=1 every part
 // must run: PostgreSQL (when built with it) and TLS are required.
@@ -89,6 +89,12 @@ args parse(int argc, char** argv) {
       .on("--dir", a.dir)
       .on("--aggregates", a.aggregates)
       .on("--waves-rows", a.waves_rows)
+      .on_smoke([&a] {
+        a.rows = 300;
+        a.batch = 100;
+        a.single_rows = 50;
+        a.waves_rows = 100;
+      })
       .parse(argc, argv);
   if (a.rows <= 0 || a.batch <= 0 || a.single_rows <= 0 || a.rounds <= 0 || a.aggregates <= 0 ||
       a.waves_rows <= 0 || a.waves_rows > a.rows) {

@@ -1,6 +1,6 @@
 #pragma once
 // What the benchmarks share: the sample event, SQLite database copies, server addresses, the
-// flags and the timing record.
+// flags (with `--smoke`) and the timing record.
 
 #include <chrono>
 #include <cstdlib>
@@ -95,15 +95,18 @@ inline std::string mysql_connect_string(const char* program, const std::string& 
   return out + (db.empty() ? "" : "db=" + db + " ") + "charset=utf8mb4";
 }
 
-/// The `--name VALUE` flags of a benchmark, each bound to the variable it sets. `parse` prints
-/// `usage: <usage>` and exits 2 on an unknown flag; a number that does not parse reads as 0
-/// (strtol); a last flag without a value is ignored.
+/// The `--name VALUE` flags of a benchmark, each bound to the variable it sets, and `--smoke`
+/// (no value). `parse` prints `usage: <usage>` and exits 2 on an unknown flag; a number that
+/// does not parse reads as 0 (strtol); a last flag without a value is ignored.
 class flags {
  public:
   explicit flags(std::string usage) : usage_(std::move(usage)) {}
 
   flags& on(const std::string& name, long& v) {
     return on(name, [&v](const char* s) { v = std::strtol(s, nullptr, 10); });
+  }
+  flags& on(const std::string& name, double& v) {
+    return on(name, [&v](const char* s) { v = std::strtod(s, nullptr); });
   }
   flags& on(const std::string& name, std::string& v) {
     return on(name, [&v](const char* s) { v = s; });
@@ -112,16 +115,41 @@ class flags {
     return on(name, [&v](const char* s) { v = s; });
   }
 
-  void parse(int argc, char** argv) const {
-    for (int i = 1; i + 1 < argc; i += 2) {
+  /// `--smoke`, the smoke run of CI (bench/meson.build): `shrink` sets every size of the
+  /// program so that it runs each of its parts in seconds, before the other flags are applied
+  /// (`--smoke --rows 500` runs 500 rows). Its ratios are printed, and mean nothing.
+  flags& on_smoke(std::function<void()> shrink) {
+    shrink_ = std::move(shrink);
+    return *this;
+  }
+
+  /// Applies the flags; returns whether this is a smoke run.
+  bool parse(int argc, char** argv) const {
+    bool smoke = false;
+    for (int i = 1; i < argc; ++i) {
+      if (std::string_view(argv[i]) != "--smoke") {
+        ++i;  // its value
+        continue;
+      }
+      if (!shrink_) usage();
+      smoke = true;
+    }
+    if (smoke) {
+      shrink_();
+      std::cout << "smoke run (--smoke): small sizes, the ratios mean nothing\n";
+    }
+    for (int i = 1; i < argc; ++i) {
+      if (std::string_view(argv[i]) == "--smoke") continue;
+      if (i + 1 >= argc) break;
       const auto it = setters_.find(argv[i]);
       if (it == setters_.end()) usage();
-      it->second(argv[i + 1]);
+      it->second(argv[++i]);
     }
+    return smoke;
   }
   /// Prints the usage line and exits 2.
   [[noreturn]] void usage() const {
-    std::cerr << "usage: " << usage_ << "\n";
+    std::cerr << "usage: " << usage_ << (shrink_ ? " [--smoke]" : "") << "\n";
     std::exit(2);
   }
 
@@ -133,6 +161,7 @@ class flags {
 
   std::string usage_;
   std::map<std::string, std::function<void(const char*)>, std::less<>> setters_;
+  std::function<void()> shrink_;
 };
 
 /// Rows done in a time.

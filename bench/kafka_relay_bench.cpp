@@ -17,7 +17,7 @@
 // PostgreSQL -> Kafka rate).
 //
 // Usage: kafka_relay_bench [--rows N] [--batch N] [--single-rows N] [--rounds N] [--dir PATH]
-//                          [--linger-ms N]
+//                          [--linger-ms N] [--smoke]
 // PostgreSQL: OUTBOX_TEST_POSTGRESQL (libpq conninfo; uses and drops the schema
 // outbox_kafka_bench), optional (required under OUTBOX_REQUIRE_SERVICES=1).
 
@@ -73,6 +73,11 @@ args parse(int argc, char** argv) {
       .on("--rounds", a.rounds)
       .on("--linger-ms", a.linger_ms)
       .on("--dir", a.dir)
+      .on_smoke([&a] {
+        a.rows = 300;
+        a.batch = 100;
+        a.single_rows = 50;
+      })
       .parse(argc, argv);
   if (a.rows <= 0 || a.batch <= 0 || a.single_rows <= 0 || a.rounds <= 0) {
     std::cerr << "kafka_relay_bench: counts must be > 0\n";

@@ -13,7 +13,8 @@
 // sessions), twice each in ABBA order; prints `ratio hot/many (<policy>[, pipelined])`.
 //
 // Usage: postgresql_relay_bench [--rows N] [--batch N] [--latency-us N] [--hot-rows N]
-//                               [--aggregates N]
+//                               [--aggregates N] [--pipeline-latency-ms N]
+//                               [--sections policies,hot,pipeline] [--smoke]
 // Server: OUTBOX_TEST_POSTGRESQL (libpq conninfo). Uses (and drops) the schema outbox_bench.
 
 #include <sys/prctl.h>
@@ -218,6 +219,12 @@ int main(int argc, char** argv) try {
       .on("--aggregates", a.aggregates)
       .on("--pipeline-latency-ms", a.pipeline_latency_ms)
       .on("--sections", a.sections)
+      .on_smoke([&a] {
+        a.rows = 300;
+        a.batch = 100;
+        a.hot_rows = 300;
+        a.pipeline_latency_ms = 10;
+      })
       .parse(argc, argv);
   ::prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);  // keep simulated round trips honest
   soci::session sql("postgresql", connect_string());

@@ -14,6 +14,7 @@
 //
 // Usage: postgresql_tail_bench [--rows N] [--per-tx N] [--batch N] [--latency-us N]
 //                              [--seconds N] [--rate N] [--sections throughput,latency]
+//                              [--smoke]
 // Server: OUTBOX_TEST_POSTGRESQL (libpq conninfo, wal_level = logical, a REPLICATION role);
 // uses (and drops) the schema outbox_tbench and the slot outbox_tbench.
 
@@ -176,6 +177,12 @@ int main(int argc, char** argv) try {
       .on("--seconds", a.seconds)
       .on("--rate", a.rate)
       .on("--sections", a.sections)
+      .on_smoke([&a] {
+        a.rows = 300;
+        a.batch = 100;
+        a.seconds = 1;
+        a.rate = 200;
+      })
       .parse(argc, argv);
   if (a.rows <= 0 || a.per_tx <= 0 || a.batch <= 0 || a.rate <= 0 || a.seconds <= 0)
     outbox::bench::flags("--rows, --per-tx, --batch, --rate and --seconds must be > 0").usage();

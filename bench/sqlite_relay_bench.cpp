@@ -10,6 +10,7 @@
 // printed as `ratio hot/many`.
 //
 // Usage: sqlite_relay_bench [--rows N] [--batch N] [--latency-us N] [--aggregates N] [--dir PATH]
+//                           [--smoke]
 
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -57,6 +58,10 @@ args parse(int argc, char** argv) {
       .on("--latency-us", a.latency_us)
       .on("--aggregates", a.aggregates)
       .on("--dir", a.dir)
+      .on_smoke([&a] {
+        a.rows = 300;
+        a.batch = 100;
+      })
       .parse(argc, argv);
   return a;
 }

@@ -23,7 +23,7 @@
 // start-up.
 //
 // Usage: tool_relay_bench [--rows N] [--aggregates N] [--batch N] [--rounds N] [--poll-ms N]
-//                         [--tool PATH]
+//                         [--tool PATH] [--smoke]
 // PostgreSQL: OUTBOX_TEST_POSTGRESQL (libpq conninfo; uses and drops the schema
 // outbox_tool_relay_bench); the broker: OUTBOX_TEST_AMQP (amqp:// URL).
 
@@ -103,6 +103,12 @@ args parse(int argc, char** argv) {
       .on("--rounds", a.rounds)
       .on("--poll-ms", a.poll_ms)
       .on("--tool", a.tool)
+      .on_smoke([&a] {
+        a.rows = 300;
+        a.aggregates = 30;
+        a.batch = 100;
+        a.rounds = 2;
+      })
       .parse(argc, argv);
   if (a.rows <= 0 || a.aggregates <= 0 || a.batch <= 0 || a.rounds <= 0 || a.poll_ms <= 0) {
     std::cerr << "tool_relay_bench: counts must be > 0\n";
