@@ -26,9 +26,10 @@
 // many-aggregate row, medians) and `ratio hot-amqp-waves/many-amqp`.
 //
 // Usage: amqp_relay_bench [--rows N] [--batch N] [--single-rows N] [--rounds N] [--dir PATH]
-//                         [--aggregates N] [--waves-rows N]
+//                         [--aggregates N] [--waves-rows N] [--smoke]
 // The broker: OUTBOX_TEST_AMQP (amqp:// URL); PostgreSQL: OUTBOX_TEST_POSTGRESQL (libpq conninfo;
-// uses and drops the schema outbox_amqp_bench).
+// uses and drops the schema outbox_amqp_bench). Under OUTBOX_REQUIRE_SERVICES=1 every part
+// must run: PostgreSQL (when built with it) and TLS are required.
 
 #include <unistd.h>
 
@@ -88,6 +89,12 @@ args parse(int argc, char** argv) {
       .on("--dir", a.dir)
       .on("--aggregates", a.aggregates)
       .on("--waves-rows", a.waves_rows)
+      .on_smoke([&a] {
+        a.rows = 300;
+        a.batch = 100;
+        a.single_rows = 50;
+        a.waves_rows = 100;
+      })
       .parse(argc, argv);
   if (a.rows <= 0 || a.batch <= 0 || a.single_rows <= 0 || a.rounds <= 0 || a.aggregates <= 0 ||
       a.waves_rows <= 0 || a.waves_rows > a.rows) {
@@ -296,11 +303,17 @@ outbox::bench::result bare_run(const std::string& url, const std::string& exchan
 
 int main(int argc, char** argv) try {
   const args a = parse(argc, argv);
-  const char* url = std::getenv("OUTBOX_TEST_AMQP");
-  if (!url || !*url) {
-    std::cerr << "amqp_relay_bench: set OUTBOX_TEST_AMQP (amqp:// URL)\n";
-    return 77;
-  }
+  const std::string url =
+      outbox::bench::service_address("amqp_relay_bench", "OUTBOX_TEST_AMQP", "amqp:// URL");
+  const std::string tls_url = outbox::bench::optional_service_address(
+      "amqp_relay_bench", "OUTBOX_TEST_AMQPS", "amqps:// URL of the same broker");
+  const std::string tls_dir = outbox::bench::optional_service_address(
+      "amqp_relay_bench", "OUTBOX_TEST_AMQP_TLS_DIR", "the directory of its ca.pem");
+#ifdef OUTBOX_BENCH_WITH_POSTGRESQL
+  const bool pg_set = !outbox::bench::optional_service_address(
+                           "amqp_relay_bench", "OUTBOX_TEST_POSTGRESQL", "libpq conninfo")
+                           .empty();
+#endif
   // The queue that makes the messages routable (durable, classic).
   const outbox::bench::amqp_scratch scratch(url, "outbox-bench");
   const std::string& exchange = scratch.exchange();
@@ -314,7 +327,7 @@ int main(int argc, char** argv) try {
   build(pristine_small, a.single_rows);
   bool with_pg = false;
 #ifdef OUTBOX_BENCH_WITH_POSTGRESQL
-  if (const char* pgv = std::getenv("OUTBOX_TEST_POSTGRESQL"); pgv && *pgv) {
+  if (pg_set) {
     soci::session sql("postgresql", pg_connect_string());
     outbox::bench::build_postgresql_pristine(sql, "outbox_amqp_bench", a.rows, 1000);
     soci::session hot("postgresql", pg_hot_connect_string());
@@ -331,15 +344,14 @@ int main(int argc, char** argv) try {
   pub.connect();
   // The same broker over TLS, verified against the test CA.
   std::unique_ptr<outbox::amqp::publisher> tls_pub;
-  const char* tls_url = std::getenv("OUTBOX_TEST_AMQPS");
-  const char* tls_dir = std::getenv("OUTBOX_TEST_AMQP_TLS_DIR");
-  if (tls_url && *tls_url && tls_dir && *tls_dir) {
+  if (!tls_url.empty() && !tls_dir.empty()) {
     try {
       tls_pub = std::make_unique<outbox::amqp::publisher>(outbox::amqp::publisher_options{
-          .connection = {.url = tls_url, .tls = {.ca_cert = std::string(tls_dir) + "/ca.pem"}},
+          .connection = {.url = tls_url, .tls = {.ca_cert = tls_dir + "/ca.pem"}},
           .exchange = exchange});
       tls_pub->connect();
     } catch (const outbox::error& e) {
+      if (outbox::bench::services_required()) throw;  // every part must run
       std::cout << "(no TLS row: " << e.what() << ")\n";
       tls_pub.reset();
     }

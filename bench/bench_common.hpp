@@ -1,6 +1,6 @@
 #pragma once
-// What the benchmarks share: the sample event, SQLite database copies, PostgreSQL addresses,
-// and the timing record.
+// What the benchmarks share: the sample event, SQLite database copies, server addresses, the
+// flags (with `--smoke`) and the timing record.
 
 #include <chrono>
 #include <cstdlib>
@@ -10,6 +10,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -46,26 +47,46 @@ inline std::filesystem::path fresh_copy(const std::filesystem::path& pristine,
   return run;
 }
 
+/// True when OUTBOX_REQUIRE_SERVICES=1 (CI): a server address that is missing fails the run.
+inline bool services_required() {
+  const char* v = std::getenv("OUTBOX_REQUIRE_SERVICES");
+  return v && std::string_view(v) == "1";
+}
+
+/// The server address in the environment variable `var` (`what` says what it holds). Unset or
+/// empty: exits 77 (Meson's SKIP), or 1 under OUTBOX_REQUIRE_SERVICES=1, as the tests do.
+inline std::string service_address(const char* program, const char* var, const char* what) {
+  const char* v = std::getenv(var);
+  if (v && *v) return v;
+  const bool required = services_required();
+  std::cerr << program << ": set " << var << " (" << what
+            << "): " << (required ? "FAIL (OUTBOX_REQUIRE_SERVICES=1)" : "SKIP") << "\n";
+  std::exit(required ? 1 : 77);
+}
+
+/// The address in `var` of a server that only some parts of a benchmark use: empty when unset
+/// (those parts do not run), except under OUTBOX_REQUIRE_SERVICES=1, where every part must run
+/// (exits 1).
+inline std::string optional_service_address(const char* program, const char* var,
+                                            const char* what) {
+  const char* v = std::getenv(var);
+  if (v && *v) return v;
+  if (services_required()) service_address(program, var, what);
+  return {};
+}
+
 /// The libpq conninfo of OUTBOX_TEST_POSTGRESQL with `schema` first on the search path; exits
-/// with a usage message when the variable is unset.
+/// as service_address when the variable is unset.
 inline std::string postgresql_connect_string(const char* program, const char* schema) {
-  const char* base = std::getenv("OUTBOX_TEST_POSTGRESQL");
-  if (!base || !*base) {
-    std::cerr << program << ": set OUTBOX_TEST_POSTGRESQL (libpq conninfo)\n";
-    std::exit(2);
-  }
-  return std::string(base) + " options='-c search_path=" + schema +
-         " -c client_min_messages=warning'";
+  return service_address(program, "OUTBOX_TEST_POSTGRESQL", "libpq conninfo") +
+         " options='-c search_path=" + schema + " -c client_min_messages=warning'";
 }
 
 /// OUTBOX_TEST_MYSQL (a SOCI mysql connect string) on the database `db` (empty: none) with
-/// utf8mb4; exits with a usage message when the variable is unset.
+/// utf8mb4; exits as service_address when the variable is unset.
 inline std::string mysql_connect_string(const char* program, const std::string& db) {
-  const char* base = std::getenv("OUTBOX_TEST_MYSQL");
-  if (!base || !*base) {
-    std::cerr << program << ": set OUTBOX_TEST_MYSQL (SOCI mysql connect string)\n";
-    std::exit(2);
-  }
+  const std::string base =
+      service_address(program, "OUTBOX_TEST_MYSQL", "SOCI mysql connect string");
   std::string out;  // without its db= (SOCI takes the first value of a keyword)
   std::istringstream words(base);
   for (std::string w; words >> w;)
@@ -74,15 +95,18 @@ inline std::string mysql_connect_string(const char* program, const std::string& 
   return out + (db.empty() ? "" : "db=" + db + " ") + "charset=utf8mb4";
 }
 
-/// The `--name VALUE` flags of a benchmark, each bound to the variable it sets. `parse` prints
-/// `usage: <usage>` and exits 2 on an unknown flag; a number that does not parse reads as 0
-/// (strtol); a last flag without a value is ignored.
+/// The `--name VALUE` flags of a benchmark, each bound to the variable it sets, and `--smoke`
+/// (no value). `parse` prints `usage: <usage>` and exits 2 on an unknown flag; a number that
+/// does not parse reads as 0 (strtol); a last flag without a value is ignored.
 class flags {
  public:
   explicit flags(std::string usage) : usage_(std::move(usage)) {}
 
   flags& on(const std::string& name, long& v) {
     return on(name, [&v](const char* s) { v = std::strtol(s, nullptr, 10); });
+  }
+  flags& on(const std::string& name, double& v) {
+    return on(name, [&v](const char* s) { v = std::strtod(s, nullptr); });
   }
   flags& on(const std::string& name, std::string& v) {
     return on(name, [&v](const char* s) { v = s; });
@@ -91,16 +115,41 @@ class flags {
     return on(name, [&v](const char* s) { v = s; });
   }
 
-  void parse(int argc, char** argv) const {
-    for (int i = 1; i + 1 < argc; i += 2) {
+  /// `--smoke`, the smoke run of CI (bench/meson.build): `shrink` sets every size of the
+  /// program so that it runs each of its parts in seconds, before the other flags are applied
+  /// (`--smoke --rows 500` runs 500 rows). Its ratios are printed, and mean nothing.
+  flags& on_smoke(std::function<void()> shrink) {
+    shrink_ = std::move(shrink);
+    return *this;
+  }
+
+  /// Applies the flags; returns whether this is a smoke run.
+  bool parse(int argc, char** argv) const {
+    bool smoke = false;
+    for (int i = 1; i < argc; ++i) {
+      if (std::string_view(argv[i]) != "--smoke") {
+        ++i;  // its value
+        continue;
+      }
+      if (!shrink_) usage();
+      smoke = true;
+    }
+    if (smoke) {
+      shrink_();
+      std::cout << "smoke run (--smoke): small sizes, the ratios mean nothing\n";
+    }
+    for (int i = 1; i < argc; ++i) {
+      if (std::string_view(argv[i]) == "--smoke") continue;
+      if (i + 1 >= argc) break;
       const auto it = setters_.find(argv[i]);
       if (it == setters_.end()) usage();
-      it->second(argv[i + 1]);
+      it->second(argv[++i]);
     }
+    return smoke;
   }
   /// Prints the usage line and exits 2.
   [[noreturn]] void usage() const {
-    std::cerr << "usage: " << usage_ << "\n";
+    std::cerr << "usage: " << usage_ << (shrink_ ? " [--smoke]" : "") << "\n";
     std::exit(2);
   }
 
@@ -112,6 +161,7 @@ class flags {
 
   std::string usage_;
   std::map<std::string, std::function<void(const char*)>, std::less<>> setters_;
+  std::function<void()> shrink_;
 };
 
 /// Rows done in a time.

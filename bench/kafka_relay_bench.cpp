@@ -17,9 +17,9 @@
 // PostgreSQL -> Kafka rate).
 //
 // Usage: kafka_relay_bench [--rows N] [--batch N] [--single-rows N] [--rounds N] [--dir PATH]
-//                          [--linger-ms N]
+//                          [--linger-ms N] [--smoke]
 // PostgreSQL: OUTBOX_TEST_POSTGRESQL (libpq conninfo; uses and drops the schema
-// outbox_kafka_bench).
+// outbox_kafka_bench), optional (required under OUTBOX_REQUIRE_SERVICES=1).
 
 #include <unistd.h>
 
@@ -73,6 +73,11 @@ args parse(int argc, char** argv) {
       .on("--rounds", a.rounds)
       .on("--linger-ms", a.linger_ms)
       .on("--dir", a.dir)
+      .on_smoke([&a] {
+        a.rows = 300;
+        a.batch = 100;
+        a.single_rows = 50;
+      })
       .parse(argc, argv);
   if (a.rows <= 0 || a.batch <= 0 || a.single_rows <= 0 || a.rounds <= 0) {
     std::cerr << "kafka_relay_bench: counts must be > 0\n";
@@ -213,6 +218,11 @@ struct rates {
 
 int main(int argc, char** argv) try {
   const args a = parse(argc, argv);
+#ifdef OUTBOX_BENCH_WITH_POSTGRESQL
+  const bool pg_set = !outbox::bench::optional_service_address(
+                           "kafka_relay_bench", "OUTBOX_TEST_POSTGRESQL", "libpq conninfo")
+                           .empty();
+#endif
   outbox::kafka::mock_cluster cluster(3);
   const std::string topic = "outbox.event.order";
   cluster.create_topic(topic, 4, 1);
@@ -228,7 +238,7 @@ int main(int argc, char** argv) try {
   outbox::bench::build_sqlite_pristine(pristine_small, a.single_rows, 1000);
   bool with_pg = false;
 #ifdef OUTBOX_BENCH_WITH_POSTGRESQL
-  if (const char* pgv = std::getenv("OUTBOX_TEST_POSTGRESQL"); pgv && *pgv) {
+  if (pg_set) {
     soci::session sql("postgresql", pg_connect_string());
     outbox::bench::build_postgresql_pristine(sql, "outbox_kafka_bench", a.rows, 1000);
     with_pg = true;

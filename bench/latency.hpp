@@ -1,10 +1,11 @@
 #pragma once
 // Commit-to-confirm latency for the benchmarks: a transport wrapper that notes when each message
-// was confirmed, and percentiles of the delays.
+// was confirmed, and percentiles of the delays (a run in which an event went unconfirmed exits 1).
 
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <cstdlib>
 #include <iostream>
 #include <mutex>
 #include <span>
@@ -62,8 +63,11 @@ inline percentiles summarize(std::vector<double> ms, long total) {
     p.p99 = ms[std::min(ms.size() - 1, ms.size() * 99 / 100)];
     p.max = ms.back();
   }
-  if (p.n != static_cast<std::size_t>(total))
-    std::cerr << "bench: only " << p.n << " of " << total << " events confirmed\n";
+  if (p.n != static_cast<std::size_t>(total)) {
+    std::cerr << "bench: only " << p.n << " of " << total
+              << " events confirmed: the run is invalid\n";
+    std::exit(1);
+  }
   return p;
 }
 

@@ -9,7 +9,7 @@
 // Every run starts from the same pending rows (copied back from a pristine table); relay and
 // bare run twice each, in ABBA order, and the best of each is compared.
 //
-// Usage: mysql_relay_bench [--rows N] [--batch N] [--latency-us N]
+// Usage: mysql_relay_bench [--rows N] [--batch N] [--latency-us N] [--smoke]
 // Server: OUTBOX_TEST_MYSQL (SOCI mysql connect string). Uses (and drops) the database
 // outbox_bench_mysql.
 
@@ -223,6 +223,10 @@ int main(int argc, char** argv) try {
       .on("--rows", a.rows)
       .on("--batch", a.batch)
       .on("--latency-us", a.latency_us)
+      .on_smoke([&a] {
+        a.rows = 300;
+        a.batch = 100;
+      })
       .parse(argc, argv);
   ::prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);  // keep simulated round trips honest
   {

@@ -3,11 +3,11 @@
 //     (alternating, so both see the same machine), 1 and 8 client threads: transactions/s of
 //     each and the ratio with/without (target >= 0.70);
 //  2. the with-event transaction's latency (p50, p99) with no relay and with 4 locking relays
-//     running (relay::run, draining a backlog first, then keeping up) in alternate phases
-//     (target: p99 no worse than 1.3x): what the relays' locks, reads and polls cost the
-//     application; then the same with relays polling every 1 ms.
+//     running (relay::run, draining a backlog of `--backlog` events first, then keeping up) in
+//     alternate phases of `--seconds` / 5 (target: p99 no worse than 1.3x): what the relays'
+//     locks, reads and polls cost the application; then the same with relays polling every 1 ms.
 //
-// Usage: mysql_writer_bench [--seconds N]
+// Usage: mysql_writer_bench [--seconds N] [--backlog N] [--smoke]
 // Server: OUTBOX_TEST_MYSQL (SOCI mysql connect string); uses (and drops) the database
 // outbox_wbench_mysql.
 
@@ -81,8 +81,17 @@ double percentile(std::vector<double> v, double p) {
 
 int main(int argc, char** argv) try {
   double seconds = 5;
-  for (int i = 1; i + 1 < argc; i += 2)
-    if (std::string_view(argv[i]) == "--seconds") seconds = std::strtod(argv[i + 1], nullptr);
+  long backlog = 20'000;
+  outbox::bench::flags("mysql_writer_bench [--seconds N] [--backlog N]")
+      .on("--seconds", seconds)
+      .on("--backlog", backlog)
+      .on_smoke([&] {
+        seconds = 0.5;
+        backlog = 300;
+      })
+      .parse(argc, argv);
+  if (seconds <= 0 || backlog < 0)
+    outbox::bench::flags("--seconds must be > 0, --backlog >= 0").usage();
   {
     soci::session admin("mysql", connect_string(""));
     admin << "DROP DATABASE IF EXISTS " + std::string(database);
@@ -133,11 +142,12 @@ int main(int argc, char** argv) try {
     std::printf("threads=%d without-event %8.0f tx/s  with-event %8.0f tx/s\n", threads, ra, rb);
     std::printf("ratio threads=%d with/without %.2f\n", threads, rb / ra);
   }
-  // 2. the writer's latency with 4 relays running vs none, alternating phases of 1 s. The relays
-  //    run their own loop (relay::run: adaptive idle polling, as a service runs them), started
-  //    for each relay phase and stopped after it; the first relay phases drain a backlog, the
-  //    later ones keep up with the writer. A second pass has the relays poll every 1 ms
-  //    (run_once in a hot loop, the earlier form of this benchmark): what polling alone costs.
+  // 2. the writer's latency with 4 relays running vs none, alternating phases of seconds / 5
+  //    (1 s by default). The relays run their own loop (relay::run: adaptive idle polling, as a
+  //    service runs them), started for each relay phase and stopped after it; the first relay
+  //    phases drain a backlog, the later ones keep up with the writer. A second pass has the
+  //    relays poll every 1 ms (run_once in a hot loop, the earlier form of this benchmark):
+  //    what polling alone costs.
   {
     using relay_type = outbox::relay<my::store, outbox::testing::memory_transport>;
     soci::session sql("mysql", connect_string(database));
@@ -153,13 +163,14 @@ int main(int argc, char** argv) try {
           *stores.back(), t,
           outbox::relay_options{.batch_size = 100, .owner = "r" + std::to_string(r)}));
     }
+    const auto phase = std::chrono::duration<double>(seconds / 5);
     for (const bool hot : {false, true}) {
       // A backlog for the relays to work on in the first relay phases.
-      for (int i = 0; i < 20; ++i) {
+      for (long i = 0; i < backlog;) {
         soci::transaction tx(sql);
         std::vector<outbox::event> chunk;
-        for (int k = 0; k < 1000; ++k)
-          chunk.push_back(outbox::bench::sample_event(i * 1000 + k, 500));
+        for (int k = 0; k < 1000 && i < backlog; ++k, ++i)
+          chunk.push_back(outbox::bench::sample_event(i, 500));
         w.enqueue(sql, chunk);
         tx.commit();
       }
@@ -175,7 +186,7 @@ int main(int argc, char** argv) try {
               while (!stop.stop_requested())
                 if (relay->run_once() == 0) std::this_thread::sleep_for(1ms);
             });
-        const auto phase_end = std::chrono::steady_clock::now() + 1s;
+        const auto phase_end = std::chrono::steady_clock::now() + phase;
         while (std::chrono::steady_clock::now() < phase_end)
           (on ? beside : alone).push_back(business(sql, w, "latency", true));
       }

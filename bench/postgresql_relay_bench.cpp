@@ -1,7 +1,8 @@
 // Relay throughput on PostgreSQL, for each claim policy x retention mode, on the same rows in
 // one run:
 //   relay    outbox::relay with the in-memory transport at a simulated confirm round trip;
-//   bare     the same claim and settle statements through libpq, no transport, no C++ objects;
+//   bare     the same claim and settle statements through libpq, bound as the store binds them
+//            (adapters/postgresql: store::claim, store::settle), no transport, no C++ objects;
 //   naive    the relay of the seed articles: BEGIN; SELECT 100 ... FOR UPDATE SKIP LOCKED; per
 //            row publish one, wait for its confirm, UPDATE that row; COMMIT.
 // Every run starts from the same 100,000 pending rows (copied back from a pristine table);
@@ -12,7 +13,8 @@
 // sessions), twice each in ABBA order; prints `ratio hot/many (<policy>[, pipelined])`.
 //
 // Usage: postgresql_relay_bench [--rows N] [--batch N] [--latency-us N] [--hot-rows N]
-//                               [--aggregates N]
+//                               [--aggregates N] [--pipeline-latency-ms N]
+//                               [--sections policies,hot,pipeline] [--smoke]
 // Server: OUTBOX_TEST_POSTGRESQL (libpq conninfo). Uses (and drops) the schema outbox_bench.
 
 #include <sys/prctl.h>
@@ -142,6 +144,7 @@ result run_bare(soci::session& check, const args& a, pg::claim_policy p, pg::ret
       if (!locking) cp.add(now + 30'000'000).add("bare").add(token);
       cp.add(now).add(std::int64_t{a.batch});
       if (locking) cp.add(std::int64_t{0}).add("{}").add("{}");  // the first (only) pass
+      cp.add(std::int64_t{0});  // no scan limit, as the relay's run_once
       auto claimed = pd::exec_prepared(c, "bare_claim", cp, "claim");
       if (claimed.rows() == 0) {
         if (locking) pd::exec(c, "ROLLBACK");
@@ -216,6 +219,12 @@ int main(int argc, char** argv) try {
       .on("--aggregates", a.aggregates)
       .on("--pipeline-latency-ms", a.pipeline_latency_ms)
       .on("--sections", a.sections)
+      .on_smoke([&a] {
+        a.rows = 300;
+        a.batch = 100;
+        a.hot_rows = 300;
+        a.pipeline_latency_ms = 10;
+      })
       .parse(argc, argv);
   ::prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);  // keep simulated round trips honest
   soci::session sql("postgresql", connect_string());

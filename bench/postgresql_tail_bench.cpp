@@ -5,8 +5,8 @@
 //               relay (table-free writer, events read from a fresh slot) against the polling
 //               relay (table writer, locking claim, delete on publish), each `relay::run` on its
 //               own thread, in ABBA order, best of each. Prints `ratio tail/poll`. With
-//               OUTBOX_TEST_AMQP set (and the AMQP adapter built) the same to RabbitMQ:
-//               `ratio tail/poll-amqp`.
+//               OUTBOX_TEST_AMQP set (and the AMQP adapter built; required under
+//               OUTBOX_REQUIRE_SERVICES=1) the same to RabbitMQ: `ratio tail/poll-amqp`.
 //   latency     `--rate` events/s for `--seconds`, one transaction per event, commit to confirm
 //               to the in-memory transport: the tailing relay, and the polling relay woken by
 //               LISTEN/NOTIFY. Prints p50/p99 of each, and `p50_ms`/`p99_ms` of the tailing one.
@@ -14,6 +14,7 @@
 //
 // Usage: postgresql_tail_bench [--rows N] [--per-tx N] [--batch N] [--latency-us N]
 //                              [--seconds N] [--rate N] [--sections throughput,latency]
+//                              [--smoke]
 // Server: OUTBOX_TEST_POSTGRESQL (libpq conninfo, wal_level = logical, a REPLICATION role);
 // uses (and drops) the schema outbox_tbench and the slot outbox_tbench.
 
@@ -176,9 +177,19 @@ int main(int argc, char** argv) try {
       .on("--seconds", a.seconds)
       .on("--rate", a.rate)
       .on("--sections", a.sections)
+      .on_smoke([&a] {
+        a.rows = 300;
+        a.batch = 100;
+        a.seconds = 1;
+        a.rate = 200;
+      })
       .parse(argc, argv);
   if (a.rows <= 0 || a.per_tx <= 0 || a.batch <= 0 || a.rate <= 0 || a.seconds <= 0)
     outbox::bench::flags("--rows, --per-tx, --batch, --rate and --seconds must be > 0").usage();
+#ifdef OUTBOX_BENCH_WITH_AMQP
+  const std::string url = outbox::bench::optional_service_address(
+      "postgresql_tail_bench", "OUTBOX_TEST_AMQP", "amqp:// URL");
+#endif
   ::prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);  // keep simulated round trips honest
   soci::session admin("postgresql", connect_string());
   admin << "DROP SCHEMA IF EXISTS outbox_tbench CASCADE";
@@ -203,7 +214,7 @@ int main(int argc, char** argv) try {
     line("poll (locking, delete) -> memory", poll);
     std::printf("ratio tail/poll %.2f\n", tail.rate() / poll.rate());
 #ifdef OUTBOX_BENCH_WITH_AMQP
-    if (const char* url = std::getenv("OUTBOX_TEST_AMQP"); url && *url) {
+    if (!url.empty()) {
       const outbox::bench::amqp_scratch scratch(url, "outbox-tbench");
       outbox::amqp::publisher pub({.connection = {.url = url}, .exchange = scratch.exchange()});
       pub.connect();

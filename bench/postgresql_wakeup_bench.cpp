@@ -6,9 +6,9 @@
 // bound, deleted at the end). Prints p50 and p99 of each, in one run, and `p50_ms`/`p99_ms`
 // lines for scripts: through RabbitMQ when it ran, else LISTEN/NOTIFY to memory.
 //
-// Usage: postgresql_wakeup_bench [--seconds N] [--rate N] [--confirm-us N]
+// Usage: postgresql_wakeup_bench [--seconds N] [--rate N] [--confirm-us N] [--smoke]
 // Server: OUTBOX_TEST_POSTGRESQL (libpq conninfo); uses (and drops) the schema outbox_lbench.
-// Broker: OUTBOX_TEST_AMQP (amqp:// URL), optional.
+// Broker: OUTBOX_TEST_AMQP (amqp:// URL), optional (required under OUTBOX_REQUIRE_SERVICES=1).
 
 #include <algorithm>
 #include <chrono>
@@ -49,7 +49,7 @@ std::string connect_string() {
 }
 
 template <class Transport>
-percentiles run(bool listen, double seconds, int rate, Transport& inner) {
+percentiles run(bool listen, double seconds, long rate, Transport& inner) {
   {
     soci::session admin("postgresql", connect_string());
     admin << "TRUNCATE outbox";
@@ -65,15 +65,15 @@ percentiles run(bool listen, double seconds, int rate, Transport& inner) {
   soci::session app("postgresql", connect_string());
   pg::store app_store(app);
   outbox::writer w(app_store);
-  return outbox::bench::relay_latency(relay, transport, app, w, seconds, rate);
+  return outbox::bench::relay_latency(relay, transport, app, w, seconds, static_cast<double>(rate));
 }
 
 /// The transport's own floor: the same events published one at a time at the same rate, no
 /// database: time from the publish call to its confirm.
 template <class Transport>
-percentiles transport_alone(double seconds, int rate, Transport& t) {
-  const auto interval = std::chrono::duration<double>(1.0 / rate);
-  const auto total = static_cast<long>(seconds * rate);
+percentiles transport_alone(double seconds, long rate, Transport& t) {
+  const auto interval = std::chrono::duration<double>(1.0 / static_cast<double>(rate));
+  const auto total = static_cast<long>(seconds * static_cast<double>(rate));
   std::vector<double> ms;
   const auto start = steady::now();
   for (long i = 0; i < total; ++i) {
@@ -99,17 +99,22 @@ percentiles transport_alone(double seconds, int rate, Transport& t) {
 
 int main(int argc, char** argv) try {
   double seconds = 6;
-  int rate = 500;
+  long rate = 500;
   long confirm_us = 100;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string_view k = argv[i];
-    if (k == "--seconds")
-      seconds = std::strtod(argv[i + 1], nullptr);
-    else if (k == "--rate")
-      rate = std::atoi(argv[i + 1]);
-    else if (k == "--confirm-us")
-      confirm_us = std::atol(argv[i + 1]);
-  }
+  outbox::bench::flags("postgresql_wakeup_bench [--seconds N] [--rate N] [--confirm-us N]")
+      .on("--seconds", seconds)
+      .on("--rate", rate)
+      .on("--confirm-us", confirm_us)
+      .on_smoke([&] {
+        seconds = 1;
+        rate = 200;
+      })
+      .parse(argc, argv);
+  if (seconds <= 0 || rate <= 0) outbox::bench::flags("--seconds and --rate must be > 0").usage();
+#ifdef OUTBOX_BENCH_WITH_AMQP
+  const std::string url = outbox::bench::optional_service_address(
+      "postgresql_wakeup_bench", "OUTBOX_TEST_AMQP", "amqp:// URL");
+#endif
   {
     soci::session admin("postgresql", connect_string());
     admin << "DROP SCHEMA IF EXISTS outbox_lbench CASCADE";
@@ -134,7 +139,7 @@ int main(int argc, char** argv) try {
   std::printf("ratio p99 poll/notify %.1f\n", poll.p99 / notify.p99);
   percentiles reported = notify;
 #ifdef OUTBOX_BENCH_WITH_AMQP
-  if (const char* url = std::getenv("OUTBOX_TEST_AMQP"); url && *url) {
+  if (!url.empty()) {
     const outbox::bench::amqp_scratch scratch(url, "outbox-lbench");
     outbox::amqp::publisher pub({.connection = {.url = url}, .exchange = scratch.exchange()});
     pub.connect();

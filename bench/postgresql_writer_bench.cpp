@@ -9,7 +9,7 @@
 // logical decoding message, no row (measured without a slot being read, as the table writer is
 // measured without a relay).
 //
-// Usage: postgresql_writer_bench [--seconds N] [--split 0|1]
+// Usage: postgresql_writer_bench [--seconds N] [--split 0|1] [--smoke]
 // Server: OUTBOX_TEST_POSTGRESQL (libpq conninfo); uses (and drops) the schema outbox_wbench.
 // Run it against a server with fsync on (scripts/services.sh: OUTBOX_PG_FSYNC=on): commits are
 // what is measured.
@@ -116,11 +116,13 @@ std::pair<double, double> mix(double seconds, const std::string& label,
 
 int main(int argc, char** argv) try {
   double seconds = 5;
-  bool split = true;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::string_view(argv[i]) == "--seconds") seconds = std::strtod(argv[i + 1], nullptr);
-    if (std::string_view(argv[i]) == "--split") split = std::string_view(argv[i + 1]) != "0";
-  }
+  long split_flag = 1;
+  outbox::bench::flags("postgresql_writer_bench [--seconds N] [--split 0|1]")
+      .on("--seconds", seconds)
+      .on("--split", split_flag)
+      .on_smoke([&] { seconds = 0.25; })
+      .parse(argc, argv);
+  const bool split = split_flag != 0;
   {
     soci::session admin("postgresql", connect_string());
     admin << "DROP SCHEMA IF EXISTS outbox_wbench CASCADE";

@@ -10,6 +10,7 @@
 // printed as `ratio hot/many`.
 //
 // Usage: sqlite_relay_bench [--rows N] [--batch N] [--latency-us N] [--aggregates N] [--dir PATH]
+//                           [--smoke]
 
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -57,6 +58,10 @@ args parse(int argc, char** argv) {
       .on("--latency-us", a.latency_us)
       .on("--aggregates", a.aggregates)
       .on("--dir", a.dir)
+      .on_smoke([&a] {
+        a.rows = 300;
+        a.batch = 100;
+      })
       .parse(argc, argv);
   return a;
 }
@@ -176,7 +181,8 @@ result run_bare(const fs::path& db, const args& a) {
                 .bind(2, std::string_view("bare"))
                 .bind(3, token)
                 .bind(4, now)
-                .bind(5, std::int64_t{a.batch});
+                .bind(5, std::int64_t{a.batch})
+                .bind(6, std::int64_t{0});  // no scan limit, as the relay's run_once
             while (claim.step()) {
               if (n++) ids += ',';
               ids += std::to_string(claim.column_int64(0));

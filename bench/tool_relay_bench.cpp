@@ -23,7 +23,7 @@
 // start-up.
 //
 // Usage: tool_relay_bench [--rows N] [--aggregates N] [--batch N] [--rounds N] [--poll-ms N]
-//                         [--tool PATH]
+//                         [--tool PATH] [--smoke]
 // PostgreSQL: OUTBOX_TEST_POSTGRESQL (libpq conninfo; uses and drops the schema
 // outbox_tool_relay_bench); the broker: OUTBOX_TEST_AMQP (amqp:// URL).
 
@@ -103,6 +103,12 @@ args parse(int argc, char** argv) {
       .on("--rounds", a.rounds)
       .on("--poll-ms", a.poll_ms)
       .on("--tool", a.tool)
+      .on_smoke([&a] {
+        a.rows = 300;
+        a.aggregates = 30;
+        a.batch = 100;
+        a.rounds = 2;
+      })
       .parse(argc, argv);
   if (a.rows <= 0 || a.aggregates <= 0 || a.batch <= 0 || a.rounds <= 0 || a.poll_ms <= 0) {
     std::cerr << "tool_relay_bench: counts must be > 0\n";
@@ -426,11 +432,8 @@ std::pair<double, double> best_median(const std::vector<run_times>& runs, F f) {
 
 int main(int argc, char** argv) try {
   const args a = parse(argc, argv);
-  const char* url = std::getenv("OUTBOX_TEST_AMQP");
-  if (!url || !*url) {
-    std::cerr << "tool_relay_bench: set OUTBOX_TEST_AMQP (amqp:// URL)\n";
-    return 77;
-  }
+  const std::string url =
+      outbox::bench::service_address("tool_relay_bench", "OUTBOX_TEST_AMQP", "amqp:// URL");
   if (::access(a.tool.c_str(), X_OK) != 0) {
     std::cerr << "tool_relay_bench: no outbox tool at " << a.tool << " (--tool or OUTBOX_TOOL)\n";
     return 2;

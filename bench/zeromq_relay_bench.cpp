@@ -9,7 +9,7 @@
 // of each and the ratio zeromq/memory.
 //
 // Usage: zeromq_relay_bench [--rows N] [--batch N] [--consumer-sync full|normal] [--dir PATH]
-//                           [--endpoint EP]
+//                           [--endpoint EP] [--smoke]
 
 #include <unistd.h>
 
@@ -58,7 +58,11 @@ args parse(int argc, char** argv) {
                      .on("--batch", a.batch)
                      .on("--consumer-sync", sync)
                      .on("--dir", a.dir)
-                     .on("--endpoint", a.endpoint);
+                     .on("--endpoint", a.endpoint)
+                     .on_smoke([&a] {
+                       a.rows = 300;
+                       a.batch = 100;
+                     });
   f.parse(argc, argv);
   if (sync != "full" && sync != "normal") f.usage();
   a.consumer_sync_full = sync == "full";
