@@ -4,7 +4,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -150,20 +150,27 @@ class tool_process {
     static int counter = 0;
     err_ = std::filesystem::temp_directory_path() / ("outbox-relay-" + std::to_string(::getpid()) +
                                                      "-" + std::to_string(counter++) + ".err");
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
     out_ = err_;
     out_.replace_extension(".out");
-    posix_spawn_file_actions_addopen(&actions, 1, out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_addopen(&actions, 2, err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     std::vector<std::string> all{path};
     all.insert(all.end(), args.begin(), args.end());
     std::vector<char*> argv;
     for (auto& a : all) argv.push_back(a.data());
     argv.push_back(nullptr);
-    const int rc = posix_spawn(&pid_, path, &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    BOOST_TEST_REQUIRE(rc == 0, "posix_spawn: " << rc);
+    // fork and exec, not posix_spawn: the child is given a death signal before it runs, so a
+    // test that dies (abort, a fatal signal) leaves no relay running against the servers.
+    const pid_t parent = ::getpid();
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(127);
+      const int out = ::open(out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      const int err = ::open(err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      if (out < 0 || err < 0 || ::dup2(out, 1) < 0 || ::dup2(err, 2) < 0) ::_exit(127);
+      ::execv(path, argv.data());
+      ::_exit(127);
+    }
+    BOOST_TEST_REQUIRE(pid_ > 0, "fork failed");
   }
   tool_process(const tool_process&) = delete;
   tool_process& operator=(const tool_process&) = delete;
