@@ -384,6 +384,8 @@ EOF
         >>"$log" 2>&1 <<EOF; then
 CREATE ROLE $DB_USER LOGIN CREATEDB REPLICATION PASSWORD '$DB_PASS';
 CREATE DATABASE $DB_NAME OWNER $DB_USER;
+-- The log-tailing tests watch their walsender's progress (pg_stat_replication.sent_lsn).
+GRANT pg_read_all_stats TO $DB_USER;
 EOF
         show_tail "$log" "$server_log"
         die "postgresql: could not create role and database"

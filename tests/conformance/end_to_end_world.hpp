@@ -105,9 +105,10 @@ struct world {
   static constexpr outbox::exponential_backoff fast_retry{
       .initial = 1000ms, .multiplier = 2.0, .max_delay = 60s, .jitter = 0, .max_attempts = 3};
 
-  relay_type make_relay(outbox::relay_options o = {}) {
+  relay_type make_relay(outbox::relay_options o = {},
+                        outbox::exponential_backoff retry = fast_retry) {
     if (o.owner.empty()) o.owner = "relay-under-test";
-    return relay_type(*relay_store, wire, o, fast_retry, clock);
+    return relay_type(*relay_store, wire, o, retry, clock);
   }
 
   /// A consumer whose handler records (consumer, event id, aggregate id) in `applied`.
@@ -139,8 +140,18 @@ struct world {
     while (r.run_once() > 0) {
     }
   }
-  /// Runs the consumer until it sees no delivery for a while.
+  /// Runs the consumer until every delivery the wire carried (each publish through the tap, each
+  /// `redeliver`) came to an end (applied, skipped as a duplicate, dead-lettered), bounded by 60
+  /// s, then until it sees none for a poll timeout: a broker may take longer than one poll
+  /// timeout (200 ms) to deliver, or to deliver again what was nacked, on a loaded machine.
   void consume_all(consumer_type& c) {
+    const std::size_t carried = wiretap.sent().size() + redelivered;
+    const auto ended = [&] {
+      const auto s = c.stats();
+      return s.applied + s.duplicates_skipped + s.dead_lettered >= carried;
+    };
+    const auto until = std::chrono::steady_clock::now() + 60s;
+    while (!ended() && std::chrono::steady_clock::now() < until) (void)c.poll_once();
     while (c.poll_once() != consumer_type::outcome::idle) {
     }
   }
@@ -161,9 +172,14 @@ struct world {
   /// Delivers the already published event `id` once more (a duplicate delivery).
   bool redeliver(const outbox::uuid& id) {
     for (const auto& m : wiretap.sent())
-      if (m.id == id) return net.redeliver(m);
+      if (m.id == id) {
+        const bool sent = net.redeliver(m);
+        redelivered += sent ? 1 : 0;
+        return sent;
+      }
     return false;
   }
+  std::size_t redelivered = 0;  ///< Deliveries `redeliver` sent.
 
   /// SQL stores only (tests of one adapter): a count by SQL text on the application's session.
   std::int64_t count(const std::string& q) { return SF::count(*app_sql, q); }

@@ -102,11 +102,10 @@ BOOST_FIXTURE_TEST_CASE(committed_events_go_out_in_commit_order_and_rolled_back_
   t1.commit();
   write({{"1", "a2"}});
 
-  BOOST_TEST_REQUIRE(relay_until(r, transport, 5));
-  std::this_thread::sleep_for(100ms);
-  r.run_once();
+  BOOST_TEST_REQUIRE(relay_until(r, transport, 6));
+  BOOST_TEST_REQUIRE(relay_through_sentinel(r, transport));  // and nothing else came
   const std::vector<std::string> expected{"a1",      "b1", "d_second_written", "c_first_written",
-                                          "c_again", "a2"};
+                                          "c_again", "a2", "sentinel"};
   BOOST_TEST(names(transport.wire()) == expected, boost::test_tools::per_element());
   BOOST_TEST(table_rows(*table) == 0u);  // table-free: nothing was written to the table
   const auto wire = transport.wire();
@@ -223,9 +222,8 @@ BOOST_FIXTURE_TEST_CASE(the_slot_advances_only_past_settled_events, tailing_fixt
     auto store = make_tailing(*table);
     outbox::relay r(*store, transport);
     BOOST_TEST_REQUIRE(relay_until(r, transport, 3));
-    std::this_thread::sleep_for(200ms);
-    r.run_once();
-    BOOST_TEST(names(transport.wire()) == (std::vector<std::string>{"e1", "e2", "e3"}),
+    BOOST_TEST_REQUIRE(relay_through_sentinel(r, transport));  // and no replay came
+    BOOST_TEST(names(transport.wire()) == (std::vector<std::string>{"e1", "e2", "e3", "sentinel"}),
                boost::test_tools::per_element());
   }
   auto sql = open_session();
@@ -365,10 +363,12 @@ BOOST_FIXTURE_TEST_CASE(a_position_that_cannot_be_saved_fails_the_claims_until_i
     BOOST_TEST(transport.wire().empty());
     *admin << "DROP TRIGGER refuse ON outbox_tail_positions";
     BOOST_TEST_REQUIRE(eventually([&] { return transport.wire().size() >= 1u; }));
-    std::this_thread::sleep_for(300ms);
+    // Then a sentinel through the running relay: nothing else came before it.
+    write({{"sentinel", "sentinel"}});
+    BOOST_TEST_REQUIRE(eventually([&] { return transport.wire().size() >= 2u; }));
   }
   BOOST_TEST(other_errors.load() == 0);
-  BOOST_TEST(names(transport.wire()) == (std::vector<std::string>{"e2"}),
+  BOOST_TEST(names(transport.wire()) == (std::vector<std::string>{"e2", "sentinel"}),
              boost::test_tools::per_element());
   BOOST_TEST(count(*admin, "SELECT count(*) FROM outbox_tail_positions WHERE slot = '" + opts.slot +
                                "' AND settled > 0 AND settled <= " +
@@ -672,11 +672,12 @@ BOOST_FIXTURE_TEST_CASE(a_restarted_stream_never_moves_the_slot_past_an_unsettle
       auto sql = open_session();  // a transaction the relay reads, without events of ours
       *sql << "SELECT pg_logical_emit_message(true, 'somebody_else', 'x')";
     }
-    std::this_thread::sleep_for(200ms);
+    const std::string after = wal_now();
+    BOOST_TEST_REQUIRE(sent_up_to(after));
     store->release(b);  // the stream starts again
     for (int i = 0; i < 5; ++i) {
-      (void)claim_now(*store);  // e1 again; never settled
-      std::this_thread::sleep_for(50ms);
+      (void)claim_now(*store);                // e1 again; never settled
+      BOOST_TEST_REQUIRE(sent_up_to(after));  // the new stream has sent the later transaction
     }
   }
   auto store = make_tailing(*table);
@@ -796,8 +797,11 @@ BOOST_FIXTURE_TEST_CASE(a_backlog_of_retries_does_not_hold_back_other_aggregates
     r.run_once();
     return table_rows(*table, "state = 0") == 200u;
   }));
-  clock.advance(100ms);  // the retry is due: 200 rows of A in the table
   write({{"B", "b1"}});
+  // b1 waits in the relay's socket (its stream has sent it) before the retry falls due: the
+  // stream and the table's 200 rows of A then take turns from the first claim.
+  BOOST_TEST_REQUIRE(sent_up_to(wal_now()));
+  clock.advance(100ms);  // the retry is due: 200 rows of A in the table
   BOOST_TEST_REQUIRE(relay_until(r, inner, 201));
   const auto wire = inner.wire();
   const auto b = std::find_if(wire.begin(), wire.end(),

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -29,6 +30,11 @@ struct postgresql_tailing_fixture : postgresql_leasing_fixture {
     opts.slot = slot_name();
     opts.publication = opts.slot + "_pub";
     auto sql = open_session();
+    // A slot of this name left by a killed run (its pid reused) would replay its old events.
+    try {
+      tailing_store::drop(*sql, opts, true);
+    } catch (const outbox::error&) {  // NOLINT(bugprone-empty-catch): none there
+    }
     created = tailing_store::setup(*sql, opts);  // checked by a test (the destructor drops it)
   }
   ~postgresql_tailing_fixture() {
@@ -72,6 +78,46 @@ struct postgresql_tailing_fixture : postgresql_leasing_fixture {
       return !b.empty();
     });
     return b;
+  }
+
+  /// The server's WAL flushed so far (after a commit: past it), as text for a comparison.
+  std::string wal_now() {
+    auto sql = open_session();
+    std::string lsn;
+    *sql << "SELECT pg_current_wal_flush_lsn()::text", soci::into(lsn);
+    return lsn;
+  }
+  /// Waits (bounded) until the walsender streaming the slot has sent the WAL up to `lsn`: what
+  /// was committed before is then in the relay's socket, read at its next claim. Needs a role
+  /// with pg_read_all_stats (scripts/services.sh grants it), which shows `sent_lsn`.
+  bool sent_up_to(const std::string& lsn) {
+    auto sql = open_session();
+    const std::string walsender =
+        "FROM pg_stat_replication r JOIN pg_replication_slots s ON s.active_pid = r.pid "
+        "WHERE s.slot_name = '" +
+        opts.slot + "'";
+    const bool sent = eventually([&] {
+      return count(*sql, "SELECT count(*) " + walsender + " AND r.sent_lsn >= '" + lsn + "'") == 1;
+    });
+    if (!sent && count(*sql, "SELECT count(*) " + walsender + " AND r.sent_lsn IS NULL") == 1)
+      BOOST_ERROR(
+          "pg_stat_replication.sent_lsn is hidden from this role: the log-tailing tests "
+          "need GRANT pg_read_all_stats TO <the role of OUTBOX_TEST_POSTGRESQL>");
+    return sent;
+  }
+
+  /// Commits a sentinel event and runs the relay until it is on the wire (bounded): what was
+  /// committed before it has been through the relay, as the stream keeps commit order, so a
+  /// check that nothing else came needs no sleep.
+  template <class Relay, class Transport>
+  bool relay_through_sentinel(Relay& r, Transport& t) {
+    write({{"sentinel", "sentinel"}});
+    return eventually([&] {
+      r.run_once();
+      const auto wire = t.wire();
+      return std::any_of(wire.begin(), wire.end(),
+                         [](const outbox::message& m) { return m.event_type == "sentinel"; });
+    });
   }
 
   std::unique_ptr<tailing_store> make_tailing(soci::session& table) {

@@ -655,6 +655,7 @@ BOOST_AUTO_TEST_CASE(relay_run_does_not_spin_on_errors_while_work_is_waiting) {
   const outbox::exponential_backoff every_20ms{.initial = 20ms, .max_delay = 20ms, .jitter = 0};
   outbox::relay r(st, t, {.idle_poll_min = 1ms, .idle_poll_max = 2ms, .error_backoff_max = 20ms},
                   every_20ms);
+  const auto start = std::chrono::steady_clock::now();
   std::jthread runner([&](std::stop_token stop) { r.run(stop); });
   std::jthread waker([&](std::stop_token stop) {
     while (!stop.stop_requested()) {
@@ -662,14 +663,16 @@ BOOST_AUTO_TEST_CASE(relay_run_does_not_spin_on_errors_while_work_is_waiting) {
       std::this_thread::sleep_for(1ms);
     }
   });
-  std::this_thread::sleep_for(200ms);
+  // Six claims take five pauses of 20 ms at least (a spin makes thousands in that time); a
+  // loaded machine only makes them take longer.
+  while (st.claims.load() < 6) std::this_thread::sleep_for(1ms);
+  const auto elapsed = std::chrono::steady_clock::now() - start;
   waker.request_stop();
   waker.join();
   runner.request_stop();
   runner.join();
-  // One claim per 20 ms pause: 10, and a margin for a slow machine (a spin makes thousands).
-  BOOST_TEST(st.claims.load() >= 2);
-  BOOST_TEST(st.claims.load() <= 30, st.claims.load() << " claims in 200 ms: the relay spins");
+  BOOST_TEST((elapsed >= 100ms), std::chrono::duration<double>(elapsed).count()
+                                     << " s for 6 claims: the relay spins");
   BOOST_TEST(r.stats().errors == static_cast<std::uint64_t>(st.claims.load()));
 }
 
@@ -681,8 +684,8 @@ namespace {
 /// claim ahead (pipelined) or not, as told.
 template <bool Overlap>
 struct late_store {
-  int claims = 0;
-  int releases = 0;
+  std::atomic<int> claims{0};  // read by the test while the relay runs
+  std::atomic<int> releases{0};
   [[nodiscard]] bool claims_overlap() const { return Overlap; }
   outbox::claimed_batch claim(const outbox::claim_request& req) {
     ++claims;
@@ -709,17 +712,21 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(relay_run_does_not_spin_on_a_batch_it_can_only_rel
   outbox::testing::memory_transport t;
   outbox::relay r(st, t, {.idle_poll_min = 20ms, .idle_poll_max = 20ms});
   BOOST_TEST(r.pipelines() == st.claims_overlap());
+  const auto start = std::chrono::steady_clock::now();
   std::jthread runner([&](std::stop_token stop) { r.run(stop); });
-  std::this_thread::sleep_for(200ms);
+  // One claim per idle poll (20 ms), two when pipelined (the one claimed ahead): twelve claims
+  // take 220 ms at least (100 ms pipelined); half that is checked, a spin makes thousands.
+  while (st.claims.load() < 12) std::this_thread::sleep_for(1ms);
+  const auto elapsed = std::chrono::steady_clock::now() - start;
   runner.request_stop();
   runner.join();
   BOOST_TEST(t.published_count() == 0u);
   // Every claim was given back, the batch claimed ahead included.
-  BOOST_TEST(r.stats().released == static_cast<std::uint64_t>(st.claims));
-  BOOST_TEST(st.releases == st.claims);
-  // One claim per idle poll (20 ms), two when pipelined (the one claimed ahead).
-  const int limit = r.pipelines() ? 40 : 20;
-  BOOST_TEST(st.claims <= limit, st.claims << " claims in 200 ms: the relay spins");
+  BOOST_TEST(r.stats().released == static_cast<std::uint64_t>(st.claims.load()));
+  BOOST_TEST(st.releases.load() == st.claims.load());
+  const auto least = (r.pipelines() ? 12 / 2 / 2 : 12 / 2) * 20ms;
+  BOOST_TEST((elapsed >= least), std::chrono::duration<double>(elapsed).count()
+                                     << " s for 12 claims: the relay spins");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

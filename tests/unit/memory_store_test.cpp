@@ -264,7 +264,8 @@ BOOST_AUTO_TEST_CASE(an_idle_relay_is_woken_by_a_commit_not_by_its_poll) {
                       {.idle_poll_min = std::chrono::milliseconds(10'000),
                        .idle_poll_max = std::chrono::milliseconds(10'000)});
   std::jthread t([&](std::stop_token st) { relay.run(st); });
-  std::this_thread::sleep_for(50ms);  // the relay found nothing and sleeps (10 s)
+  // The relay found nothing and sleeps (10 s).
+  while (relay.stats().steps == 0) std::this_thread::sleep_for(1ms);
   const auto start = std::chrono::steady_clock::now();
   {
     memory_session::transaction tx(app);
@@ -589,15 +590,15 @@ std::vector<outbox::uuid> enqueue_spread(memory_database& db, int n, int aggrega
   return enqueue(db, n, [&](int i) { return "a" + std::to_string(i % aggregates); });
 }
 
-/// Waits (bounded: 10 s) until `pred()`; returns it.
+/// Waits (bounded: 60 s, a safety net) until `pred()`; returns it.
 template <class Pred>
 bool eventually(Pred pred) {
-  const auto until = std::chrono::steady_clock::now() + 10s;
+  const auto until = std::chrono::steady_clock::now() + 60s;
   while (!pred() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
   return pred();
 }
 
-/// Runs `relay.run` on its own thread until `done()` (bounded: 10 s), then stops it.
+/// Runs `relay.run` on its own thread until `done()` (bounded: 60 s), then stops it.
 template <class Relay, class Done>
 void run_until(Relay& relay, Done done) {
   std::jthread runner([&](std::stop_token stop) { relay.run(stop); });
@@ -629,19 +630,27 @@ struct overlap_watching_transport {
     std::set<outbox::uuid> known;
     for (const auto& m : batch) known.insert(m.id);
     for (const auto& m : inner->wire()) known.insert(m.id);
+    // 1: a row we do not know is claimed (ahead); 0: none yet; -1: none left to claim.
     const auto claimed_ahead = [&] {
-      for (const auto& row : db->outbox())
-        if (row.state == outbox::testing::memory_row::state_type::pending && row.lease_token &&
-            !known.contains(row.id))
-          return true;
-      return false;
+      bool unknown = false;
+      for (const auto& row : db->outbox()) {
+        if (known.contains(row.id)) continue;
+        unknown = true;
+        if (row.state == outbox::testing::memory_row::state_type::pending && row.lease_token)
+          return 1;
+      }
+      return unknown ? 0 : -1;
     };
-    const auto give_up = std::chrono::steady_clock::now() + patience;
-    while (std::chrono::steady_clock::now() < give_up) {
-      if (claimed_ahead()) {
-        ++overlapped;
+    // Waits on the claim, up to `patience` (short of the publish deadline).
+    const auto give_up =
+        std::min(std::chrono::steady_clock::now() + patience, until - std::chrono::seconds(1));
+    for (;;) {
+      const int seen = claimed_ahead();
+      if (seen != 0) {
+        overlapped += seen > 0 ? 1 : 0;
         break;
       }
+      if (std::chrono::steady_clock::now() >= give_up) break;
       std::this_thread::sleep_for(1ms);
     }
     return inner->publish(batch, until);
@@ -714,7 +723,8 @@ BOOST_AUTO_TEST_CASE(the_next_batch_is_claimed_while_one_awaits_its_confirms) {
       memory_session relay_sql(db);
       memory_store store(relay_sql);
       outbox::testing::memory_transport broker({.record = true});
-      overlap_watching_transport t{&broker, &db, pipeline ? 500ms : 30ms};
+      // Pipelined, the claim ahead comes (the wait ends on it); not, nothing comes in 30 ms.
+      overlap_watching_transport t{&broker, &db, pipeline ? 30s : 30ms};
       outbox::relay relay(store, t, {.batch_size = 100, .pipeline = pipeline});
       BOOST_TEST(relay.pipelines() == pipeline);
       run_until(relay, [&] { return broker.published_count() == 400u; });
@@ -1053,8 +1063,9 @@ BOOST_AUTO_TEST_CASE(a_failure_mid_run_reorders_the_wire_and_the_consumer_restor
 BOOST_AUTO_TEST_CASE(a_held_delivery_is_applied_when_its_wait_runs_out) {
   memory_database db;
   outbox::testing::memory_transport broker;
+  // A wait far longer than two polls, however loaded the machine: `other` comes before it ends.
   applying_consumer c(db, broker,
-                      {.name = "billing", .poll_timeout = 10ms, .predecessor_wait = 50ms});
+                      {.name = "billing", .poll_timeout = 10ms, .predecessor_wait = 2s});
   const auto lost = outbox::make_uuid_v7();
   const auto late = stamped("1", lost);
   const auto other = stamped("2", std::nullopt);
@@ -1064,7 +1075,10 @@ BOOST_AUTO_TEST_CASE(a_held_delivery_is_applied_when_its_wait_runs_out) {
   BOOST_TEST(c.consumer.held() == 1u);
   BOOST_TEST(db.inbox().empty());  // not recorded while held
   BOOST_TEST((c.consumer.poll_once() == stamped_consumer::outcome::applied));
-  for (int i = 0; i < 200 && c.applied.size() < 2; ++i) (void)c.consumer.poll_once();
+  BOOST_TEST(eventually([&] {
+    (void)c.consumer.poll_once();
+    return c.applied.size() >= 2;
+  }));
   BOOST_TEST((c.applied == std::vector<outbox::uuid>{other.id, late.id}));
   BOOST_TEST(c.consumer.stats().out_of_order == 1u);
   BOOST_TEST(broker.unacked() == 0u);
@@ -1254,14 +1268,18 @@ BOOST_AUTO_TEST_CASE(a_stamped_delivery_that_fails_holds_back_the_next_of_its_ag
 BOOST_AUTO_TEST_CASE(when_a_wait_runs_out_the_first_of_the_chain_goes_first) {
   memory_database db;
   outbox::testing::memory_transport broker;
+  // Both are held before the first wait ends (2 s, far longer than two polls).
   applying_consumer c(db, broker,
-                      {.name = "billing", .poll_timeout = 10ms, .predecessor_wait = 30ms});
+                      {.name = "billing", .poll_timeout = 10ms, .predecessor_wait = 2s});
   const auto a1 = stamped("a", std::nullopt);  // never delivered
   const auto a2 = stamped("a", a1.id);
   const auto a3 = stamped("a", a2.id);
   put_on_wire(broker, a3);
   put_on_wire(broker, a2);
-  for (int i = 0; i < 200 && c.applied.size() < 2; ++i) (void)c.consumer.poll_once();
+  BOOST_TEST(eventually([&] {
+    (void)c.consumer.poll_once();
+    return c.applied.size() >= 2;
+  }));
   BOOST_TEST((c.applied == std::vector<outbox::uuid>{a2.id, a3.id}));
   BOOST_TEST(c.consumer.stats().out_of_order == 1u);
 }

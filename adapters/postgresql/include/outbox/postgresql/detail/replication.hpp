@@ -3,9 +3,11 @@
 /// A logical replication connection (libpq, `replication=database`) streaming `pgoutput` from a
 /// slot: opened, read without blocking, acknowledged with standby status updates.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -29,6 +31,34 @@ namespace outbox::postgresql::detail {
   return true;
 }
 
+/// The walsenders of the streams this process closed last: a stream that finds one of them
+/// still holding its slot (55006; it exits moments after the close) waits for it.
+class closed_walsenders {
+ public:
+  static void add(int pid) {
+    if (pid <= 0) return;
+    std::lock_guard lock(mutex());
+    auto& l = pids();
+    l.push_back(pid);
+    if (l.size() > 64) l.erase(l.begin());
+  }
+  [[nodiscard]] static bool contains(int pid) {
+    std::lock_guard lock(mutex());
+    const auto& l = pids();
+    return std::find(l.begin(), l.end(), pid) != l.end();
+  }
+
+ private:
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
+  }
+  static std::vector<int>& pids() {
+    static std::vector<int> l;
+    return l;
+  }
+};
+
 /// One replication connection in COPY BOTH mode. Not thread-safe except `socket()`.
 class replication_stream {
  public:
@@ -42,7 +72,6 @@ class replication_stream {
   replication_stream() = default;
   replication_stream(replication_stream&& o) noexcept
       : conn_(std::exchange(o.conn_, nullptr)),
-        previous_pid_(o.previous_pid_),
         server_end_(o.server_end_),
         reply_requested_(o.reply_requested_),
         requests_without_data_(o.requests_without_data_) {}
@@ -50,7 +79,6 @@ class replication_stream {
     if (this != &o) {
       close();
       conn_ = std::exchange(o.conn_, nullptr);
-      previous_pid_ = o.previous_pid_;
       server_end_ = o.server_end_;
       reply_requested_ = o.reply_requested_;
       requests_without_data_ = o.requests_without_data_;
@@ -113,19 +141,16 @@ class replication_stream {
                       wal::format_lsn(start) + " (proto_version '1', publication_names '\"" +
                       std::string(publication) + "\"', messages 'true', binary 'true')";
     result r(PQexec(conn_, cmd.c_str()));
-    // Our own stream, just closed, may still hold the slot (55006) while its walsender exits:
+    // A stream this process closed may still hold the slot (55006) while its walsender exits:
     // wait for that process to go (bounded), rather than fail a claim that cannot collide.
     const auto give_up = std::chrono::steady_clock::now() + own_exit_bound;
     while (PQresultStatus(r.get()) != PGRES_COPY_BOTH && sqlstate_of(r) == "55006" &&
-           previous_pid_ != 0 && slot_holder(slot) == previous_pid_ &&
+           closed_walsenders::contains(slot_holder(slot)) &&
            std::chrono::steady_clock::now() < give_up) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
       r = result(PQexec(conn_, cmd.c_str()));
     }
-    if (PQresultStatus(r.get()) == PGRES_COPY_BOTH) {
-      previous_pid_ = PQbackendPID(conn_);
-      return;
-    }
+    if (PQresultStatus(r.get()) == PGRES_COPY_BOTH) return;
     const std::string sqlstate = sqlstate_of(r);
     std::string why = PQresultErrorMessage(r.get());
     if (why.empty()) why = PQerrorMessage(conn_);
@@ -197,7 +222,13 @@ class replication_stream {
   }
 
   void close() noexcept {
-    if (conn_ != nullptr) PQfinish(conn_);
+    if (conn_ != nullptr) {
+      try {
+        closed_walsenders::add(PQbackendPID(conn_));
+      } catch (...) {  // NOLINT(bugprone-empty-catch): only a wait of a later open is lost
+      }
+      PQfinish(conn_);
+    }
     conn_ = nullptr;
     server_end_ = 0;
     reply_requested_ = false;
@@ -259,11 +290,10 @@ class replication_stream {
     return std::atoi(std::string(r.text(0, 0)).c_str());
   }
 
-  /// How long `open` waits for this stream's previous walsender to exit (its slot busy).
+  /// How long `open` waits for a closed stream's walsender to exit (its slot busy).
   static constexpr std::chrono::seconds own_exit_bound{10};
 
   PGconn* conn_ = nullptr;
-  int previous_pid_ = 0;  ///< The walsender of the last stream this object opened.
   wal::lsn server_end_ = 0;
   bool reply_requested_ = false;
   int requests_without_data_ = 0;
