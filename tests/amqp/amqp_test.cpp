@@ -148,7 +148,8 @@ void only_that_message_fails(amqp_fixture& fx, outbox::amqp::publisher& pub,
   BOOST_TEST(pub.connections() == connections);  // the same connection all along
   expected.insert(next.id.to_string());
   std::set<std::string> got;
-  for (int i = 0; i < 50 && got.size() < expected.size(); ++i) {
+  for (const auto until = std::chrono::steady_clock::now() + 60s;
+       got.size() < expected.size() && std::chrono::steady_clock::now() < until;) {
     if (auto d = fx.receiver().receive(200ms)) {
       got.insert(d->msg.id.to_string());
       fx.receiver().ack(*d);
@@ -269,7 +270,8 @@ BOOST_AUTO_TEST_CASE(a_plain_client_sees_properties_headers_and_routing_key) {
   outbox::test::amqp_admin admin(amqp_fixture::url());
   amqp_connection_state_t s = admin.conn().state();
   amqp_rpc_reply_t rr{};
-  for (int i = 0; i < 100; ++i) {
+  for (const auto until = std::chrono::steady_clock::now() + 60s;
+       std::chrono::steady_clock::now() < until;) {
     rr = amqp_basic_get(s, outbox::amqp::connection::channel, outbox::amqp::bytes(fx.queue()), 1);
     admin.conn().check(rr, "basic.get");
     if (rr.reply.id == AMQP_BASIC_GET_OK_METHOD) break;
@@ -317,7 +319,8 @@ BOOST_AUTO_TEST_CASE(the_content_type_property_is_the_messages_and_absent_means_
   outbox::test::amqp_admin admin(amqp_fixture::url());
   amqp_connection_state_t s = admin.conn().state();
   amqp_rpc_reply_t rr{};
-  for (int i = 0; i < 100; ++i) {
+  for (const auto until = std::chrono::steady_clock::now() + 60s;
+       std::chrono::steady_clock::now() < until;) {
     rr = amqp_basic_get(s, outbox::amqp::connection::channel, outbox::amqp::bytes(fx.queue()), 1);
     admin.conn().check(rr, "basic.get");
     if (rr.reply.id == AMQP_BASIC_GET_OK_METHOD) break;
@@ -333,7 +336,7 @@ BOOST_AUTO_TEST_CASE(the_content_type_property_is_the_messages_and_absent_means_
   // A delivery without the property (another publisher's): the default content type.
   fx.restart_receiver();
   publish_with_timestamp(admin, fx.exchange(), 1'700'000'000);
-  auto d = fx.receiver().receive(5s);
+  auto d = fx.receiver().receive(60s);
   BOOST_TEST_REQUIRE(d.has_value());
   BOOST_TEST(d->msg.content_type == "application/json");
   fx.receiver().ack(*d);
@@ -382,7 +385,7 @@ BOOST_AUTO_TEST_CASE(publishers_receivers_and_connections_are_move_only_and_work
   BOOST_TEST(r[0].confirmed, r[0].error);
   BOOST_TEST(pub.connections() == 1u);
   for (auto& rcv : receivers) {
-    auto d = rcv.receive(5s);
+    auto d = rcv.receive(60s);
     BOOST_TEST_REQUIRE(d.has_value());
     BOOST_TEST(d->msg.id == m.id);
     BOOST_TEST(rcv.connections() == 1u);
@@ -421,10 +424,14 @@ BOOST_AUTO_TEST_CASE(a_malformed_delivery_is_rejected_without_requeue_and_counte
                                 0, &props, outbox::amqp::bytes("hello")) == AMQP_STATUS_OK);
   const auto m = sample("8");
   BOOST_TEST_REQUIRE(fx.redeliver(m));
-  auto d = fx.receiver().receive(5s);
+  auto d = fx.receiver().receive(60s);
   BOOST_TEST_REQUIRE(d.has_value());
   BOOST_TEST(d->msg.id == m.id);  // the malformed one is skipped (it may come first or after)
   fx.receiver().ack(*d);
+  // It was sent on another connection, without confirms: it may come after the event.
+  for (const auto until = std::chrono::steady_clock::now() + 60s;
+       fx.receiver().malformed() < 1u && std::chrono::steady_clock::now() < until;)
+    BOOST_TEST(!fx.receiver().receive(200ms).has_value());
   BOOST_TEST(!fx.receiver().receive(300ms).has_value());
   BOOST_TEST(fx.receiver().malformed() == 1u);
   BOOST_TEST(fx.outstanding() == 0u);  // rejected, not requeued
@@ -446,10 +453,10 @@ BOOST_AUTO_TEST_CASE(a_rejected_delivery_goes_to_the_configured_dead_letter_exch
   rcv.connect();
   const auto m = sample("9");
   BOOST_TEST_REQUIRE(fx.redeliver(m));
-  auto d = rcv.receive(5s);
+  auto d = rcv.receive(60s);
   BOOST_TEST_REQUIRE(d.has_value());
   rcv.nack(*d, false);
-  auto moved = dead.receive(5s);
+  auto moved = dead.receive(60s);
   BOOST_TEST_REQUIRE(moved.has_value());
   BOOST_TEST(moved->msg.id == m.id);
   BOOST_TEST(moved->msg.payload == m.payload);
@@ -562,7 +569,8 @@ BOOST_AUTO_TEST_CASE(a_broker_that_stops_answering_is_noticed_by_every_kind_of_c
   // Thawed: the same objects reconnect and work (a just-thawed broker may need a few tries of
   // these short timeouts).
   bool confirmed = false;
-  for (int attempt = 0; attempt < 20 && !confirmed; ++attempt) {
+  for (const auto until = std::chrono::steady_clock::now() + 60s;
+       !confirmed && std::chrono::steady_clock::now() < until;) {
     try {
       const auto r = pub.publish(batch, std::chrono::steady_clock::now() + 5s);
       confirmed = r.size() == batch.size() &&
@@ -575,7 +583,8 @@ BOOST_AUTO_TEST_CASE(a_broker_that_stops_answering_is_noticed_by_every_kind_of_c
   BOOST_TEST(confirmed);
   BOOST_TEST(pub.connections() >= 2u);
   std::size_t got = 0;
-  for (int i = 0; i < 100 && got < batch.size(); ++i) {
+  for (const auto until = std::chrono::steady_clock::now() + 60s;
+       got < batch.size() && std::chrono::steady_clock::now() < until;) {
     try {
       if (auto d = rcv.receive(200ms)) {
         rcv.ack(*d);
@@ -617,13 +626,14 @@ BOOST_AUTO_TEST_CASE(a_timestamp_beyond_the_time_range_makes_a_delivery_malforme
   publish_with_timestamp(admin, fx.exchange(), 1'000'000'000'000ULL);
   const auto m = sample("ts-ok");
   BOOST_TEST_REQUIRE(fx.redeliver(m));
-  auto d = fx.receiver().receive(5s);
+  auto d = fx.receiver().receive(60s);
   BOOST_TEST_REQUIRE(d.has_value());
   BOOST_TEST(d->msg.id == m.id);  // the others are skipped, whenever they come
   BOOST_TEST(
       (d->msg.created_at == std::chrono::time_point_cast<std::chrono::seconds>(m.created_at)));
   fx.receiver().ack(*d);
-  for (int i = 0; i < 25 && fx.receiver().malformed() < 3u; ++i)
+  for (const auto until = std::chrono::steady_clock::now() + 60s;
+       fx.receiver().malformed() < 3u && std::chrono::steady_clock::now() < until;)
     BOOST_TEST(!fx.receiver().receive(200ms).has_value());
   BOOST_TEST(fx.receiver().malformed() == 3u);
   BOOST_TEST(fx.outstanding() == 0u);  // rejected, not requeued
@@ -650,7 +660,7 @@ BOOST_AUTO_TEST_CASE(a_routing_key_over_255_bytes_fails_only_its_message_as_perm
   edge.aggregate_type = std::string(200, 'a');
   edge.event_type = std::string(54, 'e');
   BOOST_TEST_REQUIRE(fx.redeliver(edge));
-  auto d = fx.receiver().receive(5s);
+  auto d = fx.receiver().receive(60s);
   BOOST_TEST_REQUIRE(d.has_value());
   BOOST_TEST(d->msg.id == edge.id);
   fx.receiver().ack(*d);
@@ -687,7 +697,7 @@ BOOST_AUTO_TEST_CASE(a_header_name_over_255_bytes_fails_only_its_message_as_perm
   auto edge = sample("edge-header");
   edge.headers.emplace(std::string(255, 'h'), "v");
   BOOST_TEST_REQUIRE(fx.redeliver(edge));
-  auto d = fx.receiver().receive(5s);
+  auto d = fx.receiver().receive(60s);
   BOOST_TEST_REQUIRE(d.has_value());
   BOOST_TEST(d->msg.id == edge.id);
   BOOST_TEST((d->msg.headers == edge.headers));
@@ -809,7 +819,8 @@ BOOST_AUTO_TEST_CASE(destroying_connections_to_a_frozen_broker_returns_promptly)
   }
   // Thawed: the broker is usable again (the fixture cleans up after it).
   bool confirmed = false;
-  for (int attempt = 0; attempt < 20 && !confirmed; ++attempt) {
+  for (const auto until = std::chrono::steady_clock::now() + 60s;
+       !confirmed && std::chrono::steady_clock::now() < until;) {
     try {
       confirmed = fx.redeliver(sample("thawed"));
     } catch (const outbox::error& e) {

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <concepts>
 #include <map>
 #include <set>
 #include <string>
@@ -52,21 +53,42 @@ inline std::vector<outbox::message> make_messages(int n, const std::string& agg 
   return v;
 }
 
-inline auto deadline(std::chrono::milliseconds d = 5s) {
+/// The bound of a wait for something on its way (a confirm, a delivery): a safety net for a
+/// loaded machine, as the wait ends when it comes.
+inline constexpr std::chrono::milliseconds arrives_within = 60s;
+
+inline auto deadline(std::chrono::milliseconds d = arrives_within) {
   return std::chrono::steady_clock::now() + d;
 }
 
-/// Receives up to `n` deliveries (stops at the first timeout).
+/// Receives `n` deliveries, or fewer when they have not all come within `within` in all.
 template <class Receiver>
 std::vector<outbox::delivery> receive_n(Receiver& r, std::size_t n,
-                                        std::chrono::milliseconds timeout = 2s) {
+                                        std::chrono::milliseconds within = arrives_within) {
   std::vector<outbox::delivery> out;
-  while (out.size() < n) {
-    auto d = r.receive(timeout);
-    if (!d) break;
-    out.push_back(std::move(*d));
-  }
+  const auto until = deadline(within);
+  for (auto now = std::chrono::steady_clock::now(); out.size() < n && now < until;
+       now = std::chrono::steady_clock::now())
+    if (auto d = r.receive(std::chrono::ceil<std::chrono::milliseconds>(until - now)))
+      out.push_back(std::move(*d));
   return out;
+}
+
+/// Waits until the receiver of `fx` holds `n` deliveries fetched ahead of `receive`, for a fixture
+/// whose receiver fetches ahead (it tells how many it holds: `fetched_ahead()`); false if they
+/// did not come. A receiver that reads a delivery only inside `receive` has none to wait for.
+template <class Fixture>
+bool wait_fetched_ahead(Fixture& fx, std::size_t n) {
+  if constexpr (requires {
+                  { fx.fetched_ahead() } -> std::convertible_to<std::size_t>;
+                }) {
+    const auto until = deadline();
+    while (fx.fetched_ahead() < n && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(5ms);
+    return fx.fetched_ahead() >= n;
+  } else {
+    return true;
+  }
 }
 
 /// Publishes `batch` for a test that consumes afterwards. A transport that confirms only on the
@@ -74,7 +96,8 @@ std::vector<outbox::delivery> receive_n(Receiver& r, std::size_t n,
 /// returns after a short deadline instead of the usual one.
 template <class Fixture>
 std::vector<outbox::publish_result> send(Fixture& fx, const std::vector<outbox::message>& batch) {
-  return fx.publisher().publish(batch, deadline(Fixture::confirms_on_consumer_ack ? 100ms : 5s));
+  return fx.publisher().publish(
+      batch, deadline(Fixture::confirms_on_consumer_ack ? 100ms : arrives_within));
 }
 
 /// Checks that `got` holds `batch`'s messages in publish order, as the fixture's transport keeps
@@ -225,10 +248,10 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_nacked_delivery_comes_again_marked_redelivered, 
     Fixture fx;
     const auto batch = transport_conformance::make_messages(1);
     (void)transport_conformance::send(fx, batch);
-    auto first = fx.receiver().receive(2s);
+    auto first = fx.receiver().receive(transport_conformance::arrives_within);
     BOOST_TEST_REQUIRE(first.has_value());
     fx.receiver().nack(*first, true);
-    auto second = fx.receiver().receive(2s);
+    auto second = fx.receiver().receive(transport_conformance::arrives_within);
     BOOST_TEST_REQUIRE(second.has_value());
     BOOST_TEST(second->msg.id == batch[0].id);
     BOOST_TEST(second->redelivered);
@@ -249,13 +272,14 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_delivery_nacked_again_and_again_keeps_its_place,
     auto batch = transport_conformance::make_messages(4);
     for (auto& m : batch) m.aggregate_id = "a0";
     (void)transport_conformance::send(fx, batch);
-    auto d = fx.receiver().receive(2s);
+    auto d = fx.receiver().receive(transport_conformance::arrives_within);
     BOOST_TEST_REQUIRE(d.has_value());
     BOOST_TEST_REQUIRE(d->msg.id == batch[0].id);
+    // The later ones reach the receiver first: each round's receive could take one of them.
+    BOOST_TEST_REQUIRE(transport_conformance::wait_fetched_ahead(fx, batch.size() - 1));
     for (int round = 0; round < 3; ++round) {
-      std::this_thread::sleep_for(50ms);  // the later ones reach the receiver meanwhile
       fx.receiver().nack(*d, true);
-      d = fx.receiver().receive(2s);
+      d = fx.receiver().receive(transport_conformance::arrives_within);
       BOOST_TEST_REQUIRE(d.has_value());
       BOOST_TEST(d->msg.id == batch[0].id, "round " << round << ": a later event came first");
       BOOST_TEST(d->redelivered);
@@ -277,7 +301,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_nack_without_requeue_drops_the_delivery, Fixture
   Fixture fx;
   const auto batch = transport_conformance::make_messages(1);
   (void)transport_conformance::send(fx, batch);
-  auto d = fx.receiver().receive(2s);
+  auto d = fx.receiver().receive(transport_conformance::arrives_within);
   BOOST_TEST_REQUIRE(d.has_value());
   fx.receiver().nack(*d, false);
   BOOST_TEST(!fx.receiver().receive(100ms).has_value());

@@ -191,6 +191,14 @@ struct kafka_fixture_of {
   [[nodiscard]] std::size_t outstanding() {
     return static_cast<std::size_t>(rcv_->lag(std::chrono::seconds(10)));
   }
+  /// Records the receiver's client fetched and `receive` has not taken yet: the length of its
+  /// consumer queue (records, and the rare event between them, such as a commit's result).
+  [[nodiscard]] std::size_t fetched_ahead() const {
+    rd_kafka_queue_t* q = rd_kafka_queue_get_consumer(rcv_->handle());
+    const std::size_t n = q != nullptr ? rd_kafka_queue_length(q) : 0;
+    if (q != nullptr) rd_kafka_queue_destroy(q);
+    return n;
+  }
   /// Replaces the receiver with a fresh member of the same group (a consumer that restarted),
   /// and waits until it has its partitions.
   void restart_receiver() {

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <filesystem>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 
@@ -37,7 +38,8 @@ struct zeromq_fixture {
   zeromq_fixture() : pub_(outbox::zeromq::publisher(publisher_options())) {
     rcv_ = outbox::zeromq::receiver(
         outbox::zeromq::receiver_options{.endpoint = pub_->endpoint(), .name = "test-consumer"});
-    wait_for_consumers(1);
+    if (!wait_for_consumers(1))
+      throw std::runtime_error("zeromq fixture: the receiver's hello did not arrive within 60 s");
   }
   ~zeromq_fixture() {
     rcv_.reset();
@@ -53,10 +55,13 @@ struct zeromq_fixture {
   outbox::zeromq::publisher& publisher() { return *pub_; }
   outbox::zeromq::receiver& receiver() { return *rcv_; }
 
-  /// Bounded wait until the publisher has heard `n` consumers' hellos (connection set-up).
-  void wait_for_consumers(std::size_t n) {
-    for (int i = 0; i < 1000 && pub_->consumers() < n; ++i)
+  /// Waits until the publisher has heard `n` consumers' hellos (connection set-up); false if
+  /// not within 60 s (a safety net: the wait ends on the hellos).
+  [[nodiscard]] bool wait_for_consumers(std::size_t n) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (pub_->consumers() < n && std::chrono::steady_clock::now() < until)
       pub_->poll(std::chrono::milliseconds(10));
+    return pub_->consumers() >= n;
   }
 
   /// Sends an already published message again (a duplicate delivery). Needs a consumer
