@@ -7,12 +7,14 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <exception>
 #include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -74,6 +76,68 @@ std::vector<plan_row> explain(soci::session& sql, const std::string& sql_text, B
   }
   return out;
 }
+
+/// Waits until `left()` is 0, for as long as it keeps falling: false once it has not fallen for
+/// `stall` (how fast work drains depends on the machine's load; only a standstill is a failure).
+template <class Left>
+bool drains(Left left, std::chrono::seconds stall = 60s) {
+  auto least = left();
+  auto since = std::chrono::steady_clock::now();
+  while (least > 0) {
+    if (std::chrono::steady_clock::now() - since > stall) return false;
+    std::this_thread::sleep_for(20ms);
+    if (const auto n = left(); n < least) {
+      least = n;
+      since = std::chrono::steady_clock::now();
+    }
+  }
+  return true;
+}
+
+/// A memory transport whose first publish holds its confirms until `release()` (or the publish
+/// deadline: none then): a fault armed before the relay runs, so the test acts while that batch
+/// is in flight however slow the machine.
+class first_publish_held {
+ public:
+  static constexpr bool keeps_publish_order = true;
+  explicit first_publish_held(outbox::testing::memory_transport& inner) : inner_(inner) {}
+
+  std::vector<outbox::publish_result> publish(std::span<const outbox::message> batch,
+                                              std::chrono::steady_clock::time_point until) {
+    auto results = inner_.publish(batch, until);
+    std::unique_lock lock(mutex_);
+    if (calls_++ == 0) {
+      cv_.notify_all();
+      if (!cv_.wait_until(lock, until, [&] { return released_; })) {
+        late_ = true;
+        return {};
+      }
+    }
+    return results;
+  }
+  /// Waits (bounded) until the first publish is held.
+  bool held(std::chrono::seconds limit = 60s) {
+    std::unique_lock lock(mutex_);
+    return cv_.wait_for(lock, limit, [&] { return calls_ > 0; });
+  }
+  void release() {
+    std::lock_guard lock(mutex_);
+    released_ = true;
+    cv_.notify_all();
+  }
+  /// Whether the publish deadline came before `release()`.
+  bool late() const {
+    std::lock_guard lock(mutex_);
+    return late_;
+  }
+
+ private:
+  outbox::testing::memory_transport& inner_;
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  int calls_ = 0;
+  bool released_ = false, late_ = false;
+};
 
 }  // namespace
 
@@ -189,7 +253,7 @@ BOOST_AUTO_TEST_CASE(duplicate_deliveries_and_the_dedup_purge_do_not_deadlock) {
   // the purge deletes old records in bounded batches. Four consumers redeliver old events (each
   // transaction: a duplicate, then a new record) while the purge deletes those old records:
   // nothing may surface but `false` and `true` (a purge statement that meets a lock conflict is
-  // run again, and counted).
+  // run again, and counted). The run lasts until 5,000 of each met (bounded: 60 s).
   mysql_locking_fixture fx;
   const auto old = std::chrono::system_clock::now() - 48h;
   std::vector<outbox::uuid> old_ids(2000);
@@ -241,7 +305,7 @@ BOOST_AUTO_TEST_CASE(duplicate_deliveries_and_the_dedup_purge_do_not_deadlock) {
     }
     retried += st.lock_conflicts_retried();
   });
-  std::this_thread::sleep_for(5s);
+  (void)eventually([&] { return duplicates >= 5'000u && purged >= 5'000u; });
   running = false;
   for (auto& t : threads) t.join();
   BOOST_TEST_MESSAGE(duplicates.load() << " duplicates, " << purged.load() << " purged, "
@@ -383,18 +447,24 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(the_application_inserts_while_a_claim_is_open, Fix
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(the_relays_connection_killed_mid_batch_loses_nothing, Fixture,
                               policies) {
-  // KILL <id> while the relay waits for its confirms: under locking the server rolls the claim
-  // back, the settle finds the claim gone and the batch is claimed (and sent) again; under
-  // leasing the settle reconnects and settles under its still valid token.
+  // KILL <id> while the relay waits for its first batch's confirms (held until then): under
+  // locking the server rolls the claim back, the settle finds the claim gone and the batch is
+  // claimed (and sent) again; under leasing the settle reconnects and settles under its still
+  // valid token.
   Fixture fx;
   constexpr int n = 300;
   enqueue_many(fx, n, 30);
   auto sql = fx.open_session();
   auto st = fx.make_store(*sql);
   const auto first_id = st->connection_id();
-  outbox::testing::memory_transport t({.confirm_latency = 400ms, .deliver = false, .record = true});
+  auto admin = fx.open_session();
+  outbox::testing::memory_transport t({.deliver = false, .record = true});
+  first_publish_held held(t);
   const outbox::exponential_backoff quick{.initial = 20ms, .max_delay = 200ms, .jitter = 0};
-  outbox::relay relay(*st, t, {.batch_size = 100, .idle_poll_max = 50ms}, quick);
+  // A publish deadline (the longest hold) of 60 s; the lease lets a leasing relay pipeline.
+  outbox::relay relay(
+      *st, held, {.batch_size = 100, .lease = 130s, .publish_timeout = 60s, .idle_poll_max = 50ms},
+      quick);
   std::exception_ptr failed;
   std::jthread runner([&](std::stop_token stop) {
     try {
@@ -403,9 +473,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(the_relays_connection_killed_mid_batch_loses_nothi
       failed = std::current_exception();
     }
   });
-  BOOST_TEST_REQUIRE(eventually([&] { return !t.wire().empty(); }, 20s));  // mid-batch now
-  auto admin = fx.open_session();
+  BOOST_TEST_REQUIRE(held.held());  // mid-batch now
   *admin << "KILL " + std::to_string(first_id);
+  held.release();
   auto check = fx.open_session();
   BOOST_TEST(eventually(
       [&] { return Fixture::count(*check, "SELECT count(*) FROM outbox WHERE state = 1") == n; },
@@ -413,6 +483,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(the_relays_connection_killed_mid_batch_loses_nothi
   runner.request_stop();
   runner.join();
   BOOST_TEST(!failed, "relay.run threw");
+  BOOST_TEST(!held.late());
   // Locking: the run loop saw the claim gone and claimed again; leasing: the settle's retry
   // reconnected and went through (no error reached the loop).
   if constexpr (!Fixture::leases_expire) BOOST_TEST(relay.stats().errors >= 1u);
@@ -468,21 +539,25 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(four_relays_drain_20000_events_each_confirmed_once
   outbox::testing::memory_transport t({.confirm_latency = 100us, .deliver = false, .record = true});
   std::vector<std::thread> relays;
   std::atomic<std::uint64_t> published{0}, errors{0};
+  // Each relay stops once nothing is pending, or once no relay has sent a batch for 60 s.
+  std::atomic<std::chrono::steady_clock::time_point> progress{std::chrono::steady_clock::now()};
   for (int r = 0; r < 4; ++r) {
     relays.emplace_back([&, r] {
       auto sql = fx.open_session();
       auto st = fx.make_store(*sql);
       outbox::relay relay(*st, t, {.batch_size = 200, .owner = "relay-" + std::to_string(r)});
-      eventually([&] {
+      while (std::chrono::steady_clock::now() - progress.load() < 60s) {
         try {
-          if (relay.run_once() > 0) return false;
-          return st->stats(std::chrono::system_clock::now()).pending == 0;
+          if (relay.run_once() > 0)
+            progress = std::chrono::steady_clock::now();
+          else if (st->stats(std::chrono::system_clock::now()).pending == 0)
+            break;
         } catch (const outbox::error& e) {
           ++errors;
           BOOST_TEST_MESSAGE("relay " << r << ": " << e.what());
-          return false;
         }
-      });
+        std::this_thread::sleep_for(5ms);
+      }
       published += relay.stats().published;
     });
   }
@@ -572,10 +647,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(writers_relays_and_purge_together_surface_no_deadl
       [&] { return written.load() + static_cast<int>(writer_errors.load()) >= 20'000; }, 20s);
   writing = false;
   auto check = fx.open_session();
-  // Drain what is left, then stop the relays and the purge.
-  BOOST_TEST(eventually(
-      [&] { return Fixture::count(*check, "SELECT count(*) FROM outbox WHERE state = 0") == 0; },
-      60s));
+  // Drain what is left (for as long as it keeps falling), then stop the relays and the purge.
+  BOOST_TEST(drains(
+      [&] { return Fixture::count(*check, "SELECT count(*) FROM outbox WHERE state = 0"); }));
   relaying = false;
   for (auto& th : threads) th.join();
   for (const auto& l : log) BOOST_TEST_MESSAGE(l);

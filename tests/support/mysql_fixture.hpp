@@ -150,23 +150,36 @@ struct mysql_fixture : soci_fixture_base {
     std::string database;
     sql << "SELECT DATABASE()", ::soci::into(database);
     sql << "UPDATE deadlock_rows SET n = n + 1 WHERE id = 1";
-    std::atomic<bool> ready{false};
-    std::thread other([&] {
+    std::atomic<long long> other_id{0};  // set once the other holds row 2
+    std::atomic<bool> done{false};
+    std::jthread other([&] {  // joined on the way out whatever happens
       session_type b("mysql",
                      mysql_connect_without(service_address("OUTBOX_TEST_MYSQL"), {"db", "dbname"}) +
                          " db=" + database);
+      long long id = 0;
+      b << "SELECT CONNECTION_ID()", ::soci::into(id);
       b << "START TRANSACTION";
       for (int i = 0; i < 20; ++i) b << "INSERT INTO deadlock_ballast (pad) VALUES (1)";
       b << "UPDATE deadlock_rows SET n = n + 1 WHERE id = 2";
-      ready = true;
+      other_id = id;
       try {
         b << "UPDATE deadlock_rows SET n = n + 1 WHERE id = 1";  // waits for the handler's
       } catch (const ::soci::soci_error&) {
       }
+      done = true;
       b << "ROLLBACK";
     });
-    while (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // until it waits
+    // Until the other's statement waits for row 1 (a lock wait: the handler's next statement
+    // closes the cycle), or ended; bounded, as a safety net.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    for (long long waiting = 0; !waiting && !done && std::chrono::steady_clock::now() < deadline;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      const long long id = other_id;
+      if (id == 0) continue;
+      sql << "SELECT count(*) FROM information_schema.innodb_trx WHERE trx_mysql_thread_id = :id "
+             "AND trx_state = 'LOCK WAIT'",
+          ::soci::use(id), ::soci::into(waiting);
+    }
     try {
       sql << "UPDATE deadlock_rows SET n = n + 1 WHERE id = 2";  // the cycle: 1213 here
     } catch (const ::soci::soci_error&) {
