@@ -4,6 +4,8 @@
 // the first part: the concept conformance::kit_store_fixture (fixtures.hpp).
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <stop_token>
 #include <string>
 #include <thread>
@@ -192,10 +194,12 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_database_behind_the_library_is_misconfigured_and
   // The relay's run loop stops on it (it backs off from everything else).
   outbox::testing::memory_transport t;
   outbox::relay relay(*st, t);
-  std::stop_source stop;  // a watchdog ends the run if it spins instead of stopping
+  std::stop_source stop;  // a watchdog ends the run if it spins instead of stopping (60 s)
   std::jthread watchdog([&](std::stop_token done) {
-    for (int i = 0; i < 100 && !done.stop_requested(); ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::mutex m;
+    std::condition_variable_any cv;
+    std::unique_lock lock(m);
+    (void)cv.wait_for(lock, done, std::chrono::seconds(60), [] { return false; });
     stop.request_stop();
   });
   kit::expect_error(

@@ -311,7 +311,11 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(notify_wakes_an_idle_relay_on_commit_even_for_rows
         << "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload_bytes, "
            "created_at) VALUES ('" +
                outbox::make_uuid_v7().to_string() + "', 'order', '9', 'placed', '{}', now())";
-    std::this_thread::sleep_for(300ms);
+    // Woken by hand before the commit: the relay looks, and finds nothing to publish.
+    const auto steps = r.relay.stats().steps;
+    auto waker = fx.open_session();
+    *waker << "NOTIFY outbox";
+    BOOST_TEST_REQUIRE(eventually([&] { return r.relay.stats().steps > steps; }));
     BOOST_TEST(r.transport.published_count() == 0u);  // not before the commit
     tx.commit();
   }
@@ -456,7 +460,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(relay_and_consumer_carry_on_after_the_server_is_aw
   // still away the session is left with no backend, and every later call failed as
   // `misconfigured`, which run rethrew: one outage longer than one reconnect stopped the relay
   // and the consumer for good. Here the server is unreachable (a proxy refuses connections)
-  // for 4 s, many reconnects long, then back.
+  // for many reconnects (the relay failed 10 times in a row), then back.
   Fixture fx;
   outbox::test::tcp_proxy proxy(fx.server_port());
   auto relay_sql = fx.open_session_via(proxy.port());
@@ -496,7 +500,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(relay_and_consumer_carry_on_after_the_server_is_aw
 
   proxy.cut();
   enqueue_many(fx, 50, 10);  // the application writes on while the relay cannot reach it
-  std::this_thread::sleep_for(4s);
+  BOOST_TEST_REQUIRE(eventually([&] { return relay.stats().consecutive_errors >= 10; }));
   proxy.restore();
   BOOST_TEST(eventually([&] { return applied() == 100; }, 60s));
   relay_thread.request_stop();

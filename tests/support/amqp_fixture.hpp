@@ -99,7 +99,7 @@ struct amqp_fixture {
   /// Publishes an already published message again (a duplicate delivery); true once confirmed.
   bool redeliver(const outbox::message& m) {
     const auto r = pub_->publish(std::span(&m, 1),
-                                 std::chrono::steady_clock::now() + std::chrono::seconds(10));
+                                 std::chrono::steady_clock::now() + std::chrono::seconds(60));
     return r.size() == 1 && r[0].confirmed;
   }
   /// Deliveries not yet acknowledged: ready in the queue plus held by the receiver (a delivery

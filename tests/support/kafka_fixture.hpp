@@ -101,8 +101,8 @@ inline joined_receiver join_new_group(int partitions) {
       .group_id = j.group,
       .topics = {j.topic},
       .config = kafka_test_consumer_config()});
-  if (!j.receiver->wait_for_assignment(std::chrono::seconds(30)))
-    throw std::runtime_error("kafka fixture: no partitions assigned within 30 s");
+  if (!j.receiver->wait_for_assignment(std::chrono::seconds(60)))
+    throw std::runtime_error("kafka fixture: no partitions assigned within 60 s");
   return j;
 }
 
@@ -157,7 +157,7 @@ struct kafka_fixture_of {
     group_ = std::move(joined.group);
     rcv_ = std::move(joined.receiver);
     pub_.emplace(publisher_options());
-    pub_->connect(std::chrono::seconds(30));
+    pub_->connect(std::chrono::seconds(60));
   }
   kafka_fixture_of(const kafka_fixture_of&) = delete;
   kafka_fixture_of& operator=(const kafka_fixture_of&) = delete;
@@ -184,12 +184,12 @@ struct kafka_fixture_of {
   /// Publishes an already published message again (a duplicate delivery); true once confirmed.
   bool redeliver(const outbox::message& m) {
     const auto r = pub_->publish(std::span(&m, 1),
-                                 std::chrono::steady_clock::now() + std::chrono::seconds(10));
+                                 std::chrono::steady_clock::now() + std::chrono::seconds(60));
     return r.size() == 1 && r[0].confirmed;
   }
   /// Records of the topic not yet acked by the receiver's group (the receiver's lag).
   [[nodiscard]] std::size_t outstanding() {
-    return static_cast<std::size_t>(rcv_->lag(std::chrono::seconds(10)));
+    return static_cast<std::size_t>(rcv_->lag(std::chrono::seconds(60)));
   }
   /// Records the receiver's client fetched and `receive` has not taken yet: the length of its
   /// consumer queue (records, and the rare event between them, such as a commit's result).
@@ -204,8 +204,8 @@ struct kafka_fixture_of {
   void restart_receiver() {
     rcv_.reset();
     rcv_ = std::make_unique<outbox::kafka::receiver>(receiver_options());
-    if (!rcv_->wait_for_assignment(std::chrono::seconds(30)))
-      throw std::runtime_error("kafka fixture: no partitions assigned within 30 s");
+    if (!rcv_->wait_for_assignment(std::chrono::seconds(60)))
+      throw std::runtime_error("kafka fixture: no partitions assigned within 60 s");
   }
 
  private:

@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <stdexcept>
@@ -28,7 +30,13 @@ class tcp_proxy {
  public:
   /// Forwards 127.0.0.1:<port()> to 127.0.0.1:`upstream_port`.
   explicit tcp_proxy(int upstream_port) : upstream_(upstream_port) {
-    listen_on(0);
+    listener_ = bound_socket(0);
+    sockaddr_in a{};
+    socklen_t len = sizeof a;
+    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    if (::listen(listener_, 64) != 0) throw std::runtime_error("tcp_proxy: cannot listen");
+    wake_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     thread_ = std::thread([this] { loop(); });
   }
   tcp_proxy(const tcp_proxy&) = delete;
@@ -36,24 +44,36 @@ class tcp_proxy {
   ~tcp_proxy() {
     stop_ = true;
     thread_.join();
-    std::lock_guard lock(mutex_);
     close_all();
     if (listener_ >= 0) ::close(listener_);
+    if (placeholder_ >= 0) ::close(placeholder_);
+    ::close(wake_);
   }
 
   [[nodiscard]] int port() const noexcept { return port_; }
 
-  /// The server is gone: every proxied connection is closed, new connections are refused.
+  /// The server is gone: every proxied connection is closed, new connections are refused. The
+  /// port stays bound (not listening), so no other socket can be given it meanwhile.
   void cut() {
-    std::lock_guard lock(mutex_);
+    const control c(*this);
     close_all();
-    if (listener_ >= 0) ::close(listener_);
+    if (listener_ < 0) return;
+    placeholder_ = bound_socket(port_);  // SO_REUSEPORT: beside the listener, until it closes
+    ::close(listener_);
     listener_ = -1;
   }
   /// The server is back, on the same port.
   void restore() {
-    std::lock_guard lock(mutex_);
-    listen_on(port_);
+    const control c(*this);
+    if (listener_ >= 0) return;
+    const int s = bound_socket(port_);
+    if (::listen(s, 64) != 0) {
+      ::close(s);
+      throw std::runtime_error("tcp_proxy: cannot listen again on port " + std::to_string(port_));
+    }
+    listener_ = s;
+    ::close(placeholder_);
+    placeholder_ = -1;
   }
 
   /// The server hangs: connections stay open and new ones are made (the kernel completes
@@ -65,31 +85,68 @@ class tcp_proxy {
 
   /// Freezes one connection only, the `index`-th accepted (from 0): the others go on.
   void freeze_connection(std::size_t index) {
-    std::lock_guard lock(mutex_);
+    const control c(*this);
     frozen_connections_.push_back(index);
+  }
+  /// Whether the `index`-th connection, frozen, holds bytes back (its client's request, or its
+  /// server's answer): its client waits for an answer that does not come.
+  [[nodiscard]] bool holds_back(std::size_t index) {
+    const control c(*this);
+    for (const auto& p : pairs_) {
+      if (p.index != index) continue;
+      pollfd fds[2] = {{p.client, POLLIN, 0}, {p.server, POLLIN, 0}};
+      return ::poll(fds, 2, 0) > 0;
+    }
+    return false;
   }
 
  private:
+  /// The sockets, for a caller other than the loop: taken between two of its rounds, never while
+  /// it polls (a socket closed under its poll would stay open until the poll ends). The loop
+  /// holds the lock while it polls, and gives it up at once when asked through wake_.
+  class control {
+   public:
+    explicit control(tcp_proxy& p) : p_(p) {
+      ++p_.waiting_;
+      const std::uint64_t one = 1;
+      (void)!::write(p_.wake_, &one, sizeof one);
+      lock_ = std::unique_lock(p_.mutex_);
+    }
+    control(const control&) = delete;
+    control& operator=(const control&) = delete;
+    ~control() {
+      --p_.waiting_;  // under the lock: the loop cannot miss the notification
+      lock_.unlock();
+      p_.given_back_.notify_all();
+    }
+
+   private:
+    tcp_proxy& p_;
+    std::unique_lock<std::mutex> lock_;
+  };
+
   struct pipe_pair {
     int client;
     int server;
     std::size_t index;  ///< In accept order.
   };
 
-  void listen_on(int port) {
-    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  /// A TCP socket bound to 127.0.0.1:`port` (0: any free port), not listening yet.
+  /// SO_REUSEPORT lets the placeholder and a listener hold the port together.
+  static int bound_socket(int port) {
+    const int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     const int one = 1;
-    ::setsockopt(listener_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    ::setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    ::setsockopt(s, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     a.sin_port = htons(static_cast<std::uint16_t>(port));
-    if (::bind(listener_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-        ::listen(listener_, 64) != 0)
-      throw std::runtime_error("tcp_proxy: cannot listen on port " + std::to_string(port));
-    socklen_t len = sizeof a;
-    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
+    if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      ::close(s);
+      throw std::runtime_error("tcp_proxy: cannot bind port " + std::to_string(port));
+    }
+    return s;
   }
 
   int connect_upstream() const {
@@ -114,6 +171,11 @@ class tcp_proxy {
     pairs_.clear();
   }
 
+  [[nodiscard]] bool is_frozen(const pipe_pair& p) const {
+    return std::find(frozen_connections_.begin(), frozen_connections_.end(), p.index) !=
+           frozen_connections_.end();
+  }
+
   /// Copies what is readable on `from` to `to`; false when either side is done.
   static bool pump(int from, int to) {
     char buf[16384];
@@ -133,61 +195,57 @@ class tcp_proxy {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
         continue;
       }
-      std::lock_guard lock(mutex_);
+      std::unique_lock lock(mutex_);
+      given_back_.wait(lock, [this] { return waiting_ == 0; });
       const std::size_t n = pairs_.size();
-      std::vector<pollfd> fds;
-      if (listener_ >= 0) fds.push_back({listener_, POLLIN, 0});
+      std::vector<pollfd> fds{{wake_, POLLIN, 0}, {listener_, POLLIN, 0}};  // -1 is skipped
       for (const auto& p : pairs_) {
-        const bool frozen = std::find(frozen_connections_.begin(), frozen_connections_.end(),
-                                      p.index) != frozen_connections_.end();
-        fds.push_back({frozen ? -1 : p.client, POLLIN, 0});  // poll skips a negative fd
+        const bool frozen = is_frozen(p);
+        fds.push_back({frozen ? -1 : p.client, POLLIN, 0});
         fds.push_back({frozen ? -1 : p.server, POLLIN, 0});
       }
       if (::poll(fds.data(), fds.size(), 20) <= 0) continue;
-      std::size_t k = 0;
-      if (listener_ >= 0) {
-        if (fds[0].revents & POLLIN) {
-          const int c = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
-          if (c >= 0) {
-            const int s = connect_upstream();
-            if (s >= 0)
-              pairs_.push_back({c, s, accepted_++});
-            else
-              ::close(c);
-          }
-        }
-        k = 1;
+      if (fds[0].revents & POLLIN) {
+        std::uint64_t count = 0;
+        (void)!::read(wake_, &count, sizeof count);
       }
       std::vector<pipe_pair> alive;
       for (std::size_t i = 0; i < n; ++i) {
         const auto& p = pairs_[i];
-        const auto& cf = fds[k + 2 * i];
-        const auto& sf = fds[k + 2 * i + 1];
+        const auto& cf = fds[2 + 2 * i];
+        const auto& sf = fds[3 + 2 * i];
         bool ok = true;
-        if (std::find(frozen_connections_.begin(), frozen_connections_.end(), p.index) !=
-            frozen_connections_.end()) {
-          alive.push_back(p);  // left unread: nothing carried either way
-          continue;
-        }
         if (cf.revents) ok = pump(p.client, p.server);
         if (ok && sf.revents) ok = pump(p.server, p.client);
         if (ok) {
-          alive.push_back(p);
+          alive.push_back(p);  // a frozen one too: nothing read, nothing carried either way
         } else {
           ::close(p.client);
           ::close(p.server);
         }
       }
-      // Pairs accepted during this round were appended after the fds were built: keep them.
-      for (std::size_t i = n; i < pairs_.size(); ++i) alive.push_back(pairs_[i]);
       pairs_ = std::move(alive);
+      if (fds[1].revents & POLLIN) {
+        const int c = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (c >= 0) {
+          const int s = connect_upstream();
+          if (s >= 0)
+            pairs_.push_back({c, s, accepted_++});
+          else
+            ::close(c);
+        }
+      }
     }
   }
 
   int upstream_;
   int listener_ = -1;
+  int placeholder_ = -1;  ///< Holds the port while the server is cut off.
   int port_ = 0;
+  int wake_ = -1;  ///< An eventfd: a caller waits for the lock (see control).
   std::mutex mutex_;
+  std::atomic<int> waiting_{0};  ///< Callers waiting for the lock, or holding it.
+  std::condition_variable given_back_;
   std::vector<pipe_pair> pairs_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> frozen_{false};

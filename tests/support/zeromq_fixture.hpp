@@ -68,7 +68,7 @@ struct zeromq_fixture {
   /// running concurrently; true once that consumer acked it.
   bool redeliver(const outbox::message& m) {
     const auto r = pub_->publish(std::span(&m, 1),
-                                 std::chrono::steady_clock::now() + std::chrono::seconds(10));
+                                 std::chrono::steady_clock::now() + std::chrono::seconds(60));
     return r.size() == 1 && r[0].confirmed;
   }
   /// Deliveries a consumer holds without having acked them.

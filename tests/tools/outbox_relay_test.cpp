@@ -10,12 +10,16 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -49,6 +53,24 @@ int connect_to(int port) {
   return -1;
 }
 
+/// The connections waiting to be accepted on the listening socket 127.0.0.1:`port` (its
+/// rx_queue in /proc/net/tcp); -1 when nothing listens there.
+long accept_queue(int port) {
+  std::ifstream in("/proc/net/tcp");
+  char local[16];
+  std::snprintf(local, sizeof local, "0100007F:%04X", port);
+  std::string line;
+  std::getline(in, line);  // the header
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string slot, address, remote, state, queues;
+    fields >> slot >> address >> remote >> state >> queues;
+    if (address == local && state == "0A")  // TCP_LISTEN
+      return std::stol(queues.substr(queues.find(':') + 1), nullptr, 16);
+  }
+  return -1;
+}
+
 /// Sends `request` (raw HTTP) to 127.0.0.1:`port`: the status and the body of the answer
 /// (status 0 when nothing answered).
 std::pair<int, std::string> http_request(int port, const std::string& request) {
@@ -72,10 +94,10 @@ std::pair<int, std::string> http_get(int port, const std::string& path) {
   return http_request(port, "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
 }
 
-/// Waits (bounded: 30 s) until /healthz answers `status`; returns its last answer.
+/// Waits (bounded: 60 s) until /healthz answers `status`; returns its last answer.
 std::pair<int, std::string> health_until(int port, int status) {
   std::pair<int, std::string> h;
-  const auto until = std::chrono::steady_clock::now() + 30s;
+  const auto until = std::chrono::steady_clock::now() + 60s;
   while (std::chrono::steady_clock::now() < until) {
     h = http_get(port, "/healthz");
     if (h.first == status) break;
@@ -107,10 +129,12 @@ std::map<std::string, double> samples(const std::string& page) {
   return out;
 }
 
-/// The port `outbox relay` logged for its metrics (waits for the line, bounded).
+/// The port `outbox relay` logged for its metrics (waits for the line, bounded: 60 s). From
+/// that line on, SIGTERM and SIGINT are the tool's (blocked, and taken by it).
 int metrics_port(const tool_process& p) {
   const std::string marker = "metrics on http://127.0.0.1:";
-  for (int i = 0; i < 1500; ++i) {
+  const auto until = std::chrono::steady_clock::now() + 60s;
+  while (std::chrono::steady_clock::now() < until) {
     const std::string log = p.log();
     if (const auto at = log.find(marker); at != std::string::npos)
       return std::stoi(log.substr(at + marker.size()));
@@ -162,15 +186,15 @@ outbox::backlog_stats backlog(fixture& fx) {
   return st->stats(std::chrono::system_clock::now());
 }
 
-/// Receives (and acks) until `expected` distinct ids came or nothing arrives for 5 s; returns
-/// the distinct ids, and counts every delivery in `deliveries`.
+/// Receives (and acks) until `expected` distinct ids came (bounded: 120 s); returns the
+/// distinct ids, and counts every delivery in `deliveries`.
 template <class Receiver>
 std::set<outbox::uuid> receive_all(Receiver& r, std::size_t expected, std::size_t* deliveries) {
   std::set<outbox::uuid> ids;
   const auto until = std::chrono::steady_clock::now() + 120s;
   while (ids.size() < expected && std::chrono::steady_clock::now() < until) {
-    auto d = r.receive(5s);
-    if (!d) break;
+    auto d = r.receive(1s);
+    if (!d) continue;
     ids.insert(d->msg.id);
     if (deliveries) ++*deliveries;
     r.ack(*d);
@@ -293,7 +317,20 @@ BOOST_AUTO_TEST_CASE(sigterm_in_the_middle_of_a_run_loses_nothing_and_leaves_not
   std::size_t deliveries = 0;
   auto got = receive_all(broker.receiver(), first, &deliveries);
   BOOST_TEST(got.size() == first);
-  BOOST_TEST(!broker.receiver().receive(1s).has_value());  // nothing beyond what it settled
+  {
+    // Nothing beyond what it settled: the queue's next message is one sent after it exited.
+    outbox::message sentinel;
+    sentinel.id = outbox::make_uuid_v7();
+    sentinel.aggregate_type = "sentinel";
+    sentinel.aggregate_id = "0";
+    sentinel.event_type = "sentinel";
+    sentinel.payload = "{}";
+    BOOST_TEST_REQUIRE(broker.redeliver(sentinel));
+    const auto next = broker.receiver().receive(60s);
+    BOOST_TEST_REQUIRE(next.has_value());
+    BOOST_TEST(next->msg.id == sentinel.id);
+    broker.receiver().ack(*next);
+  }
   {
     tool_process relay(relay_args(url_of(fx), transport, {"--batch-size", "500"}));
     const int port = metrics_port(relay);
@@ -464,7 +501,19 @@ BOOST_AUTO_TEST_CASE(a_flood_of_idle_connections_neither_takes_its_descriptors_n
   std::vector<int> idle;
   for (int i = 0; i < 300; ++i)
     if (const int fd = connect_to(port); fd >= 0) idle.push_back(fd);
-  std::this_thread::sleep_for(500ms);
+  BOOST_TEST_REQUIRE(idle.size() == 300u);
+  // Counted once the relay took them all: none left to accept, all but its 32 closed.
+  const auto taken = [&] {
+    std::size_t closed = 0;
+    for (const int fd : idle) {
+      pollfd p{fd, POLLIN | POLLRDHUP, 0};
+      if (::poll(&p, 1, 0) == 1) ++closed;
+    }
+    return closed >= idle.size() - 32 && accept_queue(port) == 0;
+  };
+  const auto until = std::chrono::steady_clock::now() + 60s;
+  while (!taken() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(20ms);
+  BOOST_TEST_REQUIRE(taken());
   const auto fds = std::distance(
       std::filesystem::directory_iterator("/proc/" + std::to_string(relay.pid()) + "/fd"),
       std::filesystem::directory_iterator{});
@@ -532,19 +581,23 @@ BOOST_AUTO_TEST_CASE(a_database_that_stops_answering_makes_it_unhealthy_and_cann
     const int port = metrics_port(relay);
     BOOST_TEST(health_until(port, 200).first == 200);
     own.freeze_connection(0);
-    std::this_thread::sleep_for(500ms);  // its next sample (every 100 ms) waits
+    // Its query (the next sample, every 100 ms, or one under way) is held: it waits.
+    const auto until = std::chrono::steady_clock::now() + 60s;
+    while (!own.holds_back(0) && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(20ms);
+    BOOST_TEST_REQUIRE(own.holds_back(0));
     relay.signal(SIGTERM);
-    BOOST_TEST(relay.wait(15s) == 0, relay.log());
+    BOOST_TEST(relay.wait(30s) == 0, relay.log());
     BOOST_TEST(relay.log().find("the backlog sampler's query does not return") != std::string::npos,
                relay.log());
   }
   proxy.freeze();
   {
     tool_process starting(relay_args(url, "zmq+ipc://" + socket.string(), quick));
-    std::this_thread::sleep_for(1s);
+    (void)metrics_port(starting);    // SIGTERM is the tool's from here; it connects next
     BOOST_TEST(starting.running());  // connecting
     starting.signal(SIGTERM);
-    BOOST_TEST(starting.wait(5s) == 0, starting.log());
+    BOOST_TEST(starting.wait(30s) == 0, starting.log());
     BOOST_TEST(starting.log().find("SIGTERM while starting") != std::string::npos, starting.log());
   }
   const auto timed_out = tool(relay_args(via_port(url_of(fx), proxy.port(), "connect_timeout=1"),
