@@ -8,12 +8,14 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <deque>
 #include <optional>
 #include <random>
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -200,6 +202,19 @@ class tailing_store {
   static void drop(session_type& sql, const tailing_options& o = {}, bool publication = false) {
     check_names(o);
     PGconn* c = detail::handle(sql);
+    // A stream this process closed may still hold the slot while its walsender exits: wait
+    // for that process (bounded), as a new stream does, rather than fail the drop.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < give_up) {
+      auto r = detail::exec(c,
+                            "SELECT active_pid FROM pg_catalog.pg_replication_slots WHERE "
+                            "slot_name = $1 AND active_pid IS NOT NULL",
+                            detail::params().add(o.slot), "drop replication slot");
+      if (r.rows() != 1 ||
+          !detail::closed_walsenders::contains(std::atoi(std::string(r.text(0, 0)).c_str())))
+        break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     try {
       detail::exec(c,
                    "SELECT pg_catalog.pg_drop_replication_slot(slot_name) FROM "
