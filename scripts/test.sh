@@ -129,10 +129,11 @@ build() {
 section "build $BUILD_DIR"
 # The benchmarks are off by default (users need not build them); CI builds them here, and the
 # consumer projects (tests/consumers/), which install this build into a prefix inside it. The
-# test executables are compiled at -O0 (-Dtest_optimization=0: their -O2 compile was most of
-# this build; tests/meson.build); the library runs at -O2 in the fault harness, which drives
-# every adapter, and in the examples. No debug information (-Ddebug=false): it was a quarter of
-# each test's compile time, and the sanitizer build, whose reports need it, has its own.
+# test executables, the examples and the benchmarks (run in their smoke mode) are compiled at
+# -O0 (-Dtest_optimization=0: their -O2 compile was most of this build; see the root
+# meson.build); the library runs at -O2 in the tools, the fault harness driving every adapter.
+# No debug information (-Ddebug=false): it was a quarter of each test's compile time, and the
+# sanitizer build, whose reports need it, has its own.
 if ! build "$BUILD_DIR" -Doptimization=2 -Ddebug=false -Dbench=true \
     -Dconsumer_tests=true -Dtest_optimization=0 --prefix="$PWD/$BUILD_DIR/prefix"; then
     echo "error: the build in $BUILD_DIR failed" >&2
@@ -147,8 +148,9 @@ fi
 # not export (link error "undefined typeinfo for soci::sqlite3_session_backend"). build-asan
 # builds each adapter end to end once (paired with the in-memory store or transport) instead of
 # the whole matrix, which build-ci runs: the sanitizers see every adapter's code, at a fraction
-# of the compile time; and it runs the fault harness on a cover of the pairs (each store, claim
-# policy and transport once: -Dfault_pairs=each_once), build-ci on all of them. (Sanitizers at
+# of the compile time; it runs the fault harness on a cover of the pairs (each store, claim
+# policy and transport once: -Dfault_pairs=each_once), build-ci on all of them; and it leaves
+# the examples to build-ci (they drive the library as the e2e suites do). (Sanitizers at
 # -O2 would spare this build, but compile several times slower than the -O2 and -O0 builds
 # together.) It is compiled with clang 14: with the sanitizers, clang compiled this project in
 # half g++ 12's time (a test of the end-to-end matrix: 9.8 s against 19.5 s), and the project
@@ -166,7 +168,7 @@ set -m # the background job gets a process group of its own (finish ends it as a
     if ((sanitize)); then
         rm -rf "$ASAN_DIR"
         CC=clang-14 CXX=clang++-14 nice -n 10 meson setup "$ASAN_DIR" -Dwerror=true \
-            --buildtype=debug -De2e_pairs=with_memory \
+            --buildtype=debug -De2e_pairs=with_memory -Dexamples=false \
             -Dfault_pairs=each_once \
             -Db_sanitize=address,undefined -Db_lundef=false \
             -Dcpp_args=-fno-sanitize=vptr -Dcpp_link_args=-fno-sanitize=vptr >"$ASAN_DIR.log" 2>&1 &&
@@ -199,11 +201,11 @@ meson_failed=0
 
 # One group of the tests of build DIR, by suites, in the background-safe form: its own log
 # (meson-logs/NAME.json), its output in meson-logs/NAME.out and its exit code in NAME.rc.
-# Usage: run_group DIR NAME [meson test args...]
+# Usage: run_group DIR NAME JOBS [meson test args...]
 run_group() {
-    local dir=$1 name=$2 rc=0
-    shift 2
-    meson test -C "$dir" --no-rebuild --print-errorlogs --num-processes 2 --logbase "$name" \
+    local dir=$1 name=$2 jobs=$3 rc=0
+    shift 3
+    meson test -C "$dir" --no-rebuild --print-errorlogs --num-processes "$jobs" --logbase "$name" \
         "$@" >"$dir/meson-logs/$name.out" 2>&1 || rc=$?
     echo "$rc" >"$dir/meson-logs/$name.rc"
 }
@@ -222,29 +224,35 @@ collect_group() {
 }
 
 # Runs the tests of build DIR (extra arguments go to meson test) in groups by the servers they
-# use: the tests of PostgreSQL alone and those of MariaDB alone side by side (no test uses both,
-# and the server faults of one group never reach the other's server), then those that use no
-# server (SQLite files, ZeroMQ sockets, Kafka mock clusters of their own), then those of
-# RabbitMQ (with any store: its outages close every client of the node). Within a group, a test
-# marked not parallel still runs alone. Usage: run_tests DIR [args...]
+# use and the server faults they inject, three chains side by side:
+#   1. the PostgreSQL tests (postgresql, without amqp) beside the RabbitMQ tests (amqp, with any
+#      store; RabbitMQ's faults close every client of the node, so they run one at a time),
+#      then the tests that restart the PostgreSQL server (suite pg_restart: the fault harness's
+#      --db-restarts pairs), alone with the servers they touch;
+#   2. the MariaDB tests (mysql, without amqp): no test restarts that server;
+#   3. the tests that use no server (SQLite files, ZeroMQ sockets, Kafka mock clusters of
+#      their own), two at a time.
+# Within a group, a test marked not parallel still runs alone. Usage: run_tests DIR [args...]
 run_tests() {
-    local dir=$1
+    local dir=$1 g
     shift
     section "test $dir"
-    rm -f "$dir"/meson-logs/{postgresql,mysql,local,amqp}.{json,out,rc}
-    run_group "$dir" postgresql "$@" --suite postgresql --no-suite amqp &
-    local pg=$!
-    run_group "$dir" mysql "$@" --suite mysql --no-suite amqp &
-    local my=$!
-    wait "$pg" "$my" || true
-    collect_group "$dir" postgresql
-    collect_group "$dir" mysql
-    # Not side by side: under the sanitizer build's load, RabbitMQ once did not come back from
-    # amqp_faults' restart in time, and every later test of its group failed.
-    run_group "$dir" local "$@" --no-suite postgresql --no-suite mysql --no-suite amqp
-    collect_group "$dir" local
-    run_group "$dir" amqp "$@" --suite amqp
-    collect_group "$dir" amqp
+    for g in postgresql amqp pg_restart mysql local; do
+        rm -f "$dir/meson-logs/$g".{json,out,rc}
+    done
+    (
+        run_group "$dir" postgresql 1 "$@" --suite postgresql --no-suite amqp --no-suite pg_restart &
+        run_group "$dir" amqp 1 "$@" --suite amqp --no-suite pg_restart &
+        wait
+        run_group "$dir" pg_restart 1 "$@" --suite pg_restart
+    ) &
+    local chain1=$!
+    run_group "$dir" mysql 1 "$@" --suite mysql --no-suite amqp &
+    local chain2=$!
+    run_group "$dir" local 2 "$@" --no-suite postgresql --no-suite mysql --no-suite amqp &
+    local chain3=$!
+    wait "$chain1" "$chain2" "$chain3" || true
+    for g in postgresql amqp pg_restart mysql local; do collect_group "$dir" "$g"; done
 }
 
 run_tests "$BUILD_DIR"
