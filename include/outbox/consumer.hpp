@@ -65,6 +65,13 @@ struct consumer_options {
   /// predecessor can still arrive; beyond that the oldest held is applied at once (counted in
   /// `consumer_stats::out_of_order`).
   std::size_t max_deferred = 10'000;
+  /// While a delivery whose handler failed goes back for a retry, the later deliveries of its
+  /// aggregate this consumer receives meanwhile are held back, unacknowledged, and applied
+  /// after it (or after `predecessor_wait`: it may have gone to another consumer), stamped or
+  /// not: a broker that prefetches (AMQP `prefetch` > 1) does not apply a later event first.
+  /// false: for consumers that need no per-aggregate order (several on one queue), which then
+  /// apply them at once. Needs `predecessor_wait` > 0 and `concepts::inbox_lookup_store`.
+  bool hold_behind_retry = true;
 };
 
 /// The default retry policy of a consumer: short delays, five attempts.
@@ -471,16 +478,23 @@ class consumer {
     return requeue(d, attempt);
   }
 
-  /// A stamped delivery (its relay stamps predecessors: one consumer per queue) that failed and
-  /// goes back for a retry holds back the later events of its aggregate that arrive meanwhile
-  /// (`earlier_held`), so an unstamped one (the first of its aggregate in a later batch) does
-  /// not overtake it from the receiver's prefetch.
+  /// A delivery that failed and goes back for a retry holds back the later events of its
+  /// aggregate that arrive meanwhile (`earlier_held`), so none overtakes it from the receiver's
+  /// prefetch: always when stamped (its relay stamps: one consumer per queue), else by
+  /// `consumer_options::hold_behind_retry`.
   void block_behind(const delivery& d) {
     if constexpr (concepts::inbox_lookup_store<Store>) {
-      if (options_.predecessor_wait.count() <= 0 || !d.msg.headers.contains(predecessor_header))
+      if (options_.predecessor_wait.count() <= 0 ||
+          (!options_.hold_behind_retry && !d.msg.headers.contains(predecessor_header)))
         return;
       const auto now = std::chrono::steady_clock::now();
       const blocker b{d.msg.id, now + options_.predecessor_wait};
+      // Bounded (an outage fails every aggregate's delivery): at worst, a later one goes early.
+      if (blocked_.size() >= options_.max_deferred) {
+        std::erase_if(blocked_, [&](const auto& e) { return e.second.until <= now; });
+        if (blocked_.size() >= options_.max_deferred && !blocked_.contains(aggregate_key(d.msg)))
+          return;
+      }
       auto [it, fresh] = blocked_.try_emplace(aggregate_key(d.msg), b);
       if (!fresh && (d.msg.id < it->second.id || it->second.until <= now)) it->second = b;
     }

@@ -23,6 +23,8 @@
 #include <type_traits>
 #include <vector>
 
+#include <outbox/consumer.hpp>
+
 #include "../support/amqp_fixture.hpp"
 #include "../support/sqlite_fixture.hpp"
 
@@ -598,6 +600,44 @@ BOOST_AUTO_TEST_CASE(a_broker_that_stops_answering_is_noticed_by_every_kind_of_c
   BOOST_TEST(got == batch.size());  // at least the batch published after the thaw
   BOOST_TEST(rcv.connections() >= 2u);
   outbox::test::amqp_admin(amqp_fixture::url()).delete_queue(fx.queue() + "-frozen");
+}
+
+BOOST_AUTO_TEST_CASE(with_the_defaults_a_retried_delivery_is_not_overtaken_by_its_aggregate) {
+  // A relay without stamps, a receiver with its default prefetch (100): e1's handler fails once,
+  // e1 goes back to the queue while e2, of the same aggregate, is prefetched already. The
+  // consumer holds e2 until e1 is applied; without the hold (opt-out) e2 goes first.
+  for (const bool hold : {true, false}) {
+    BOOST_TEST_CONTEXT("hold_behind_retry " << hold) {
+      amqp_fixture fx;
+      outbox::test::sqlite_fixture db;
+      auto sql = db.open_session();
+      auto st = db.make_store(*sql);
+      const auto e1 = sample("7");
+      const auto e2 = sample("7");
+      const std::vector<outbox::message> batch{e1, e2};
+      const auto sent = fx.publisher().publish(batch, std::chrono::steady_clock::now() + 60s);
+      BOOST_TEST_REQUIRE(sent.size() == 2u);
+      BOOST_TEST_REQUIRE((sent[0].confirmed && sent[1].confirmed));
+      std::vector<outbox::uuid> applied;
+      int failures = 0;
+      outbox::consumer c(*st, fx.receiver(),
+                         [&](soci::session&, const outbox::message& m) {
+                           if (m.id == e1.id && failures++ == 0)
+                             throw std::runtime_error("failed once");
+                           applied.push_back(m.id);
+                         },
+                         {.name = "billing", .hold_behind_retry = hold});
+      for (const auto until = std::chrono::steady_clock::now() + 60s;
+           applied.size() < 2 && std::chrono::steady_clock::now() < until;)
+        (void)c.poll_once();
+      if (hold)
+        BOOST_TEST((applied == std::vector<outbox::uuid>{e1.id, e2.id}));
+      else
+        BOOST_TEST((applied == std::vector<outbox::uuid>{e2.id, e1.id}));
+      BOOST_TEST(c.stats().out_of_order == 0u);
+      BOOST_TEST(c.held() == 0u);
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(a_missing_dead_letter_exchange_is_misconfigured) {

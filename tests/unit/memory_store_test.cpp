@@ -1263,6 +1263,45 @@ BOOST_AUTO_TEST_CASE(a_stamped_delivery_that_fails_holds_back_the_next_of_its_ag
   BOOST_TEST(c.held() == 0u);
 }
 
+// Unstamped (a relay without stamp_predecessors, the default): a delivery that fails goes back
+// for a retry, and the next event of its aggregate, already prefetched, waits for it; other
+// aggregates go on. With hold_behind_retry = false (unordered consumers) it goes first.
+BOOST_AUTO_TEST_CASE(an_unstamped_delivery_that_fails_holds_back_the_next_of_its_aggregate) {
+  for (const bool hold : {true, false}) {
+    BOOST_TEST_CONTEXT("hold_behind_retry " << hold) {
+      memory_database db;
+      outbox::testing::memory_transport broker;
+      requeue_at_back rcv{&broker};
+      const auto x1 = stamped("x", std::nullopt);
+      const auto x2 = stamped("x", std::nullopt);
+      const auto y1 = stamped("y", std::nullopt);
+      memory_session sql(db);
+      memory_store store(sql);
+      std::vector<outbox::uuid> applied;
+      int x1_failures = 0;
+      outbox::consumer<memory_store<>, requeue_at_back> c(
+          store, rcv,
+          [&](memory_session&, const outbox::message& m) {
+            if (m.id == x1.id && x1_failures++ == 0)
+              throw std::runtime_error("handler failed once");
+            applied.push_back(m.id);
+          },
+          {.name = "billing", .poll_timeout = 10ms, .hold_behind_retry = hold},
+          outbox::exponential_backoff{.initial = 1ms, .max_delay = 1ms, .max_attempts = 3});
+      for (const auto* m : {&x1, &x2, &y1}) put_on_wire(broker, *m);
+      for (int i = 0; i < 20 && applied.size() < 3; ++i) (void)c.poll_once();
+      if (hold)
+        BOOST_TEST((applied == std::vector<outbox::uuid>{y1.id, x1.id, x2.id}));
+      else
+        BOOST_TEST((applied == std::vector<outbox::uuid>{x2.id, y1.id, x1.id}));
+      BOOST_TEST(c.stats().deferred == (hold ? 1u : 0u));
+      BOOST_TEST(c.stats().out_of_order == 0u);
+      BOOST_TEST(c.held() == 0u);
+      BOOST_TEST(broker.unacked() == 0u);
+    }
+  }
+}
+
 // When the oldest held delivery's wait runs out and its own predecessor is held too, the
 // first of the chain goes first.
 BOOST_AUTO_TEST_CASE(when_a_wait_runs_out_the_first_of_the_chain_goes_first) {
