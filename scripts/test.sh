@@ -199,19 +199,39 @@ testlogs=()
 build_failures=0
 meson_failed=0
 
-# One group of the tests of build DIR, by suites, in the background-safe form: its own log
-# (meson-logs/NAME.json), its output in meson-logs/NAME.out and its exit code in NAME.rc.
-# Usage: run_group DIR NAME JOBS [meson test args...]
+# One group of the tests of build DIR (scripts/test_groups.py: by the servers they use), in the
+# background-safe form: its own log (meson-logs/NAME.json), its output in meson-logs/NAME.out
+# and its exit code in NAME.rc. With LOCK=amqp it runs holding the RabbitMQ lock (flock): at
+# most one group using RabbitMQ at a time, whatever lane it is in. Usage:
+#   run_group DIR NAME JOBS LOCK [meson test args...]
+# (the excluded suites come from run_tests' exclusions, in `excluded`).
 run_group() {
-    local dir=$1 name=$2 jobs=$3 rc=0
-    shift 3
-    meson test -C "$dir" --no-rebuild --print-errorlogs --num-processes "$jobs" --logbase "$name" \
-        "$@" >"$dir/meson-logs/$name.out" 2>&1 || rc=$?
+    local dir=$1 name=$2 jobs=$3 lock=$4 rc=0
+    shift 4
+    local list
+    if ! list=$(python3 scripts/test_groups.py "$dir" "$name" "${excluded[@]}" 2>&1); then
+        echo "error: cannot list the tests of group $name: $list" >"$dir/meson-logs/$name.out"
+        echo 1 >"$dir/meson-logs/$name.rc"
+        return
+    fi
+    local -a names
+    mapfile -t names <<<"$list"
+    [[ -n $list ]] || names=()
+    if ((${#names[@]} == 0)); then  # no test: meson test would run them all
+        echo "no test in group $name" >"$dir/meson-logs/$name.out"
+        echo 0 >"$dir/meson-logs/$name.rc"
+        return
+    fi
+    local -a run=(meson test -C "$dir" --no-rebuild --print-errorlogs --num-processes "$jobs"
+        --logbase "$name" "$@" "${names[@]}")
+    if [[ $lock == amqp ]]; then
+        run=(flock "$dir/meson-logs/amqp.lock" "${run[@]}")
+    fi
+    "${run[@]}" >"$dir/meson-logs/$name.out" 2>&1 || rc=$?
     echo "$rc" >"$dir/meson-logs/$name.rc"
 }
 
-# Prints group NAME's output and records its log for the summary; a failing meson test is
-# remembered, not fatal. A group that matched no test wrote no log and exits 0: nothing to count.
+# Prints a group's output and records its log and exit code. Usage: collect_group DIR NAME
 collect_group() {
     local dir=$1 name=$2 rc
     cat "$dir/meson-logs/$name.out"
@@ -223,36 +243,54 @@ collect_group() {
     fi
 }
 
-# Runs the tests of build DIR (extra arguments go to meson test) in groups by the servers they
-# use and the server faults they inject, three chains side by side:
-#   1. the PostgreSQL tests (postgresql, without amqp) beside the RabbitMQ tests (amqp, with any
-#      store; RabbitMQ's faults close every client of the node, so they run one at a time),
-#      then the tests that restart the PostgreSQL server (suite pg_restart: the fault harness's
-#      --db-restarts pairs), alone with the servers they touch;
-#   2. the MariaDB tests (mysql, without amqp): no test restarts that server;
-#   3. the tests that use no server (SQLite files, ZeroMQ sockets, Kafka mock clusters of
-#      their own), two at a time.
-# Within a group, a test marked not parallel still runs alone. Usage: run_tests DIR [args...]
+# Runs the tests of build DIR in three lanes side by side. Two tests that share a database server
+# never run at once (they see each other's outbox rows, notifications and replication slots),
+# nor two that use RabbitMQ (its fault tests restart the node: the amqp lock), so:
+#   1. PostgreSQL: its tests, those that restart its server (pg_restart), then those that also
+#      use RabbitMQ;
+#   2. MariaDB: its tests, then those that also use RabbitMQ;
+#   3. RabbitMQ without a database server, then the tests that use no server (SQLite files,
+#      ZeroMQ sockets, Kafka mock clusters of their own), two at a time.
+# Within a group, a test marked not parallel still runs alone. Arguments: `--no-suite S` pairs
+# exclude suites, the rest goes to meson test. Usage: run_tests DIR [args...]
 run_tests() {
     local dir=$1 g
     shift
+    excluded=()
+    local -a args=()
+    while (($# > 0)); do
+        if [[ $1 == --no-suite ]]; then
+            excluded+=(--no-suite "$2")
+            shift 2
+        else
+            args+=("$1")
+            shift
+        fi
+    done
     section "test $dir"
-    for g in postgresql amqp pg_restart mysql local; do
+    local -r groups=(postgresql pg_restart pg_restart_amqp postgresql_amqp mysql mysql_amqp amqp local)
+    for g in "${groups[@]}"; do
         rm -f "$dir/meson-logs/$g".{json,out,rc}
     done
     (
-        run_group "$dir" postgresql 1 "$@" --suite postgresql --no-suite amqp --no-suite pg_restart &
-        run_group "$dir" amqp 1 "$@" --suite amqp --no-suite pg_restart &
-        wait
-        run_group "$dir" pg_restart 1 "$@" --suite pg_restart
+        run_group "$dir" postgresql 1 - "${args[@]}"
+        run_group "$dir" pg_restart 1 - "${args[@]}"
+        run_group "$dir" pg_restart_amqp 1 amqp "${args[@]}"
+        run_group "$dir" postgresql_amqp 1 amqp "${args[@]}"
     ) &
-    local chain1=$!
-    run_group "$dir" mysql 1 "$@" --suite mysql --no-suite amqp &
-    local chain2=$!
-    run_group "$dir" local 2 "$@" --no-suite postgresql --no-suite mysql --no-suite amqp &
-    local chain3=$!
-    wait "$chain1" "$chain2" "$chain3" || true
-    for g in postgresql amqp pg_restart mysql local; do collect_group "$dir" "$g"; done
+    local lane1=$!
+    (
+        run_group "$dir" mysql 1 - "${args[@]}"
+        run_group "$dir" mysql_amqp 1 amqp "${args[@]}"
+    ) &
+    local lane2=$!
+    (
+        run_group "$dir" amqp 1 amqp "${args[@]}"
+        run_group "$dir" local 2 - "${args[@]}"
+    ) &
+    local lane3=$!
+    wait "$lane1" "$lane2" "$lane3" || true
+    for g in "${groups[@]}"; do collect_group "$dir" "$g"; done
 }
 
 run_tests "$BUILD_DIR"
