@@ -34,6 +34,7 @@
 #include <outbox/outbox.hpp>
 
 #include "common.hpp"
+#include "config_file.hpp"
 #include "relay_command.hpp"
 #include "stores.hpp"
 #include "transports.hpp"
@@ -667,10 +668,9 @@ int main(int argc, char** argv) {
       ->type_name("SIZE");
   // Before the subcommand: `outbox --config /etc/outbox/relay.toml relay`, the relay's options
   // under [relay]. A key that names no option is an error, not ignored.
-  app.set_config("--config", "",
-                 "read options from a TOML file (before the subcommand; the relay's under "
-                 "[relay]: store = \"...\", batch-size = 500); the command line wins");
-  app.allow_config_extras(CLI::config_extras_mode::error);
+  add_config_option(app,
+                    "read options from a TOML file (before the subcommand; the relay's under "
+                    "[relay]: store = \"...\", batch-size = 500); the command line wins");
 
   try {
     app.parse(argc, argv);

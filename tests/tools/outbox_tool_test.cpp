@@ -325,6 +325,82 @@ BOOST_AUTO_TEST_CASE(purges_count_and_refuse_a_short_inbox_window) {
   BOOST_TEST(recent.at("requeued").get<int>() == 3);
 }
 
+// The config file is TOML to the spec: a quoted value is read whole, its '#', quotes, '=' and
+// non-ASCII characters kept (a cut at the '#' made the store URL "bad port", exit 2); an array
+// gives a repeated option its values; a syntax error names the file, line and column.
+BOOST_AUTO_TEST_CASE(a_config_file_is_toml_and_its_quoted_values_are_read_whole) {
+  fixture fx;
+  const auto dead = make_dead_letters(fx);
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("outbox-tool-config-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto config = dir / "outbox.toml";
+  // A TOML basic string: '"' and '\' escaped, the rest as it is.
+  const auto quoted = [](const std::string& s) {
+    std::string q = "\"";
+    for (const char c : s) {
+      if (c == '"' || c == '\\') q.push_back('\\');
+      q.push_back(c);
+    }
+    return q + "\"";
+  };
+  const std::string tricky = "Pw#Secret42 \"q\" =\xc3\xa9";  // ends in e-acute, UTF-8
+  // The store URL.
+#if defined(OUTBOX_TOOL_TEST_SQLITE)
+  // A file name with all of them but '=' (a sqlite URL refuses that): migrate creates it.
+  const auto db = dir / "orders #1 \"q\" '\xc3\xa9'.db";
+  std::ofstream(config) << "[migrate]\nstore = " << quoted("sqlite://" + db.string())
+                        << "  # another\n";
+  const auto migrated = tool({"--config", config.string(), "migrate"});
+  BOOST_TEST(migrated.code == 0, migrated.err);
+  BOOST_TEST(std::filesystem::exists(db), db);
+#else
+  // A wrong password, written as is: read whole it reaches the server, which refuses it (exit
+  // 1, not the usage error of a URL cut at its '#'), and it is printed nowhere.
+  std::string wrong = url_of(fx, "PASSWORD");
+  wrong.replace(wrong.find("PASSWORD"), 8, tricky);
+  std::ofstream(config) << "[stats]\nstore = " << quoted(wrong) << "  # a comment\n";
+  const auto refused = tool({"--config", config.string(), "stats"});
+  BOOST_TEST(refused.code == 1, refused.err);
+  BOOST_TEST(refused.err.find("outbox: error") != std::string::npos, refused.err);
+  BOOST_TEST(refused.err.find("bad port") == std::string::npos, refused.err);
+  BOOST_TEST(refused.err.find(tricky) == std::string::npos, refused.err);
+  BOOST_TEST(refused.out.find(tricky) == std::string::npos, refused.out);
+#endif
+  const auto url = url_of(fx);
+  // A transport parameter, whole: the zmq transport quotes the value it refuses.
+#if defined(OUTBOX_TOOL_TEST_TRANSPORT_ZEROMQ)
+  std::ofstream(config) << "[relay]\nstore = " << quoted(url)
+                        << "\ntransport = " << quoted("zmq+tcp://127.0.0.1:5?connect=" + tricky)
+                        << "\n";
+  const auto relay = tool({"--config", config.string(), "relay"});
+  BOOST_TEST(relay.code == 2);
+  BOOST_TEST(
+      relay.err.find("connect takes true or false, got '" + tricky + "'") != std::string::npos,
+      relay.err);
+#endif
+  // An array: requeue's ids, over lines, with comments.
+  std::ofstream(config) << "[requeue]\nstore = " << quoted(url) << "\njson = true\nids = [\n  \""
+                        << dead[0].to_string() << "\",  # the first\n  '" << dead[2].to_string()
+                        << "',\n]\n";
+  const auto requeued = json_of(tool({"--config", config.string(), "requeue"}));
+  BOOST_TEST(requeued.at("requeued").get<int>() == 2);
+  const auto left = json_of(tool({"dead-letters", "list", "--store", url, "--json"}));
+  BOOST_TEST_REQUIRE(left.size() == 1u);
+  BOOST_TEST(left[0].at("id").get<std::string>() == dead[1].to_string());
+  // A syntax error (an unquoted URL on line 3): the file, line and column; exit 2.
+  std::ofstream(config) << "# the relay\n[stats]\nstore = " << url << "\n";
+  const auto syntax = tool({"--config", config.string(), "stats"});
+  BOOST_TEST(syntax.code == 2);
+  BOOST_TEST(syntax.err.find(config.string() + ":3:9: ") != std::string::npos, syntax.err);
+  // A key in a section that names no subcommand is refused too.
+  std::ofstream(config) << "[stat]\nstore = " << quoted(url) << "\n";
+  const auto section = tool({"--config", config.string(), "stats", "--store", url});
+  BOOST_TEST(section.code == 2);
+  BOOST_TEST(section.err.find("stat.") != std::string::npos, section.err);
+  std::filesystem::remove_all(dir);
+}
+
 BOOST_AUTO_TEST_CASE(a_store_that_refuses_exits_1_without_the_password) {
   fixture fx;
 #if defined(OUTBOX_TOOL_TEST_SQLITE)
