@@ -294,6 +294,10 @@ class store {
     detail::configure_connection(sql, detail::handle(sql), o);
   }
 
+  /// The inbox's consumer column is VARCHAR(255) (`concepts::consumer_name_limited_store`): a
+  /// longer name fails under a strict sql_mode (1406) and is cut without one.
+  static constexpr name_limit consumer_name_limit{detail::max_name_characters, true};
+
   /// The SOCI backend of the store's sessions: `soci::session sql(Store::soci_backend, ...)`.
   static constexpr const char* soci_backend = "mysql";
   /// The schema version this library migrates to (the number of migration files).
@@ -867,6 +871,7 @@ class store {
 static_assert(concepts::store<store>);
 static_assert(concepts::inbox_lookup_store<store>);
 static_assert(concepts::aggregate_stats_store<store>);
+static_assert(concepts::consumer_name_limited_store<store>);
 
 /// `store::migrate`.
 inline int migrate(::soci::session& sql, int target = outbox::store::latest_version) {
