@@ -45,6 +45,9 @@ enum class dead_letter_route {
 struct consumer_options {
   /// Required: the deduplication scope, one inbox per name. Two services that share a database
   /// need two names, or each skips the other's events as duplicates; so there is no default.
+  /// UTF-8 text without NUL bytes, no longer than the store's inbox holds whole
+  /// (`concepts::consumer_name_limited_store`: 255 characters on MySQL, 2,048 bytes on
+  /// PostgreSQL); anything else is refused at construction.
   std::string name{};
   std::chrono::milliseconds poll_timeout{100};                ///< How long one `poll_once` waits.
   dead_letter_route dead_letters = dead_letter_route::store;  ///< See dead_letter_route.
@@ -137,6 +140,7 @@ class consumer {
       throw error(errc::misconfigured, "core", {},
                   "consumer_options.name is required: it is the deduplication scope (services "
                   "that share a database need different names)");
+    check_name_fits(options_.name);
     if constexpr (requires(const Receiver& r) {
                     { r.has_dead_letter_route() } -> std::convertible_to<bool>;
                   }) {
@@ -388,6 +392,31 @@ class consumer {
         mark_ready(h.d.msg.id);
       else if (blocked_.size() < options_.max_deferred)  // at worst, a ready one goes early
         blocked_.insert_or_assign(h.key, blocker{h.d.msg.id, now + options_.predecessor_wait});
+    }
+  }
+
+  /// A name the inbox cannot keep whole failed every delivery (and its dead-lettering, so the
+  /// delivery came back forever), or was cut so that two names shared one inbox.
+  static void check_name_fits(const std::string& name) {
+    if (name.find('\0') != std::string::npos || !is_valid_utf8(name))
+      throw error(errc::misconfigured, "core", {},
+                  "consumer_options.name must be UTF-8 text without NUL bytes (the inbox keeps "
+                  "it as text)");
+    if constexpr (concepts::consumer_name_limited_store<Store>) {
+      const name_limit limit = Store::consumer_name_limit;
+      std::size_t length = name.size();
+      if (limit.characters)  // valid UTF-8: count the bytes that start a character
+        length = static_cast<std::size_t>(std::count_if(name.begin(), name.end(), [](char c) {
+          return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+        }));
+      const char* unit = limit.characters ? " characters" : " bytes";
+      if (length > limit.max)
+        throw error(errc::misconfigured, "core", {},
+                    "consumer_options.name is " + std::to_string(length) + unit +
+                        "; this store's inbox keeps names of at most " + std::to_string(limit.max) +
+                        unit +
+                        " (a longer one would fail every delivery, or be cut so that two names "
+                        "share one inbox)");
     }
   }
 

@@ -86,6 +86,13 @@ struct outgoing {
   time_point created_at{};
 };
 
+/// How long a name a store keeps whole (`concepts::consumer_name_limited_store`): at most `max`
+/// bytes, or `max` UTF-8 characters when `characters`.
+struct name_limit {
+  std::size_t max = 0;
+  bool characters = false;
+};
+
 /// What the relay asks of a claiming store.
 struct claim_request {
   std::string_view owner{};           ///< Who holds the lease (for operators and the fence).

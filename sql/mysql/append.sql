@@ -1,5 +1,6 @@
 -- The writer's insert of one row; the store repeats the VALUES tuple for a multi-row insert
--- (at most 500 rows and about 4 MiB of payload per statement, under max_allowed_packet).
+-- (at most 500 rows and 4 MiB as sent, values escaped, per statement, and never past the
+-- session's max_allowed_packet: store.hpp, appender::append).
 -- Placeholders, bound by position: event_id (UUID text), aggregate_type, aggregate_id,
 -- event_type, payload (bytes: _binary, so the connection's character set never touches them),
 -- headers (JSON object text), created_at (Unix us), content_type.

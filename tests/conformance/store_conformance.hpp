@@ -23,6 +23,8 @@
 #include <chrono>
 #include <cstdint>
 #include <limits>
+#include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -33,7 +35,9 @@
 #include <nlohmann/json.hpp>
 
 #include <outbox/concepts/store.hpp>
+#include <outbox/consumer.hpp>
 #include <outbox/testing/manual_clock.hpp>
+#include <outbox/testing/memory_transport.hpp>
 #include <outbox/writer.hpp>
 
 #include "fixtures.hpp"
@@ -81,6 +85,25 @@ inline std::vector<outbox::settlement> all(std::size_t n, outbox::settlement::ki
   std::vector<outbox::settlement> v(n);
   for (auto& s : v) s.what = k;
   return v;
+}
+
+/// `n` units of varied text (a seeded sequence, so no compression shortens it), each one byte
+/// or, with `four_byte`, one 4-byte UTF-8 character; `last` picks the last unit.
+inline std::string varied_name(std::size_t n, bool four_byte, int last) {
+  std::minstd_rand gen(31);
+  std::string out;
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto k = static_cast<unsigned>(i + 1 == n ? static_cast<unsigned>(last) : gen() % 26);
+    if (four_byte) {  // U+1F600 + k
+      out += '\xf0';
+      out += '\x9f';
+      out += static_cast<char>(0x98 + (k >> 6));
+      out += static_cast<char>(0x80 + (k & 0x3f));
+    } else {
+      out += static_cast<char>('a' + k);
+    }
+  }
+  return out;
 }
 
 }  // namespace conformance
@@ -825,6 +848,60 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_transaction_aborted_by_a_swallowed_error_does_no
     tx.commit();
   }
   BOOST_TEST(Fixture::inbox_rows(*sql) == 1);
+}
+
+// A consumer name the inbox cannot hold failed every delivery (MySQL, strict sql_mode: 1406
+// on VARCHAR(255), and the dead-lettering failed the same way, so the delivery came back
+// forever; PostgreSQL: a btree entry over 2,704 bytes) or was stored cut (MySQL without strict
+// mode: two names sharing their first 255 characters shared one inbox). Such a name, and one
+// that is not UTF-8 text, is refused when the consumer is built. The longest name the store
+// holds works, and two of them differing in their last unit keep two inboxes.
+BOOST_AUTO_TEST_CASE_TEMPLATE(consumer_names_the_inbox_cannot_hold_whole_are_refused, Fixture,
+                              store_fixtures) {
+  using store_type = typename Fixture::store_type;
+  Fixture fx;
+  auto sql = fx.open_session();
+  auto st = fx.make_store(*sql);
+  outbox::testing::memory_transport broker;
+  const auto handler = [](typename Fixture::session_type&, const outbox::message&) {};
+  const auto refused = [&](std::string name) {
+    try {
+      outbox::consumer c(*st, broker, handler, {.name = std::move(name)});
+      return false;
+    } catch (const outbox::error& e) {
+      BOOST_TEST((e.kind() == outbox::errc::misconfigured), e.what());
+      BOOST_TEST(std::string(e.what()).find("consumer_options.name") != std::string::npos,
+                 e.what());
+      return true;
+    }
+  };
+  BOOST_TEST(refused("billing\xff"));
+  BOOST_TEST(refused(std::string("bill\0ing", 8)));
+  // The longest name: the store's limit in its unit (characters: 4 bytes of UTF-8 each), or
+  // 4,096 bytes where nothing limits it.
+  std::size_t longest = 4096;
+  bool characters = false;
+  if constexpr (outbox::concepts::consumer_name_limited_store<store_type>) {
+    longest = store_type::consumer_name_limit.max;
+    characters = store_type::consumer_name_limit.characters;
+    BOOST_TEST(refused(conformance::varied_name(longest + 1, characters, 0)));
+  }
+  const std::string a = conformance::varied_name(longest, characters, 0);
+  const std::string b = conformance::varied_name(longest, characters, 1);
+  const auto m = conformance::delivered("long-names");
+  const auto deliver = [&] {
+    (void)broker.publish(std::span(&m, 1), std::chrono::steady_clock::now() + 10s);
+  };
+  using outcome = typename outbox::consumer<store_type, outbox::testing::memory_transport>::outcome;
+  outbox::consumer first(*st, broker, handler, {.name = a, .poll_timeout = 10s});
+  outbox::consumer second(*st, broker, handler, {.name = b, .poll_timeout = 10s});
+  deliver();
+  BOOST_TEST((first.poll_once() == outcome::applied));
+  deliver();
+  BOOST_TEST((second.poll_once() == outcome::applied));  // its own inbox
+  deliver();
+  BOOST_TEST((first.poll_once() == outcome::duplicate));
+  BOOST_TEST(Fixture::inbox_rows(*sql) == 2);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_handler_sql_error_is_classified_by_its_native_code, Fixture,

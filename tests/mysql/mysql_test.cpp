@@ -138,6 +138,39 @@ class first_publish_held {
   int calls_ = 0;
   bool released_ = false, late_ = false;
 };
+/// A session on `fx`'s database whose max_allowed_packet is `bytes`. The variable is read-only
+/// per session (MariaDB 10.11 and MySQL: error 1621, also under SET STATEMENT): a session takes
+/// the global value when it connects. So the global is set, the session made, and the global
+/// put back at once, also when connecting fails. A session that another process opens in
+/// between would get the low limit too: every test on the shared server runs alone
+/// (tests/meson.build: is_parallel false), and the window is one connect.
+template <class Fixture>
+std::unique_ptr<soci::session> session_with_packet_limit(Fixture& fx, long long bytes) {
+  auto admin = fx.open_session();
+  long long before = 0;
+  *admin << "SELECT @@GLOBAL.max_allowed_packet", soci::into(before);
+  struct restore {
+    soci::session& admin;
+    long long value;
+    ~restore() {
+      try {
+        admin << "SET GLOBAL max_allowed_packet = " + std::to_string(value);
+      } catch (const std::exception& e) {
+        BOOST_ERROR("could not restore the global max_allowed_packet: " << e.what());
+      }
+    }
+  };
+  std::unique_ptr<soci::session> sql;
+  {
+    restore guard{*admin, before};
+    *admin << "SET GLOBAL max_allowed_packet = " + std::to_string(bytes);
+    sql = fx.open_session();
+  }
+  long long got = 0;
+  *sql << "SELECT @@SESSION.max_allowed_packet", soci::into(got);
+  BOOST_TEST_REQUIRE(got == bytes);
+  return sql;
+}
 
 }  // namespace
 
@@ -441,6 +474,77 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(the_application_inserts_while_a_claim_is_open, Fix
   st->settle(b, std::vector<outbox::settlement>(20, {outbox::settlement::kind::published}),
              clock.now());
   BOOST_TEST(Fixture::count(*app, "SELECT count(*) FROM outbox WHERE state = 0") == 1);
+}
+
+// ---- the writer's statements ----------------------------------------------------------------
+
+// Values travel escaped in the statement text (SOCI's mysql backend: mysql_real_escape_string),
+// where a NUL, a quote, a backslash, CR, LF and Ctrl-Z take two bytes, and a statement past the
+// session's max_allowed_packet makes the server drop the connection (2006: transient, and the
+// application's transaction is gone). Statements were split by raw payload bytes: four events
+// of 1 MiB of zero bytes went as one 6 MiB INSERT under a 6 MiB limit, every time.
+BOOST_AUTO_TEST_CASE(statements_are_split_by_their_size_as_sent) {
+  mysql_locking_fixture fx;
+  auto app = session_with_packet_limit(fx, 6 << 20);
+  constexpr std::size_t size = 1 << 20;  // the writer's default payload limit
+  const std::vector<outbox::event> events(
+      4, outbox::event{
+             "blob", "b", "stored", std::string(size, '\0'), {}, "application/octet-stream"});
+  outbox::writer<outbox::mysql::store> w;
+  {
+    soci::transaction tx(*app);
+    mysql_locking_fixture::insert_order(*app, "with-blobs", 1);
+    BOOST_TEST(w.enqueue(*app, events).size() == 4u);
+    tx.commit();
+  }
+  auto check = fx.open_session();
+  BOOST_TEST(mysql_locking_fixture::orders(*check) == 1);
+  BOOST_TEST(
+      mysql_locking_fixture::count(
+          *check, "SELECT count(*) FROM outbox WHERE LENGTH(payload) = " + std::to_string(size) +
+                      " AND LENGTH(REPLACE(payload, X'00', '')) = 0") == 4);
+}
+
+// A row that cannot fit the packet on its own is refused before anything is sent, so the
+// transaction goes on; one that fits goes alone, even past the writer's usual statement size.
+BOOST_AUTO_TEST_CASE(an_event_past_max_allowed_packet_is_refused_and_the_transaction_goes_on) {
+  mysql_locking_fixture fx;
+  auto app = session_with_packet_limit(fx, 6 << 20);
+  outbox::writer<outbox::mysql::store> w({.limits = {.max_payload_bytes = 16 << 20}});
+  const auto blob = [](std::string bytes) {
+    return outbox::event{"blob", "b", "stored", std::move(bytes), {}, "application/octet-stream"};
+  };
+  const auto big = blob(std::string(std::size_t{7} << 19, '\0'));  // 3.5 MiB, 7 MiB as sent
+  const std::vector<outbox::event> with_big{blob("small"), big};
+  {
+    soci::transaction tx(*app);
+    mysql_locking_fixture::insert_order(*app, "before", 1);
+    for (const auto& attempt : {std::vector<outbox::event>{big}, with_big}) {
+      try {
+        w.enqueue(*app, attempt);
+        BOOST_ERROR("an event past max_allowed_packet was accepted");
+      } catch (const outbox::error& e) {
+        BOOST_TEST((e.kind() == outbox::errc::invalid_input), e.what());
+        BOOST_TEST(std::string(e.what()).find("max_allowed_packet") != std::string::npos, e.what());
+      }
+    }
+    // 5 MiB of text takes 5 MiB as sent: past the usual statement size, within the packet.
+    w.enqueue(*app, blob(std::string(std::size_t{5} << 20, 'a')));
+    // Zero bytes up to 4 KiB short of the limit as sent: the margin is not too wide.
+    w.enqueue(*app, blob(std::string((std::size_t{3} << 20) - 2048, '\0')));
+    w.enqueue(*app, blob("after"));
+    mysql_locking_fixture::insert_order(*app, "after", 2);
+    tx.commit();
+  }
+  auto check = fx.open_session();
+  BOOST_TEST(mysql_locking_fixture::orders(*check) == 2);
+  BOOST_TEST(mysql_locking_fixture::count(*check, "SELECT count(*) FROM outbox") == 3);
+  BOOST_TEST(mysql_locking_fixture::count(
+                 *check,
+                 "SELECT count(*) FROM outbox WHERE payload = 'after' OR LENGTH(payload) "
+                 "IN (" +
+                     std::to_string(std::size_t{5} << 20) + ", " +
+                     std::to_string((std::size_t{3} << 20) - 2048) + ")") == 3);
 }
 
 // ---- connections ---------------------------------------------------------------------------

@@ -469,6 +469,18 @@ struct classifying_inbox : flaky_inbox {
 static_assert(outbox::concepts::classifying_store<classifying_inbox>);
 static_assert(!outbox::concepts::classifying_store<flaky_inbox>);
 
+/// An inbox that keeps names of at most 8 characters (MySQL's kind of limit, made small), and
+/// one whose limit has no unit (a bare number is not a `name_limit`).
+struct short_names_inbox : flaky_inbox {
+  static constexpr outbox::name_limit consumer_name_limit{8, true};
+};
+struct bare_limit_inbox : flaky_inbox {
+  static constexpr std::size_t consumer_name_limit = 8;
+};
+static_assert(outbox::concepts::consumer_name_limited_store<short_names_inbox>);
+static_assert(!outbox::concepts::consumer_name_limited_store<bare_limit_inbox>);
+static_assert(!outbox::concepts::consumer_name_limited_store<flaky_inbox>);
+
 /// A retry policy that records which delays were asked for, and waits for none.
 struct recording_retry {
   std::vector<int>* asked;
@@ -570,6 +582,33 @@ BOOST_AUTO_TEST_CASE(consumer_requires_a_name) {
   } catch (const outbox::error& e) {
     BOOST_TEST((e.kind() == outbox::errc::misconfigured));
   }
+}
+
+BOOST_AUTO_TEST_CASE(consumer_refuses_a_name_its_store_cannot_keep_whole) {
+  // Counted in the limit's unit: 8 two-byte characters fit 8 characters, 9 do not.
+  short_names_inbox st;
+  outbox::testing::memory_transport t;
+  const auto refused = [&](std::string name) {
+    try {
+      outbox::consumer c(st, t, [](int&, const outbox::message&) {}, {.name = std::move(name)});
+      return false;
+    } catch (const outbox::error& e) {
+      BOOST_TEST((e.kind() == outbox::errc::misconfigured), e.what());
+      return true;
+    }
+  };
+  std::string eight;
+  for (int i = 0; i < 8; ++i) eight += "\xc3\xa9";
+  BOOST_TEST(!refused(eight));
+  BOOST_TEST(refused(eight + "x"));
+  BOOST_TEST(refused("\xc3"));  // not UTF-8
+  // A store without a limit keeps any length, but never a name that is not text.
+  flaky_inbox any;
+  BOOST_CHECK_NO_THROW(outbox::consumer(any, t, [](int&, const outbox::message&) {},
+                                        {.name = std::string(100'000, 'n')}));
+  BOOST_CHECK_THROW(outbox::consumer(any, t, [](int&, const outbox::message&) {},
+                                     {.name = std::string("a\0b", 3)}),
+                    outbox::error);
 }
 
 BOOST_AUTO_TEST_CASE(consumer_run_backs_off_from_every_error_but_misconfigured) {

@@ -3,6 +3,8 @@
 #define BOOST_TEST_MODULE memory transport conformance
 #include <boost/test/unit_test.hpp>
 
+#include <stdexcept>
+#include <string>
 #include <tuple>
 
 #include <outbox/testing/faulty_transport.hpp>
@@ -53,11 +55,19 @@ BOOST_AUTO_TEST_CASE(a_crashed_consumer_gets_its_unacked_deliveries_again_in_ord
   BOOST_TEST(again[0].redelivered);
 }
 
-BOOST_AUTO_TEST_CASE(records_nothing_unless_asked) {
+// Without `record` the transport keeps no copy; wire() answered an empty list and redeliver()
+// false, which users read as "nothing was published" (and chased stalls that did not exist).
+BOOST_AUTO_TEST_CASE(without_record_the_lookups_throw_and_say_how_to_record) {
   outbox::testing::memory_transport t;  // the embedding default: no copy kept
-  (void)t.publish(make_messages(3), deadline());
-  BOOST_TEST(t.wire().empty());
+  const auto batch = make_messages(3);
+  (void)t.publish(batch, deadline());
   BOOST_TEST(t.published_count() == 3u);
+  const auto says_how = [](const std::logic_error& e) {
+    return std::string(e.what()).find("{.record = true}") != std::string::npos;
+  };
+  BOOST_CHECK_EXCEPTION((void)t.wire(), std::logic_error, says_how);
+  BOOST_CHECK_EXCEPTION((void)t.redeliver(batch[0].id), std::logic_error, says_how);
+  BOOST_TEST(t.queued() == 3u);  // the refused redeliver queued nothing
 }
 
 BOOST_AUTO_TEST_CASE(redeliver_injects_a_duplicate) {

@@ -132,6 +132,19 @@ concept inbox_lookup_store = inbox_store<S> && requires(S& s, std::string_view n
   { s.recorded(name, id) } -> std::same_as<bool>;
 };
 
+/// An inbox store whose inbox holds consumer names up to a length (a column's width, the size
+/// of an index entry): the consumer refuses a longer name when it is built, rather than fail
+/// every delivery (or, where the database cuts text, share one inbox between two names).
+/// Optional: without it, the store keeps a name of any length whole.
+///
+/// | expression               | type                | meaning                                  |
+/// |--------------------------|---------------------|------------------------------------------|
+/// | `S::consumer_name_limit` | `const name_limit`  | the longest name `record_delivery`, `recorded` and `dead_letter_delivery` keep whole |
+template <class S>
+concept consumer_name_limited_store = inbox_store<S> && requires {
+  { S::consumer_name_limit } -> std::convertible_to<name_limit>;
+};
+
 /// A store that can tell the relay when there is work (e.g. PostgreSQL LISTEN/NOTIFY), so an
 /// idle relay sleeps until a commit instead of polling. Optional: other stores are polled.
 ///

@@ -12,6 +12,8 @@
 #include <mutex>
 #include <optional>
 #include <span>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -28,7 +30,8 @@ struct memory_transport_options {
   std::chrono::microseconds confirm_latency{0};
   bool deliver = true;  ///< Queue published messages for `receive`; false = a sink (benchmarks).
   /// Keep a copy of every published message for `wire()` and `redeliver` (tests). Off by
-  /// default: an embedded transport must not grow without bound.
+  /// default: an embedded transport, or a benchmark's, must not grow without bound. Without it
+  /// those calls throw `std::logic_error` rather than answer "nothing was published".
   bool record = false;
 };
 
@@ -99,8 +102,10 @@ class memory_transport {
 
   // ---- test controls -------------------------------------------------------------------------
 
-  /// Every message published so far, in wire order (when `record` is on).
+  /// Every message published so far, in wire order.
+  /// @throws std::logic_error when the transport does not record (`{.record = true}`).
   [[nodiscard]] std::vector<message> wire() const {
+    require_record("wire()");
     std::lock_guard lock(mutex_);
     return wire_;
   }
@@ -117,8 +122,10 @@ class memory_transport {
     return unacked_.size();
   }
   /// Delivers a copy of an already published message once more (a duplicate delivery).
-  /// @returns false if no such message was published (requires `record`).
+  /// @returns false if no such message was published.
+  /// @throws std::logic_error when the transport does not record (`{.record = true}`).
   bool redeliver(const uuid& id) {
+    require_record("redeliver()");
     {
       std::lock_guard lock(mutex_);
       auto it =
@@ -147,6 +154,17 @@ class memory_transport {
     message msg;
     bool redelivered;
   };
+
+  /// A lookup of what was published, on a transport that kept nothing, would answer "nothing":
+  /// users counted 0 messages and chased stalls that did not exist. So it fails loudly.
+  void require_record(const char* call) const {
+    if (!options_.record)
+      throw std::logic_error(
+          std::string("memory_transport::") + call +
+          " needs the published messages, and this transport keeps none: construct it with "
+          "memory_transport({.record = true}) (off by default, so that an embedded transport "
+          "does not grow without bound); published_count() counts without it");
+  }
 
   memory_transport_options options_;
   mutable std::mutex mutex_;

@@ -68,6 +68,15 @@ long long execute(::soci::session& sql, std::string_view text, Elements&&... ele
   return st.get_affected_rows();
 }
 
+/// The session's max_allowed_packet: past it the server drops the connection (2006), and the
+/// caller's transaction with it. One round trip; the value is fixed when the session connects.
+[[nodiscard]] inline std::size_t max_allowed_packet(::soci::session& sql) {
+  long long bytes = 0;
+  translated("append: max_allowed_packet",
+             [&] { sql << std::string(statements::max_allowed_packet), ::soci::into(bytes); });
+  return bytes > 0 ? static_cast<std::size_t>(bytes) : 0;
+}
+
 /// The migration runner's host. MySQL commits DDL implicitly, so a migration is not one
 /// transaction: a named lock keeps migrations apart, each file's statements run one by one
 /// (each may run again after a failure half-way: IF NOT EXISTS), and the version is recorded
@@ -162,15 +171,19 @@ class store {
    public:
     using session_type = ::soci::session;
     /// Inserts `rows` on `sql` inside the caller's open transaction: one multi-row INSERT per
-    /// 500 rows (fewer when their payloads pass 4 MiB, so a statement stays under the server's
-    /// max_allowed_packet), every value bound, payloads as bytes.
+    /// 500 rows, every value bound, payloads as bytes. A statement is sized as it is sent
+    /// (values quoted and escaped: a binary payload may take twice its bytes): at most 4 MiB,
+    /// or one row alone, and never past the session's max_allowed_packet, which is read (one
+    /// round trip) when the rows take more than 1 MiB as sent.
     /// @throws outbox::error `misconfigured` when the session's character set is not utf8mb4
     ///         (the text would be stored converted, not as written: utf8mb3 turns a 4-byte
     ///         character into '?' where sql_mode is not strict), or when its sql_mode has
     ///         NO_BACKSLASH_ESCAPES and a payload holds a NUL byte (SOCI cuts its text at a
     ///         NUL, which only backslash escaping keeps out of it); `invalid_input` for a text
     ///         longer than its column (writer limits raised past them: a session whose sql_mode
-    ///         is not strict would store it cut).
+    ///         is not strict would store it cut), or for a row that alone takes more than
+    ///         the session's max_allowed_packet as sent (the server would drop the connection,
+    ///         and the transaction with it); nothing is sent then.
     void append(session_type& sql, std::span<const outgoing> rows) {
       MYSQL* c = detail::handle(sql);
       const std::string_view charset = mysql_character_set_name(c);
@@ -197,13 +210,50 @@ class store {
       }
       constexpr int per_row = 8;
       constexpr std::size_t max_rows = 500;
-      constexpr std::size_t max_bytes = std::size_t{4} << 20;
+      // The statement text without values: `head` once, then `tuple` (",(...)") per row.
+      static const std::size_t one_row =
+          outbox::store::multi_row_insert(statements::append, 1, per_row).size();
+      static const std::size_t tuple =
+          outbox::store::multi_row_insert(statements::append, 2, per_row).size() - one_row;
+      const std::size_t head = one_row - tuple;
+      // Each row's bytes as sent: its tuple and its values, quoted and escaped (the number is at
+      // most 20 digits); the statement is `head` plus its rows'.
+      std::vector<std::size_t> sizes(rows.size());
+      std::size_t total = head, largest = 0;
+      for (std::size_t i = 0; i < rows.size(); ++i) {
+        const outgoing& r = rows[i];
+        const event& e = *r.source;
+        sizes[i] = tuple + 36 + 2 + 20 + detail::sent_size(e.aggregate_type) +
+                   detail::sent_size(e.aggregate_id) + detail::sent_size(e.event_type) +
+                   detail::sent_size(e.payload) + detail::sent_size(r.headers_json) +
+                   detail::sent_size(e.content_type);
+        total += sizes[i];
+        largest = std::max(largest, sizes[i]);
+      }
+      // Under 1 MiB the server's limit is not asked (no server default is below it); above,
+      // every row must fit it alone, checked before anything is sent, so a refusal leaves the
+      // caller's transaction as it was. The command byte and a margin come off the limit.
+      std::size_t max_bytes = std::size_t{4} << 20;
+      if (total > (std::size_t{1} << 20)) {
+        const std::size_t packet = detail::max_allowed_packet(sql);
+        const std::size_t room = packet > 1024 ? packet - 1024 : 0;
+        if (head + largest > room)
+          throw_invalid("payload", "and the rest of its event take " +
+                                       std::to_string(head + largest) +
+                                       " bytes in an INSERT as sent (quoted and escaped: a NUL, "
+                                       "a quote, a backslash, CR, LF or Ctrl-Z takes two bytes), "
+                                       "more than the session's max_allowed_packet of " +
+                                       std::to_string(packet) +
+                                       " allows; raise max_allowed_packet on the server (the "
+                                       "MySQL adapter's README) or send a smaller payload");
+        max_bytes = std::min(max_bytes, room);
+      }
       std::size_t off = 0;
       while (off < rows.size()) {
-        std::size_t n = 0, bytes = 0;
+        std::size_t n = 0, bytes = head;
         while (off + n < rows.size() && n < max_rows &&
-               (n == 0 || bytes + rows[off + n].source->payload.size() <= max_bytes)) {
-          bytes += rows[off + n].source->payload.size() + rows[off + n].headers_json.size();
+               (n == 0 || bytes + sizes[off + n] <= max_bytes)) {
+          bytes += sizes[off + n];
           ++n;
         }
         const auto part = rows.subspan(off, n);
@@ -243,6 +293,10 @@ class store {
   static void configure(session_type& sql, const session_options& o = {}) {
     detail::configure_connection(sql, detail::handle(sql), o);
   }
+
+  /// The inbox's consumer column is VARCHAR(255) (`concepts::consumer_name_limited_store`): a
+  /// longer name fails under a strict sql_mode (1406) and is cut without one.
+  static constexpr name_limit consumer_name_limit{detail::max_name_characters, true};
 
   /// The SOCI backend of the store's sessions: `soci::session sql(Store::soci_backend, ...)`.
   static constexpr const char* soci_backend = "mysql";
@@ -817,6 +871,7 @@ class store {
 static_assert(concepts::store<store>);
 static_assert(concepts::inbox_lookup_store<store>);
 static_assert(concepts::aggregate_stats_store<store>);
+static_assert(concepts::consumer_name_limited_store<store>);
 
 /// `store::migrate`.
 inline int migrate(::soci::session& sql, int target = outbox::store::latest_version) {

@@ -167,6 +167,11 @@ class store {
   /// @throws outbox::error `misconfigured` for a session of another backend.
   static void configure(session_type& sql, const session_options& = {}) { detail::handle(sql); }
 
+  /// The inbox's consumer names (`concepts::consumer_name_limited_store`): the column is text,
+  /// but its primary key (consumer, event_id) is a btree, whose entry holds 2,704 bytes at most
+  /// (54000, for every delivery); 2,048 bytes of name always fit, however they compress.
+  static constexpr name_limit consumer_name_limit{2048, false};
+
   /// The SOCI backend of the store's sessions: `soci::session sql(Store::soci_backend, ...)`.
   static constexpr const char* soci_backend = "postgresql";
   /// The schema version this library migrates to (the number of migration files).
@@ -608,6 +613,7 @@ class store {
 static_assert(concepts::store<store>);
 static_assert(concepts::inbox_lookup_store<store>);
 static_assert(concepts::aggregate_stats_store<store>);
+static_assert(concepts::consumer_name_limited_store<store>);
 
 /// `store::migrate` (the name this namespace had before the store kit).
 inline int migrate(::soci::session& sql, int target = outbox::store::latest_version) {
