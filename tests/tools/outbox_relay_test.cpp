@@ -327,7 +327,14 @@ BOOST_AUTO_TEST_CASE(a_refused_login_or_a_bad_option_ends_it_with_a_clear_messag
 #if !defined(OUTBOX_TOOL_TEST_SQLITE)
   const auto bad_db = tool(relay_args(url_of(fx, secret), "zmq+tcp://127.0.0.1:1"));
   BOOST_TEST(bad_db.code == 1);
-  BOOST_TEST(bad_db.err.find("outbox: error") != std::string::npos, bad_db.err);
+#if defined(OUTBOX_TOOL_TEST_POSTGRESQL)
+  BOOST_TEST(
+      bad_db.err.find("outbox: error (misconfigured, postgresql 28P01): ") != std::string::npos,
+      bad_db.err);
+#else
+  BOOST_TEST(bad_db.err.find("outbox: error (misconfigured, mysql 1045): ") != std::string::npos,
+             bad_db.err);
+#endif
   BOOST_TEST(bad_db.err.find(secret) == std::string::npos, bad_db.err);
 #endif
   // A password with '/', '?', '@', ':' and '#' written unencoded is read whole (up to the
