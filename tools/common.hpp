@@ -25,6 +25,31 @@ inline constexpr int exit_usage = 2;
 /// A check that found what it looks for (`slot status --max-kept`: the slot's WAL at risk).
 inline constexpr int exit_alarm = 3;
 
+/// The class of an error, as the tool prints it: errc's name ("transient", "misconfigured").
+inline const char* class_name(outbox::errc kind) noexcept {
+  switch (kind) {
+    case outbox::errc::transient:
+      return "transient";
+    case outbox::errc::permanent:
+      return "permanent";
+    case outbox::errc::in_doubt:
+      return "in_doubt";
+    case outbox::errc::duplicate:
+      return "duplicate";
+    case outbox::errc::misconfigured:
+      return "misconfigured";
+    case outbox::errc::invalid_input:
+      return "invalid_input";
+  }
+  return "unknown";
+}
+
+/// "transient, postgresql 08001": the class, the adapter and its native code (if any).
+inline std::string error_origin(const outbox::error& e) {
+  return std::string(class_name(e.kind())) + ", " + e.adapter() +
+         (e.native_code().empty() ? "" : " " + e.native_code());
+}
+
 /// A usage error found after parsing (a bad URL, a bad duration): exit 2.
 struct usage_error : std::runtime_error {
   using std::runtime_error::runtime_error;

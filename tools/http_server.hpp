@@ -1,7 +1,8 @@
 #pragma once
 // A small HTTP/1.1 server for `outbox relay`'s /metrics and /healthz (Boost.Beast, on a thread of
-// its own). GET and HEAD only; one request per connection; a client that sends nothing for 5 s
-// is dropped.
+// its own). GET and HEAD only; one request per connection; a client that has not sent its
+// request header within 2 s is dropped, and so is the oldest such client when all 32 slots are
+// taken and another connects.
 
 #include <functional>
 #include <memory>

@@ -78,8 +78,8 @@ class store_ops {
 template <class Store>
 class store_ops_for final : public store_ops {
  public:
-  store_ops_for(outbox::store_options options, std::string backend, std::string connect)
-      : options_(std::move(options)), backend_(std::move(backend)), connect_(std::move(connect)) {}
+  store_ops_for(outbox::store_options options, std::string connect)
+      : options_(std::move(options)), connect_(std::move(connect)) {}
   int migrate() override { return Store::migrate(session()); }
   slot_view slot() override {
     if constexpr (requires { Store::tails_the_log; }) {
@@ -114,8 +114,10 @@ class store_ops_for final : public store_ops {
  private:
   soci::session& session() {
     if (!sql_) {
-      sql_ = std::make_unique<soci::session>(backend_, connect_);
-      Store::configure(*sql_, options_.session);
+      auto sql = std::make_unique<soci::session>();
+      Store::connect(*sql, connect_);  // a failure classified by the store (outbox::error)
+      Store::configure(*sql, options_.session);
+      sql_ = std::move(sql);
     }
     return *sql_;
   }
@@ -124,17 +126,16 @@ class store_ops_for final : public store_ops {
     return *store_;
   }
   outbox::store_options options_;
-  std::string backend_, connect_;
+  std::string connect_;
   std::unique_ptr<soci::session> sql_;
   std::optional<Store> store_;
 };
 
 std::unique_ptr<store_ops> open_store(const store_url& u) {
-  return with_store_type(
-      u, [&]<class Store>(std::string backend, std::string connect) -> std::unique_ptr<store_ops> {
-        return std::make_unique<store_ops_for<Store>>(outbox::store_options{.listen = false},
-                                                      std::move(backend), std::move(connect));
-      });
+  return with_store_type(u, [&]<class Store>(std::string connect) -> std::unique_ptr<store_ops> {
+    return std::make_unique<store_ops_for<Store>>(outbox::store_options{.listen = false},
+                                                  std::move(connect));
+  });
 }
 
 // ---- output -------------------------------------------------------------------------------------
@@ -729,9 +730,7 @@ int main(int argc, char** argv) {
     std::cerr << "outbox: " << redact(e.what(), secrets) << "\n";
     return exit_usage;
   } catch (const outbox::error& e) {
-    std::cerr << "outbox: error (" << e.code().message() << ", " << e.adapter()
-              << (e.native_code().empty() ? "" : " " + e.native_code())
-              << "): " << redact(e.what(), secrets) << "\n";
+    std::cerr << "outbox: error (" << error_origin(e) << "): " << redact(e.what(), secrets) << "\n";
     return exit_error;
   } catch (const std::exception& e) {
     std::cerr << "outbox: error: " << redact(e.what(), secrets) << "\n";

@@ -69,7 +69,7 @@ class logger {
 
 /// "transient (postgresql 08006): what happened".
 std::string describe(const outbox::error& e) {
-  return e.code().message() + " (" + e.adapter() +
+  return std::string(class_name(e.kind())) + " (" + e.adapter() +
          (e.native_code().empty() ? "" : " " + e.native_code()) + "): " + e.what();
 }
 
@@ -181,11 +181,10 @@ class service {
 
  public:
   service(const relay_command_options& o, const store_url& store_u, const store_url& transport_u,
-          std::string backend, std::string connect, transport_maker<Transport> maker)
+          std::string connect, transport_maker<Transport> maker)
       : o_(o),
         store_u_(store_u),
         transport_u_(transport_u),
-        backend_(std::move(backend)),
         connect_(std::move(connect)),
         maker_(std::move(maker)),
         secrets_(secrets()),
@@ -357,7 +356,9 @@ class service {
   /// A session for a store (the store's constructor configures it: store_options'
   /// configure_session).
   std::unique_ptr<soci::session> open_session() {
-    return std::make_unique<soci::session>(backend_, connect_);
+    auto sql = std::make_unique<soci::session>();
+    Store::connect(*sql, connect_);  // a failure classified by the store (outbox::error)
+    return sql;
   }
 
   void relay_thread(thread_parts& p) {
@@ -675,7 +676,7 @@ class service {
   const relay_command_options& o_;
   const store_url& store_u_;
   const store_url& transport_u_;
-  std::string backend_, connect_;
+  std::string connect_;
   transport_maker<Transport> maker_;
   std::vector<std::string> secrets_;  ///< Of both URLs: never printed, nor served.
   logger log_;
@@ -736,7 +737,7 @@ int cmd_relay(const relay_command_options& o) {
   // the middle of a batch: a write to it fails instead (and the line is lost).
   std::signal(SIGPIPE, SIG_IGN);
 
-  return with_store_type(su, [&]<class Store>(std::string backend, std::string connect) -> int {
+  return with_store_type(su, [&]<class Store>(std::string connect) -> int {
     return with_transport_type(tu, [&]<class Transport>(transport_maker<Transport> maker) -> int {
       if (!maker.shareable && o.threads > 1)
         throw usage_error("a transport that binds its endpoint (" + tu.scheme +
@@ -746,8 +747,7 @@ int cmd_relay(const relay_command_options& o) {
           throw usage_error("a log-tailing store (" + su.scheme +
                             ") takes one relay thread (--threads 1): a slot streams to one "
                             "connection");
-      service<Store, Transport> s(o, su, tu, std::move(backend), std::move(connect),
-                                  std::move(maker));
+      service<Store, Transport> s(o, su, tu, std::move(connect), std::move(maker));
       return s.run();
     });
   });

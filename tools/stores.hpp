@@ -57,7 +57,9 @@ class tail_store : public outbox::postgresql::tailing_store {
   static inline outbox::postgresql::tailing_options from_url{.slot = "outbox_relay",
                                                              .publication = "outbox_relay"};
   static inline std::string conninfo{};
-  static constexpr const char* soci_backend = "postgresql";
+  static void connect(soci::session& sql, const std::string& connect_string) {
+    outbox::postgresql::store::connect(sql, connect_string);
+  }
   static constexpr int schema_version = outbox::postgresql::store::schema_version;
   /// The relay command reads it: one relay thread, one session (a slot streams to one
   /// connection).
@@ -86,8 +88,9 @@ class tail_store : public outbox::postgresql::tailing_store {
 };
 #endif
 
-/// Calls `f.template operator()<Store>(soci_backend, connect_string)` with the store type that
-/// `u`'s scheme names; a scheme this build has no store for is a usage error.
+/// Calls `f.template operator()<Store>(connect_string)` with the store type that `u`'s scheme
+/// names (`Store::connect` opens a session on it); a scheme this build has no store for is a
+/// usage error.
 template <class F>
 decltype(auto) with_store_type(const store_url& u, F&& f) {
 #ifdef OUTBOX_TOOL_SQLITE
@@ -96,13 +99,13 @@ decltype(auto) with_store_type(const store_url& u, F&& f) {
     // SOCI's sqlite3 backend takes a connect string without '=' as the file name, whole.
     if (u.path.find('=') != std::string::npos)
       throw usage_error("a sqlite file name with '=' in it is not supported");
-    return std::forward<F>(f).template operator()<outbox::sqlite::store>("sqlite3", u.path);
+    return std::forward<F>(f).template operator()<outbox::sqlite::store>(u.path);
   }
 #endif
 #ifdef OUTBOX_TOOL_POSTGRESQL
   if (u.scheme == "postgresql")  // the parameters are libpq's own keywords
     return std::forward<F>(f).template operator()<outbox::postgresql::store>(
-        "postgresql", connect_string(with_connect_timeout(u), "dbname"));
+        connect_string(with_connect_timeout(u), "dbname"));
 #endif
 #ifdef OUTBOX_TOOL_POSTGRESQL
   if (u.scheme == "postgresql+tail") {  // libpq keywords, and the slot's and publication's names
@@ -120,13 +123,13 @@ decltype(auto) with_store_type(const store_url& u, F&& f) {
       if (!outbox::postgresql::detail::valid_slot_name(*name))
         throw usage_error("slot and publication names take 1 to 63 of a-z, 0-9 and _");
     tail_store::conninfo = connect_string(with_connect_timeout(plain), "dbname");
-    return std::forward<F>(f).template operator()<tail_store>("postgresql", tail_store::conninfo);
+    return std::forward<F>(f).template operator()<tail_store>(tail_store::conninfo);
   }
 #endif
 #ifdef OUTBOX_TOOL_MYSQL
   if (u.scheme == "mysql")  // the parameters are SOCI's MySQL keywords
     return std::forward<F>(f).template operator()<outbox::mysql::store>(
-        "mysql", connect_string(with_connect_timeout(u), "db"));
+        connect_string(with_connect_timeout(u), "db"));
 #endif
   throw usage_error("store '" + u.scheme +
                     "' is not in this build of outbox (it has:" + stores_in_build() + ")");

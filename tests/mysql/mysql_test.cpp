@@ -25,6 +25,7 @@
 
 #include "../support/mysql_fixture.hpp"
 #include "../support/server_store_helpers.hpp"
+#include "../support/tcp_proxy.hpp"
 
 using namespace std::chrono_literals;
 using outbox::test::mysql_leasing_fixture;
@@ -257,6 +258,56 @@ BOOST_AUTO_TEST_CASE(errors_are_mapped_by_number_and_user_text_is_bound) {
   } catch (const outbox::error& err) {
     BOOST_TEST((err.kind() == outbox::errc::misconfigured), err.what());
   }
+}
+
+// A session that cannot be opened fails as the store's statements do, classified by its error
+// number: a server away is transient (2002 or 2003), a refused password misconfigured (1045);
+// a lost connection that cannot be made again stays transient, with its number.
+BOOST_AUTO_TEST_CASE(a_session_that_cannot_be_opened_fails_with_its_class_and_number) {
+  mysql_locking_fixture fx;
+  outbox::test::tcp_proxy proxy(fx.server_port());
+  const auto via_proxy =
+      outbox::test::mysql_connect_without(fx.connect_string(), {"host", "port"}) +
+      " host=127.0.0.1 port=" + std::to_string(proxy.port()) + " connect_timeout=10";
+  const auto connect_error = [](const std::string& connect) -> outbox::error {
+    soci::session sql;
+    try {
+      outbox::mysql::store::connect(sql, connect);
+    } catch (const outbox::error& e) {
+      return e;
+    }
+    BOOST_FAIL("connected with " << connect);
+    throw;
+  };
+  const auto refused =
+      connect_error(outbox::test::mysql_connect_without(fx.connect_string(), {"password"}) +
+                    " password=wrong-Secret-4711");
+  BOOST_TEST((refused.kind() == outbox::errc::misconfigured), refused.what());
+  BOOST_TEST(refused.native_code() == "1045", refused.what());
+  BOOST_TEST(refused.adapter() == "mysql");
+
+  soci::session sql;
+  outbox::mysql::store::connect(sql, via_proxy);
+  outbox::mysql::store st(sql);
+  (void)st.stats(std::chrono::system_clock::now());
+  proxy.cut();  // connections closed, new ones refused
+  const auto away = connect_error(via_proxy);
+  BOOST_TEST((away.kind() == outbox::errc::transient), away.what());
+  BOOST_TEST((away.native_code() == "2002" || away.native_code() == "2003"), away.what());
+  // The store's next call finds its connection lost; the one after fails to make it again.
+  std::string reconnect_code = "none";
+  for (int i = 0; i < 3 && reconnect_code == "none"; ++i) {
+    try {
+      (void)st.stats(std::chrono::system_clock::now());
+    } catch (const outbox::error& e) {
+      BOOST_TEST((e.kind() == outbox::errc::transient), e.what());
+      if (std::string_view(e.what()).find("reconnect: ") != std::string_view::npos)
+        reconnect_code = e.native_code();
+    }
+  }
+  BOOST_TEST((reconnect_code == "2002" || reconnect_code == "2003"), reconnect_code);
+  proxy.restore();
+  BOOST_TEST(st.stats(std::chrono::system_clock::now()).pending >= 0);  // and back
 }
 
 BOOST_AUTO_TEST_CASE(a_duplicate_delivery_is_false_but_other_insert_errors_are_not_hidden) {

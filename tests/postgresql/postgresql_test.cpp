@@ -515,6 +515,55 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(relay_and_consumer_carry_on_after_the_server_is_aw
   BOOST_TEST(Fixture::count(*check_sql, "SELECT count(*) FROM outbox_inbox_dead") == 0);
 }
 
+// A session that cannot be opened fails as the store's statements do, classified: a server
+// away is transient 08001 (libpq gives no SQLSTATE for a connection it could not make), a
+// refused password misconfigured 28P01; a lost connection that cannot be made again stays
+// transient, with its code.
+BOOST_AUTO_TEST_CASE(a_session_that_cannot_be_opened_fails_with_its_class_and_code) {
+  postgresql_locking_fixture fx;
+  outbox::test::tcp_proxy proxy(fx.server_port());
+  const auto via_proxy = fx.connect_string() +
+                         " host=127.0.0.1 port=" + std::to_string(proxy.port()) +
+                         " connect_timeout=10";
+  const auto connect_error = [](const std::string& connect) -> outbox::error {
+    soci::session sql;
+    try {
+      outbox::postgresql::store::connect(sql, connect);
+    } catch (const outbox::error& e) {
+      return e;
+    }
+    BOOST_FAIL("connected with " << connect);
+    throw;
+  };
+  const auto refused = connect_error(fx.connect_string() + " password=wrong-Secret-4711");
+  BOOST_TEST((refused.kind() == outbox::errc::misconfigured), refused.what());
+  BOOST_TEST(refused.native_code() == "28P01", refused.what());
+  BOOST_TEST(refused.adapter() == "postgresql");
+
+  soci::session sql;
+  outbox::postgresql::store::connect(sql, via_proxy);
+  outbox::postgresql::store st(sql);
+  (void)st.stats(std::chrono::system_clock::now());
+  proxy.cut();  // connections closed, new ones refused
+  const auto away = connect_error(via_proxy);
+  BOOST_TEST((away.kind() == outbox::errc::transient), away.what());
+  BOOST_TEST(away.native_code() == "08001", away.what());
+  // The store's next call finds its connection lost; the one after fails to make it again.
+  std::string reconnect_code = "none";
+  for (int i = 0; i < 3 && reconnect_code == "none"; ++i) {
+    try {
+      (void)st.stats(std::chrono::system_clock::now());
+    } catch (const outbox::error& e) {
+      BOOST_TEST((e.kind() == outbox::errc::transient), e.what());
+      if (std::string_view(e.what()).find("reconnect: ") != std::string_view::npos)
+        reconnect_code = e.native_code();
+    }
+  }
+  BOOST_TEST(reconnect_code == "08001");
+  proxy.restore();
+  BOOST_TEST(st.stats(std::chrono::system_clock::now()).pending >= 0);  // and back
+}
+
 BOOST_AUTO_TEST_CASE(a_connection_lost_inside_a_transaction_never_commits_on_a_new_one) {
   // The old commit went through the store's reconnecting path: with the connection gone, it
   // reconnected and sent COMMIT on the new session, where it committed nothing and succeeded.

@@ -108,6 +108,20 @@ BOOST_AUTO_TEST_CASE(a_session_not_connected_to_sqlite_is_refused_as_misconfigur
   }
 }
 
+// A session that cannot be opened fails as the store's statements do, classified by its
+// result code: a file in a directory that does not exist cannot be opened (14), misconfigured.
+BOOST_AUTO_TEST_CASE(a_session_that_cannot_be_opened_fails_with_its_class_and_code) {
+  soci::session sql;
+  try {
+    outbox::sqlite::store::connect(sql, "/nonexistent-dir-outbox/x.db");
+    BOOST_ERROR("expected an error");
+  } catch (const outbox::error& err) {
+    BOOST_TEST((err.kind() == outbox::errc::misconfigured), err.what());
+    BOOST_TEST(err.native_code().starts_with("14 "), err.native_code());
+    BOOST_TEST(err.adapter() == "sqlite");
+  }
+}
+
 BOOST_AUTO_TEST_CASE(a_reused_event_id_is_reported_as_duplicate_with_the_native_code) {
   sqlite_fixture fx;
   auto sql = fx.open_session();

@@ -8,7 +8,11 @@
 #define BOOST_TEST_NO_MAIN
 #include <boost/test/unit_test.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -411,9 +415,59 @@ BOOST_AUTO_TEST_CASE(a_store_that_refuses_exits_1_without_the_password) {
   const std::string secret = "wrong-Secret-4711";
   const auto r = tool({"stats", "--store", url_of(fx, secret)});
   BOOST_TEST(r.code == 1);
-  BOOST_TEST(r.err.find("outbox: error") != std::string::npos, r.err);
+#if defined(OUTBOX_TOOL_TEST_POSTGRESQL)
+  BOOST_TEST(r.err.starts_with("outbox: error (misconfigured, postgresql 28P01): "), r.err);
+#else
+  BOOST_TEST(r.err.starts_with("outbox: error (misconfigured, mysql 1045): "), r.err);
+#endif
   BOOST_TEST(r.err.find(secret) == std::string::npos, r.err);
   BOOST_TEST(r.out.find(secret) == std::string::npos, r.out);
+#endif
+}
+
+// A store it cannot reach (a server away: a port bound by this test, where nothing listens;
+// SQLite: a file in a directory that does not exist) ends each subcommand, and the relay's
+// start-up, with exit 1 and the error's class, adapter and native code, as the store classifies
+// its errors: `outbox: error (transient, postgresql 08001): ...`.
+BOOST_AUTO_TEST_CASE(a_store_it_cannot_reach_exits_1_with_the_class_and_native_code) {
+#if defined(OUTBOX_TOOL_TEST_SQLITE)
+  const std::string url = "sqlite:///nonexistent-dir-outbox/x.db";
+  const std::string origin = "outbox: error (misconfigured, sqlite 14 ";
+#else
+  fixture fx;
+  // Bound and not listening: a connection to it is refused, and no other process takes it.
+  const int closed = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in at{};
+  at.sin_family = AF_INET;
+  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  BOOST_TEST_REQUIRE(::bind(closed, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0);
+  socklen_t len = sizeof at;
+  ::getsockname(closed, reinterpret_cast<sockaddr*>(&at), &len);
+  std::string url = url_of(fx);
+  const auto host = url.rfind('@') + 1;
+  url.replace(host, url.find('/', host) - host, "127.0.0.1:" + std::to_string(ntohs(at.sin_port)));
+#if defined(OUTBOX_TOOL_TEST_POSTGRESQL)
+  const std::string origin = "outbox: error (transient, postgresql 08001): ";
+#else
+  const std::string origin = "outbox: error (transient, mysql 200";  // 2002 or 2003
+#endif
+#endif
+  const auto socket = std::filesystem::temp_directory_path() /
+                      ("outbox-tool-" + std::to_string(::getpid()) + "-unreachable.sock");
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"stats", "--store", url},
+        {"migrate", "--store", url},
+        {"dead-letters", "list", "--store", url},
+        {"requeue", "--store", url, "--all"},
+        {"purge", "--store", url, "--published-before", "7d"},
+        {"relay", "--store", url, "--transport", "zmq+ipc://" + socket.string(),
+         "--metrics-address", "off"}}) {
+    const auto r = tool(args);
+    BOOST_TEST(r.code == 1, args.front() << ": " << r.err);
+    BOOST_TEST(r.err.find(origin) != std::string::npos, args.front() << ": " << r.err);
+  }
+#if !defined(OUTBOX_TOOL_TEST_SQLITE)
+  ::close(closed);
 #endif
 }
 

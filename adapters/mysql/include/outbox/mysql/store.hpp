@@ -300,6 +300,18 @@ class store {
 
   /// The SOCI backend of the store's sessions: `soci::session sql(Store::soci_backend, ...)`.
   static constexpr const char* soci_backend = "mysql";
+  /// Opens `sql`, a session not yet open, with the store's SOCI backend on `connect_string`:
+  /// `soci::session::open`, its failure classified as the store's statements' are.
+  /// @throws outbox::error `transient` for a server away (2002, 2003), `misconfigured` for a
+  /// refused login
+  ///         (1045) or database (1044, 1049).
+  static void connect(session_type& sql, const std::string& connect_string) {
+    try {
+      sql.open(soci_backend, connect_string);
+    } catch (const ::soci::soci_error& e) {
+      throw detail::connect_error(e, "connect");
+    }
+  }
   /// The schema version this library migrates to (the number of migration files).
   static constexpr int schema_version = static_cast<int>(std::size(migrations));
 

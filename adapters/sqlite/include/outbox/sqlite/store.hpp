@@ -203,6 +203,17 @@ class store {
 
   /// The SOCI backend of the store's sessions: `soci::session sql(Store::soci_backend, ...)`.
   static constexpr const char* soci_backend = "sqlite3";
+  /// Opens `sql`, a session not yet open, with the store's SOCI backend on `connect_string`:
+  /// `soci::session::open`, its failure classified as the store's statements' are.
+  /// @throws outbox::error `misconfigured` for a file that cannot be opened (14: no such directory,
+  ///         no right), `transient` for a busy or full one.
+  static void connect(session_type& sql, const std::string& connect_string) {
+    try {
+      sql.open(soci_backend, connect_string);
+    } catch (const ::soci::soci_error& e) {
+      throw detail::connect_error(e, "connect");
+    }
+  }
   /// The schema version this library migrates to (the number of migration files).
   static constexpr int schema_version = static_cast<int>(std::size(migrations));
 

@@ -14,6 +14,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -82,6 +83,22 @@ inline bool lock_conflict(unsigned code) noexcept {
     msg += "the database is not migrated, or behind this library (call migrate): ";
   msg += sanitize_text(text);
   return error(classify(code), "mysql", code == 0 ? std::string() : std::to_string(code), msg);
+}
+
+/// The error number of a failure to open a session (`e`: what SOCI threw; 0 when it has none):
+/// the client's 2002 or 2003 for a server away, the server's 1045 for a refused login, ...
+[[nodiscard]] inline unsigned connect_errno(const std::exception& e) noexcept {
+  const auto* m = dynamic_cast<const ::soci::mysql_soci_error*>(&e);
+  return m != nullptr ? m->err_num_ : 0;
+}
+
+/// The `outbox::error` of a failure to open a session, classified by its error number
+/// (`classify`). Without one, SOCI refused the connect string itself: misconfigured.
+[[nodiscard]] inline error connect_error(const std::exception& e, std::string_view what) {
+  if (dynamic_cast<const ::soci::mysql_soci_error*>(&e) != nullptr)
+    return make_error(connect_errno(e), what, e.what());
+  return error(errc::misconfigured, "mysql", {},
+               std::string(what) + ": " + sanitize_text(e.what()));
 }
 
 /// Throws the error of the last call on `c`.

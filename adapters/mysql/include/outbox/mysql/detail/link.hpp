@@ -181,7 +181,9 @@ class link {
       try {
         sql_->reconnect();
       } catch (const std::exception& e) {
-        throw error(errc::transient, "mysql", {},
+        // Transient whatever the server said (it took this connection before), with its number.
+        const unsigned n = connect_errno(e);
+        throw error(errc::transient, "mysql", n == 0 ? std::string() : std::to_string(n),
                     std::string("reconnect: ") + sanitize_text(e.what()));
       }
       broken_ = false;

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -292,6 +293,39 @@ void exec_prepared_once(PGconn* conn, std::string_view sql, const params& p,
     if (e.native_code().starts_with("26000")) forget_prepared<Name>(conn);
     throw;
   }
+}
+
+/// The SQLSTATE of a failure to open a session (`e`: what SOCI threw). libpq gives none for a
+/// connection it could not make (SOCI throws a plain `soci_error` with libpq's message): a
+/// refusal the server sent is known by its message (in English; under another lc_messages it
+/// is not recognized); anything else, a server away, refusing or not answering, is 08001 (the
+/// standard's "unable to establish connection").
+[[nodiscard]] inline std::string connect_sqlstate(const std::exception& e) {
+  if (const auto* p = dynamic_cast<const ::soci::postgresql_soci_error*>(&e)) {
+    std::string s = p->sqlstate();
+    if (s.size() == 5) return s;
+  }
+  const std::string_view why = e.what();
+  const auto has = [&why](std::string_view a, std::string_view b = {}) {
+    const auto at = why.find(a);
+    return at != std::string_view::npos && why.find(b, at + a.size()) != std::string_view::npos;
+  };
+  if (has("password authentication failed")) return "28P01";
+  if (has("no pg_hba.conf entry") || has("FATAL:  role \"", "\" does not exist")) return "28000";
+  if (has("FATAL:  database \"", "\" does not exist")) return "3D000";
+  if (has("FATAL:  the database system is")) return "57P03";  // starting up, shutting down
+  if (has("too many clients already") || has("remaining connection slots are reserved"))
+    return "53300";
+  return "08001";
+}
+
+/// The `outbox::error` of a failure to open a session, classified by `connect_sqlstate`:
+/// transient for a server away (08001), misconfigured for a refused login or database.
+[[nodiscard]] inline error connect_error(const std::exception& e, std::string_view what) {
+  const std::string sqlstate = connect_sqlstate(e);
+  std::string msg = sanitize_text(e.what());
+  while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+  return error(classify(sqlstate), "postgresql", sqlstate, std::string(what) + ": " + msg);
 }
 
 /// The libpq connection of a SOCI session.

@@ -63,7 +63,8 @@ class link {
       try {
         sql_->reconnect();
       } catch (const std::exception& e) {
-        throw error(errc::transient, "postgresql", {},
+        // Transient whatever the server said (it took this connection before), with its code.
+        throw error(errc::transient, "postgresql", connect_sqlstate(e),
                     std::string("reconnect: ") + sanitize_text(e.what()));
       }
       broken_ = false;

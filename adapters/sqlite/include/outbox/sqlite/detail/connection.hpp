@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -20,6 +21,7 @@
 #include <outbox/message.hpp>
 #include <outbox/store/soci_session.hpp>
 #include <outbox/time.hpp>
+#include <outbox/validate.hpp>
 
 namespace outbox::sqlite::detail {
 
@@ -56,6 +58,17 @@ inline errc classify(int rc) noexcept {
   }
   msg += native;
   throw error(kind, "sqlite", std::to_string(rc) + " " + sq::sqlite3_errstr(rc), msg);
+}
+
+/// The `outbox::error` of a failure to open a session (`e`: what SOCI threw), classified by
+/// its result code (`classify`): a file that cannot be opened (14, no such directory, no right)
+/// is misconfigured. Without one, SOCI refused the connect string itself: misconfigured.
+[[nodiscard]] inline error connect_error(const std::exception& e, std::string_view what) {
+  std::string msg = std::string(what) + ": " + sanitize_text(e.what());
+  if (const auto* s = dynamic_cast<const ::soci::sqlite3_soci_error*>(&e))
+    return error(classify(s->result()), "sqlite",
+                 std::to_string(s->result()) + " " + sq::sqlite3_errstr(s->result()), msg);
+  return error(errc::misconfigured, "sqlite", {}, msg);
 }
 
 /// The sqlite3 handle of a SOCI session.
