@@ -2,14 +2,17 @@
 // Prometheus text exposition (format 0.0.4) for `outbox relay`: counters, gauges and histograms
 // with fixed buckets, written by the relays' threads and read by the metrics server's.
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include <outbox/message.hpp>
 #include <outbox/validate.hpp>
 
 namespace outbox_tool {
@@ -66,6 +69,26 @@ inline std::string prom_label(const std::string& v) {
       }
     }
   }
+  return out;
+}
+
+/// The per-type backlog by label value: types whose labels are the same once made valid UTF-8
+/// (`prom_label`) are one series, their counts added and the oldest age kept (two samples of
+/// one series would fail the whole scrape). In label order.
+inline std::vector<outbox::aggregate_type_stats> by_label(
+    const std::vector<outbox::aggregate_type_stats>& types) {
+  std::map<std::string, outbox::backlog_stats> merged;
+  for (const auto& t : types) {
+    auto& m = merged[prom_label(t.aggregate_type)];
+    m.pending += t.stats.pending;
+    m.in_flight += t.stats.in_flight;
+    m.dead += t.stats.dead;
+    m.waiting_retry += t.stats.waiting_retry;
+    m.oldest_pending_age = std::max(m.oldest_pending_age, t.stats.oldest_pending_age);
+  }
+  std::vector<outbox::aggregate_type_stats> out;
+  out.reserve(merged.size());
+  for (auto& [label, stats] : merged) out.push_back({label, stats});
   return out;
 }
 

@@ -662,12 +662,13 @@ class service {
              return std::chrono::duration<double>(x.oldest_pending_age).count();
            }},
       };
+      const auto labelled = by_label(metrics_.by_type);  // aggregate_type: label values
       for (const auto& m : per_type) {
-        if (metrics_.by_type.empty()) break;
+        if (labelled.empty()) break;
         out += std::string("# HELP ") + m.name + " " + m.help + "\n# TYPE " + m.name + " gauge\n";
-        for (const auto& t : metrics_.by_type)
-          out += std::string(m.name) + "{aggregate_type=\"" + prom_label(t.aggregate_type) +
-                 "\"} " + prom_number(m.value(t.stats)) + "\n";
+        for (const auto& t : labelled)
+          out += std::string(m.name) + "{aggregate_type=\"" + t.aggregate_type + "\"} " +
+                 prom_number(m.value(t.stats)) + "\n";
       }
     }
     return out;
