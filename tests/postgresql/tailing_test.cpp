@@ -1160,6 +1160,9 @@ BOOST_FIXTURE_TEST_CASE(a_publication_changed_under_a_running_relay_stops_it_row
 BOOST_FIXTURE_TEST_CASE(stats_count_table_mode_rows_left_unpublished, tailing_fixture) {
   using table_mode = tailing_store::table_mode;
   auto admin = open_session();
+  const auto none = tailing_store::streamed(*admin, outbox::system_clock{}.now());
+  BOOST_TEST(none.unpublished == 0);
+  BOOST_TEST(none.oldest_age.count() == 0);
   write<table_mode>({{"1", "old1"}, {"2", "old2"}, {"3", "old3"}});
   *admin << "UPDATE outbox SET created_at = created_at - interval '5 minutes' WHERE state = 3";
   write<table_mode>({{"4", "fresh"}});
