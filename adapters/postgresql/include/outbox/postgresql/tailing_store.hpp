@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <optional>
 #include <random>
@@ -587,8 +588,10 @@ class tailing_store {
 
   /// Checks that publication `pub` publishes the INSERTs of the outbox table that `c`
   /// resolves (tail_publication_check.sql); returns that table's oid.
-  /// @throws outbox::error `misconfigured` naming the publication and the table.
-  static std::uint32_t check_publication(PGconn* c, const std::string& pub) {
+  /// @throws outbox::error `misconfigured` naming the publication and the table (and ending
+  ///         with `more`).
+  static std::uint32_t check_publication(PGconn* c, const std::string& pub,
+                                         const std::string& more = {}) {
     const auto r = detail::exec(c, std::string(statements::tail_publication_check),
                                 detail::params().add(pub), "check the publication");
     const std::string table(r.text(0, 0));
@@ -596,7 +599,8 @@ class tailing_store {
       throw error(errc::misconfigured, "postgresql", {},
                   "publication \"" + pub + "\" " + why +
                       ": the log-tailing relay reads table mode's events as the INSERTs of its "
-                      "outbox table through it, and would pass over them without a word");
+                      "outbox table through it, and would pass over them without a word" +
+                      more);
     };
     if (r.is_null(0, 0))
       throw error(errc::misconfigured, "postgresql", {},
@@ -681,15 +685,19 @@ class tailing_store {
                              options_.publication +
                              "\" did not carry the outbox table, or before the slot was made): "
                              "they are pending rows of the outbox table now, published from there";
+    // Reported whatever the check says (the rows are moved); a publication still wrong stops
+    // the relay, any other failure of the check is the claim's.
     std::optional<error> still_wrong;
+    std::exception_ptr check_failed;
     try {
       outbox_relid_ = table_.run("check the publication", [&](PGconn* c) {
-        return check_publication(c, options_.publication);
+        return check_publication(c, options_.publication, " (" + what + " once it is fixed)");
       });
     } catch (const error& e) {
-      if (e.code() != errc::misconfigured) throw;
-      still_wrong = error(errc::misconfigured, "postgresql", {},
-                          std::string(e.what()) + " (" + what + " once it is fixed)");
+      if (e.code() == errc::misconfigured)
+        still_wrong = e;
+      else
+        check_failed = std::current_exception();
     }
     if (options_.on_stranded) {
       try {
@@ -699,6 +707,7 @@ class tailing_store {
       }
     }
     if (still_wrong) throw *still_wrong;
+    if (check_failed) std::rethrow_exception(check_failed);
   }
 
   /// This store's slot, on the table's connection.
