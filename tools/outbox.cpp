@@ -293,7 +293,9 @@ nlohmann::json to_json(const outbox::backlog_stats& st) {
           {"dead", st.dead},
           {"oldest_pending_age_ms", st.oldest_pending_age.count()},
           {"log_lag_bytes", st.log_lag_bytes},
-          {"log_lag_ms", st.log_lag.count()}};
+          {"log_lag_ms", st.log_lag.count()},
+          {"streamed_unpublished", st.streamed_unpublished},
+          {"oldest_streamed_age_ms", st.oldest_streamed_age.count()}};
 }
 
 std::string seconds_text(std::chrono::milliseconds d) {
@@ -350,6 +352,10 @@ void print_backlog(const backlog_view& v, const backlog_view* before, const opti
   if (t.log_lag_bytes > 0 || t.log_lag.count() > 0)  // a log-tailing store's slot
     std::printf("log lag              %lld bytes of WAL, %s\n",
                 static_cast<long long>(t.log_lag_bytes), seconds_text(t.log_lag).c_str());
+  if (t.streamed_unpublished > 0 || t.oldest_streamed_age.count() > 0)  // table mode's rows
+    std::printf("streamed unpublished %lld older than 10 s (oldest %s)\n",
+                static_cast<long long>(t.streamed_unpublished),
+                seconds_text(t.oldest_streamed_age).c_str());
   if (before)
     std::printf(
         "since the last look  backlog %+.0f/s, dead letters %+.0f/s (published: the "
@@ -667,6 +673,11 @@ int main(int argc, char** argv) {
                    "behind (1GB, 512MB) or the slot's wal_status is unreserved or lost (default: "
                    "not checked)")
       ->type_name("SIZE");
+  relay
+      ->add_option("--max-streamed-age", ro.max_streamed_age,
+                   "log-tailing stores: /healthz fails while a table-mode event written longer "
+                   "ago than this is still unpublished (default 60s; off: not checked)")
+      ->type_name("AGE");
   // Before the subcommand: `outbox --config /etc/outbox/relay.toml relay`, the relay's options
   // under [relay]. A key that names no option is an error, not ignored.
   add_config_option(app,

@@ -165,6 +165,19 @@ std::string seconds_text(std::int64_t ms) {
   return buf;
 }
 
+/// What is wrong with a log-tailing relay's table-mode rows, for `--max-streamed-age`: the
+/// oldest event not published yet was written more than `max` ago. Empty when nothing is.
+template <class Streamed>
+std::string streamed_alarm(const Streamed& rows, std::chrono::milliseconds max) {
+  if (rows.oldest_age <= max) return {};
+  return "table-mode events unpublished: the oldest was written " +
+         seconds_text(rows.oldest_age.count()) + " ago, more than --max-streamed-age " +
+         seconds_text(max.count()) + " (" + std::to_string(rows.unpublished) +
+         " older than 10 s): the relay is that far behind, or no relay streams, or its stream "
+         "passed them over (a publication without the outbox table; the relay moves such rows "
+         "to the table once its position is past them)";
+}
+
 /// SIGTERM and SIGINT: blocked in every thread, taken by sigtimedwait.
 sigset_t stop_signals() {
   sigset_t set;
@@ -190,7 +203,10 @@ class service {
         secrets_(secrets()),
         log_(secrets_),
         max_slot_kept_(o.max_slot_kept.empty() ? 0
-                                               : parse_limit(o.max_slot_kept, "--max-slot-kept")) {}
+                                               : parse_limit(o.max_slot_kept, "--max-slot-kept")),
+        max_streamed_age_(o.max_streamed_age == "off"
+                              ? 0ms
+                              : parse_age(o.max_streamed_age, "--max-streamed-age")) {}
 
   int run() {
     outbox::store_options so;
@@ -254,6 +270,15 @@ class service {
         std::_Exit(exit_ok);
       }
     });
+    // Rows the relay found passed over by its stream (a publication that lacked the outbox
+    // table for a while): logged, once per find; they go out from the table.
+    if constexpr (requires { Store::tails_the_log; })
+      Store::from_url.on_stranded = [this](const outbox::error& e) {
+        std::string what = e.what();  // "postgresql: ...: misconfigured": a warning here
+        if (const std::string kind = ": " + e.code().message(); what.ends_with(kind))
+          what.resize(what.size() - kind.size());
+        log_("warning: " + what);
+      };
     // Start-up: every connection opened, every check made, before the first batch; anything
     // wrong here (a password, a schema, a broker that refuses) ends the tool with exit 1.
     monitor_sql_ = open_session();
@@ -440,6 +465,20 @@ class service {
           log_(at_risk ? slot_alarm(Store::from_url.slot, slot.wal_status, 0, 0, 0, slot.active)
                        : "slot " + Store::from_url.slot + ": wal_status " + slot.wal_status +
                              ": its WAL is kept again");
+        // Table mode's rows not published yet (the relay's stats() has them; the per-type sums
+        // above come from the table).
+        const auto rows = Store::streamed(*monitor_sql_, std::chrono::system_clock::now());
+        s.streamed_unpublished = rows.unpublished;
+        s.oldest_streamed_age = rows.oldest_age;
+        if (max_streamed_age_ > 0ms) {
+          // --max-streamed-age: /healthz fails while such a row is older than that.
+          std::string alarm = streamed_alarm(rows, max_streamed_age_);
+          std::lock_guard lock(metrics_.backlog_mutex);
+          if (alarm.empty() != streamed_alarm_.empty())
+            log_(alarm.empty() ? "table-mode events: none older than --max-streamed-age again"
+                               : "/healthz fails: " + alarm);
+          streamed_alarm_ = std::move(alarm);
+        }
       }
       std::lock_guard lock(metrics_.backlog_mutex);
       metrics_.backlog = s;
@@ -543,6 +582,8 @@ class service {
     {
       std::lock_guard lock(metrics_.backlog_mutex);
       if (!slot_alarm_.empty()) return {503, "text/plain; charset=utf-8", slot_alarm_ + "\n"};
+      if (!streamed_alarm_.empty())
+        return {503, "text/plain; charset=utf-8", streamed_alarm_ + "\n"};
     }
     for (auto& t : parts_) {
       auto& st = t->state;
@@ -639,6 +680,19 @@ class service {
                     "1 when the slot's wal_status is unreserved or lost (WAL it needs is, or is "
                     "about to be, removed).",
                     slot_at_risk_.load() ? 1.0 : 0.0);
+        prom_metric(out, "outbox_backlog_streamed_unpublished", "gauge",
+                    "Table-mode events (outbox rows in state 3) written more than 10 s ago and "
+                    "not published yet.",
+                    static_cast<double>(b.streamed_unpublished));
+        prom_metric(out, "outbox_backlog_oldest_streamed_age_seconds", "gauge",
+                    "Age of the oldest table-mode event not published yet (0: none).",
+                    std::chrono::duration<double>(b.oldest_streamed_age).count());
+        double stranded = 0;
+        for (const auto& t : parts_) stranded += static_cast<double>(t->store[0]->stranded_rows());
+        prom_metric(out, "outbox_log_stranded_total", "counter",
+                    "Table-mode events the replication stream passed over (a publication without "
+                    "the outbox table), moved to the outbox table and published from there.",
+                    stranded);
       }
       prom_metric(out, "outbox_backlog_sample_timestamp_seconds", "gauge",
                   "When the backlog gauges were sampled (Unix time).", metrics_.backlog_at);
@@ -692,6 +746,9 @@ class service {
   std::atomic<bool> slot_at_risk_{false};  ///< Log-tailing stores: the slot's WAL at risk.
   std::int64_t max_slot_kept_ = 0;         ///< --max-slot-kept in bytes (0: none).
   std::string slot_alarm_;  ///< Why /healthz fails for the slot (under metrics_.backlog_mutex).
+  std::chrono::milliseconds max_streamed_age_{0};  ///< --max-streamed-age (0: off).
+  /// Why /healthz fails for table mode's rows (under metrics_.backlog_mutex).
+  std::string streamed_alarm_;
 };
 
 }  // namespace
@@ -723,6 +780,8 @@ int cmd_relay(const relay_command_options& o) {
         "waiting for a slow broker, or idle, would be called stuck");
   if (parse_age(o.backlog_interval, "--backlog-interval") < 100ms)
     throw usage_error("--backlog-interval takes at least 100ms");
+  if (o.max_streamed_age != "off" && parse_age(o.max_streamed_age, "--max-streamed-age") < 10s)
+    throw usage_error("--max-streamed-age takes at least 10s (or off)");
   if (!o.max_slot_kept.empty()) {
     (void)parse_limit(o.max_slot_kept, "--max-slot-kept");
     if (o.store.rfind("postgresql+tail:", 0) != 0)

@@ -23,6 +23,9 @@ struct relay_command_options {
   /// Log-tailing stores: /healthz fails when the slot keeps more WAL than this (a size such as
   /// 1GB), or its wal_status is unreserved or lost. Empty: /healthz does not look at the slot.
   std::string max_slot_kept;
+  /// Log-tailing stores: /healthz fails while a table-mode event written longer ago than this
+  /// (an age such as 60s) is still unpublished (an outbox row in state 3). "off": never.
+  std::string max_streamed_age = "60s";
 };
 
 /// Runs relays until SIGTERM or SIGINT; returns the exit code (0 after a graceful stop, 1 when a

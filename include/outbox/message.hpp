@@ -185,6 +185,15 @@ struct backlog_stats {
   /// server measures it for the connection streaming from it (0 when caught up, or when no
   /// relay streams).
   std::chrono::milliseconds log_lag{0};
+  /// Log-tailing stores only (0 elsewhere): table-mode events (outbox rows the relay reads from
+  /// the log, not counted in `pending`) written more than 10 s ago
+  /// (`postgresql::tailing_store::streamed_grace`) and not published yet: a relay that is
+  /// behind or stopped, or rows its stream passed without showing them (see the PostgreSQL
+  /// adapter's README, "the publication").
+  std::int64_t streamed_unpublished = 0;
+  /// Log-tailing stores only: the age of the oldest table-mode event not published yet,
+  /// whatever its age (0 when none).
+  std::chrono::milliseconds oldest_streamed_age{0};
 };
 
 /// The backlog of one aggregate type (`concepts::aggregate_stats_store`).

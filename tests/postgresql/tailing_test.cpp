@@ -52,6 +52,48 @@ bool relay_until(Relay& r, Transport& t, std::size_t n, std::chrono::seconds lim
 
 const outbox::exponential_backoff quick_retry{.initial = 50ms, .jitter = 0, .max_attempts = 3};
 
+/// The outbox table as `sql`'s search_path resolves it, schema-qualified.
+std::string outbox_table(soci::session& sql) {
+  std::string schema;
+  sql << "SELECT current_schema()", soci::into(schema);
+  return schema + ".outbox";
+}
+
+/// Whether `e` refuses a publication as misconfigured, naming it and `table`.
+bool names_publication_and_table(const outbox::error& e, const std::string& table) {
+  const std::string what = e.what();
+  return e.code() == outbox::errc::misconfigured &&
+         what.find("publication \"") != std::string::npos && what.find(table) != std::string::npos;
+}
+
+/// How `relay::run` ended.
+struct run_end {
+  bool ended = false;  // by itself, within 60 s
+  bool misconfigured = false;
+  std::string what;
+};
+
+/// Runs `r` on a thread until it stops by itself (bounded: 60 s, then it is stopped).
+template <class Relay>
+run_end run_until_it_stops(Relay& r) {
+  run_end end;
+  std::atomic<bool> done{false};
+  std::jthread runner([&](std::stop_token stop) {
+    try {
+      r.run(stop);
+    } catch (const outbox::error& e) {
+      end.misconfigured = e.code() == outbox::errc::misconfigured;
+      end.what = e.what();
+    }
+    done = true;
+  });
+  const bool ended = eventually([&] { return done.load(); });
+  runner.request_stop();
+  runner.join();
+  end.ended = ended;
+  return end;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(postgresql_tailing,
@@ -920,6 +962,222 @@ BOOST_FIXTURE_TEST_CASE(concurrent_transactions_arrive_in_commit_order, tailing_
     BOOST_TEST_REQUIRE(ticket == last + 1);  // commit order, nothing missing or doubled
     last = ticket;
   }
+}
+
+// Issue 31.2: a publication that did not carry the outbox table was accepted; pgoutput passed
+// table mode's rows over without a word and the slot moved past them. setup and each stream
+// opened refuse it, naming the publication and the table, and relay::run stops on it.
+BOOST_FIXTURE_TEST_CASE(a_publication_without_the_outbox_table_is_refused_and_stops_the_relay,
+                        tailing_fixture) {
+  auto admin = open_session();
+  const std::string table = outbox_table(*admin);
+  *admin << "CREATE TABLE other (id integer)";
+  *admin << "ALTER PUBLICATION " + opts.publication + " SET TABLE other";
+  const auto refused = [&](const outbox::error& e) {
+    BOOST_TEST_MESSAGE(e.what());
+    return names_publication_and_table(e, table);
+  };
+  BOOST_CHECK_EXCEPTION((void)tailing_store::setup(*admin, opts), outbox::error, refused);
+  auto sql = open_session();
+  auto store = make_tailing(*sql);
+  BOOST_CHECK_EXCEPTION((void)claim_now(*store), outbox::error, refused);
+
+  outbox::testing::memory_transport transport({.record = true});
+  outbox::relay r(*store, transport);
+  const auto stop = run_until_it_stops(r);
+  BOOST_TEST(stop.ended);
+  BOOST_TEST(stop.misconfigured);
+  BOOST_TEST(stop.what.find(table) != std::string::npos);
+  BOOST_TEST(r.stats().errors == 0u);  // stopped at once, not retried
+
+  // Repaired: the same store streams.
+  *admin << "ALTER PUBLICATION " + opts.publication + " SET TABLE outbox";
+  BOOST_TEST(!tailing_store::setup(*admin, opts));
+  write({{"1", "after"}});
+  BOOST_TEST_REQUIRE(relay_until(r, transport, 1));
+  BOOST_TEST(names(transport.wire()) == std::vector<std::string>{"after"},
+             boost::test_tools::per_element());
+  store->close();
+}
+
+// The other publications that would pass table mode's rows over: no INSERTs, a row filter, a
+// column list without the relay's columns, none at all, one made by setup on a session whose
+// search_path resolves outbox to another schema's table.
+BOOST_FIXTURE_TEST_CASE(each_publication_that_would_pass_rows_over_is_refused, tailing_fixture) {
+  auto admin = open_session();
+  const std::string table = outbox_table(*admin);
+  const std::string pub = opts.publication;
+  auto sql = open_session();
+  auto store = make_tailing(*sql);
+  const auto refused_because = [&](const std::string& why) {
+    try {
+      (void)claim_now(*store);
+      BOOST_ERROR("accepted: " << why);
+    } catch (const outbox::error& e) {
+      BOOST_TEST_MESSAGE(e.what());
+      BOOST_TEST(names_publication_and_table(e, table), why << ": " << e.what());
+    }
+  };
+  *admin << "ALTER PUBLICATION " + pub + " SET (publish = 'update, delete')";
+  refused_because("no inserts");
+  *admin << "ALTER PUBLICATION " + pub + " SET (publish = 'insert')";
+  *admin << "ALTER PUBLICATION " + pub + " SET TABLE outbox WHERE (state = 0)";
+  refused_because("a row filter");
+  *admin << "ALTER PUBLICATION " + pub + " SET TABLE outbox (seq, event_id, state)";
+  refused_because("a column list");
+  *admin << "DROP PUBLICATION " + pub;
+  refused_because("no publication");
+
+  // setup on another search path made it for that schema's outbox table.
+  auto other = open_unmigrated_session();
+  outbox::postgresql::migrate(*other);
+  BOOST_TEST(!tailing_store::setup(*other, opts));  // the slot was there: only the publication
+  refused_because("another schema's table");
+  BOOST_CHECK_THROW((void)tailing_store::setup(*admin, opts), outbox::error);
+
+  *admin << "ALTER PUBLICATION " + pub + " SET TABLE outbox";
+  BOOST_TEST(claim_now(*store).empty());  // accepted again
+  store->close();
+}
+
+// Issue 31.2, the scenario: five table-mode events committed while the publication did not
+// carry the outbox table; a relay refuses to run; once the publication is repaired, a relay
+// started again publishes all five (the stream never shows them: the server decodes them with
+// the publication of their time), each once.
+BOOST_FIXTURE_TEST_CASE(rows_written_while_the_publication_lacked_the_table_go_out_once_repaired,
+                        tailing_fixture) {
+  using table_mode = tailing_store::table_mode;
+  auto admin = open_session();
+  *admin << "CREATE TABLE other (id integer)";
+  *admin << "ALTER PUBLICATION " + opts.publication + " SET TABLE other";
+  write<table_mode>({{"1", "e1"}, {"2", "e2"}, {"3", "e3"}, {"1", "e4"}, {"4", "e5"}});
+  BOOST_TEST_REQUIRE(table_rows(*admin, "state = 3") == 5u);
+  outbox::testing::memory_transport transport({.record = true});
+  {
+    auto sql = open_session();
+    auto store = make_tailing(*sql);
+    outbox::relay r(*store, transport);
+    const auto stop = run_until_it_stops(r);
+    BOOST_TEST(stop.ended);
+    BOOST_TEST(stop.misconfigured);
+    BOOST_TEST(transport.wire().empty());
+    store->close();
+  }
+  *admin << "ALTER PUBLICATION " + opts.publication + " SET TABLE outbox";
+  auto sql = open_session();
+  auto store = make_tailing(*sql);
+  outbox::relay r(*store, transport);
+  BOOST_TEST_REQUIRE(relay_until(r, transport, 5));
+  BOOST_TEST_REQUIRE(relay_through_sentinel(r, transport));  // and nothing else came
+  BOOST_TEST(names(transport.wire()) ==
+                 (std::vector<std::string>{"e1", "e2", "e3", "e4", "e5", "sentinel"}),
+             boost::test_tools::per_element());
+  BOOST_TEST(table_rows(*admin, "state IN (0, 3)") == 0u);
+  BOOST_TEST(store->stranded_rows() == 5u);
+  store->close();
+}
+
+// The safety net without a restart: a publication wrong only while the rows were written (the
+// relay streaming all along) costs them nothing. The rows the stream passed over are made
+// pending rows of the table once the relay's position is past them, and go out from there.
+BOOST_FIXTURE_TEST_CASE(rows_the_stream_passed_over_go_out_from_the_table_without_a_restart,
+                        tailing_fixture) {
+  using table_mode = tailing_store::table_mode;
+  auto admin = open_session();
+  *admin << "CREATE TABLE other (id integer)";
+  std::vector<std::string> reports;
+  tailing_options o = opts;
+  o.on_stranded = [&](const outbox::error& e) { reports.emplace_back(e.what()); };
+  auto sql = open_session();
+  tailing_store store(connect_string(), *sql, o);
+  outbox::testing::memory_transport transport({.record = true});
+  outbox::relay r(store, transport);
+  write<table_mode>({{"1", "first"}});
+  BOOST_TEST_REQUIRE(relay_until(r, transport, 1));  // the stream is open, the publication right
+  *admin << "ALTER PUBLICATION " + opts.publication + " SET TABLE other";
+  write<table_mode>({{"1", "e1"}, {"2", "e2"}, {"3", "e3"}});
+  write<table_mode>({{"1", "e4"}, {"4", "e5"}});
+  *admin << "ALTER PUBLICATION " + opts.publication + " SET TABLE outbox";
+  write<table_mode>({{"5", "streamed"}});
+  BOOST_TEST_REQUIRE(relay_until(r, transport, 7));
+  BOOST_TEST_REQUIRE(relay_through_sentinel(r, transport));
+  auto wire = names(transport.wire());
+  BOOST_TEST(wire.size() == 8u);
+  for (const char* n : {"first", "e1", "e2", "e3", "e4", "e5", "streamed", "sentinel"})
+    BOOST_TEST(std::count(wire.begin(), wire.end(), n) == 1, n << " went out once");
+  // Among themselves the passed-over rows keep their order (of aggregate 1: e1 before e4).
+  const auto at = [&](const char* n) {
+    return std::find(wire.begin(), wire.end(), n) - wire.begin();
+  };
+  BOOST_TEST(at("e1") < at("e4"));
+  BOOST_TEST(table_rows(*admin, "state IN (0, 3)") == 0u);
+  BOOST_TEST(store.stranded_rows() == 5u);
+  BOOST_TEST_REQUIRE(reports.size() == 1u);
+  BOOST_TEST(reports.front().find("5 table-mode event(s)") != std::string::npos);
+  store.close();
+}
+
+// The publication changed under a running relay and left so: the rows passed over are made
+// pending rows, and the publication checked again stops the relay; they wait in the table
+// (stats' pending) and go out once it is repaired.
+BOOST_FIXTURE_TEST_CASE(a_publication_changed_under_a_running_relay_stops_it_rows_kept,
+                        tailing_fixture) {
+  using table_mode = tailing_store::table_mode;
+  auto admin = open_session();
+  const std::string table = outbox_table(*admin);
+  *admin << "CREATE TABLE other (id integer)";
+  outbox::testing::memory_transport transport({.record = true});
+  {
+    auto sql = open_session();
+    auto store = make_tailing(*sql);
+    outbox::relay r(*store, transport);
+    write({{"0", "first"}});
+    BOOST_TEST_REQUIRE(relay_until(r, transport, 1));
+    *admin << "ALTER PUBLICATION " + opts.publication + " SET TABLE other";
+    write<table_mode>({{"1", "e1"}, {"2", "e2"}});
+    const auto stop = run_until_it_stops(r);
+    BOOST_TEST(stop.ended);
+    BOOST_TEST(stop.misconfigured);
+    BOOST_TEST(stop.what.find(table) != std::string::npos);
+    BOOST_TEST(stop.what.find("2 table-mode event(s)") != std::string::npos);
+    BOOST_TEST(store->stats(outbox::system_clock{}.now()).pending == 2);
+    store->close();
+  }
+  BOOST_TEST(table_rows(*admin, "state = 0") == 2u);
+  *admin << "ALTER PUBLICATION " + opts.publication + " SET TABLE outbox";
+  auto sql = open_session();
+  auto store = make_tailing(*sql);
+  outbox::relay r(*store, transport);
+  BOOST_TEST_REQUIRE(relay_until(r, transport, 3));
+  BOOST_TEST_REQUIRE(relay_through_sentinel(r, transport));
+  BOOST_TEST(names(transport.wire()) == (std::vector<std::string>{"first", "e1", "e2", "sentinel"}),
+             boost::test_tools::per_element());
+  store->close();
+}
+
+// stats() counts table mode's rows that wait unpublished longer than streamed_grace (they are
+// not in `pending`: no claim of the table takes them), and the oldest one's age.
+BOOST_FIXTURE_TEST_CASE(stats_count_table_mode_rows_left_unpublished, tailing_fixture) {
+  using table_mode = tailing_store::table_mode;
+  auto admin = open_session();
+  const auto none = tailing_store::streamed(*admin, outbox::system_clock{}.now());
+  BOOST_TEST(none.unpublished == 0);
+  BOOST_TEST(none.oldest_age.count() == 0);
+  write<table_mode>({{"1", "old1"}, {"2", "old2"}, {"3", "old3"}});
+  *admin << "UPDATE outbox SET created_at = created_at - interval '5 minutes' WHERE state = 3";
+  write<table_mode>({{"4", "fresh"}});
+  auto sql = open_session();
+  auto store = make_tailing(*sql);
+  const auto now = outbox::system_clock{}.now();
+  const auto s = store->stats(now);
+  BOOST_TEST(s.streamed_unpublished == 3);
+  BOOST_TEST(s.oldest_streamed_age.count() >= 240'000);
+  BOOST_TEST(s.pending == 0);
+  const auto direct = tailing_store::streamed(*admin, now);
+  BOOST_TEST(direct.unpublished == 3);
+  BOOST_TEST(direct.oldest_age.count() >= 240'000);
+  // The polling store of the same table: 0 (a field of the log-tailing store's).
+  BOOST_TEST(store->table().stats(now).streamed_unpublished == 0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -781,6 +781,113 @@ BOOST_AUTO_TEST_CASE(relays_from_the_wal_with_a_postgresql_tail_url,
     BOOST_TEST(plain.wait(60s) == 2, plain.log());  // not a log-tailing store
   }
 }
+
+// Issue 31.2 from the tool: table mode's rows written while the publication lacked the outbox
+// table show in `stats`; `relay` refuses that publication (exit 1); once it is repaired, the
+// relay publishes the rows its stream passes over from the table, logs it, and counts them in
+// /metrics; /healthz fails while a table-mode event older than --max-streamed-age waits.
+BOOST_AUTO_TEST_CASE(table_mode_rows_passed_over_show_and_go_out_from_the_tool,
+                     *boost::unit_test::precondition(outbox::test::services_of<fixture>)) {
+  using table_mode = outbox::postgresql::tailing_store::table_mode;
+  fixture fx;
+  const std::string slot = "outbox_tool_pass_" + std::to_string(::getpid());
+  std::string url = url_of(fx);
+  url.replace(0, std::string("postgresql").size(), "postgresql+tail");
+  url += "&slot=" + slot + "&publication=" + slot;
+  struct cleanup {
+    fixture& fx;
+    std::string slot;
+    ~cleanup() {
+      try {
+        auto sql = fx.open_session();
+        outbox::postgresql::tailing_store::drop(*sql, {.slot = slot, .publication = slot}, true);
+      } catch (...) {
+      }
+    }
+  } drop_slot{fx, slot};
+  {
+    tool_process migrate({"migrate", "--store", url});
+    BOOST_TEST_REQUIRE(migrate.wait(60s) == 0, migrate.log());
+  }
+  auto admin = fx.open_session();
+  const auto write_rows = [&](int n) {
+    auto sql = fx.open_session();
+    outbox::writer<table_mode> w;
+    std::vector<outbox::uuid> ids;
+    auto tx = fixture::begin(*sql);
+    for (int i = 0; i < n; ++i)
+      ids.push_back(w.enqueue(*sql, outbox::event{"order", std::to_string(i), "placed", "{}"}));
+    tx->commit();
+    // Written five minutes ago, as far as the backlog's ages go.
+    *admin << "UPDATE outbox SET created_at = created_at - interval '5 minutes' WHERE state = 3";
+    return ids;
+  };
+  *admin << "CREATE TABLE other (id integer)";
+  *admin << "ALTER PUBLICATION " + slot + " SET TABLE other";
+  const auto ids = write_rows(2);
+  {
+    tool_process stats({"stats", "--store", url, "--json"});
+    BOOST_TEST_REQUIRE(stats.wait(60s) == 0, stats.log());
+    BOOST_TEST(stats.out().find("\"streamed_unpublished\":2") != std::string::npos, stats.out());
+    tool_process text({"stats", "--store", url});
+    BOOST_TEST_REQUIRE(text.wait(60s) == 0, text.log());
+    BOOST_TEST(text.out().find("streamed unpublished 2") != std::string::npos, text.out());
+  }
+  const auto socket = socket_path("pass");
+  {
+    tool_process refused(relay_args(url, "zmq+ipc://" + socket.string()));
+    BOOST_TEST(refused.wait(60s) == 1, refused.log());
+    BOOST_TEST(refused.log().find("does not publish the table") != std::string::npos,
+               refused.log());
+  }
+  std::filesystem::remove(socket);
+  *admin << "ALTER PUBLICATION " + slot + " SET TABLE outbox";
+  {
+    tool_process relay(relay_args(url, "zmq+ipc://" + socket.string()));
+    const int port = metrics_port(relay);
+    outbox::zeromq::receiver r({.endpoint = "ipc://" + socket.string(), .name = "tool-pass"});
+    BOOST_TEST(receive_all(r, ids.size(), nullptr) ==
+               std::set<outbox::uuid>(ids.begin(), ids.end()));
+    const auto s = scrape_until(port, [](auto& s) {
+      return s["outbox_log_stranded_total"] == 2 &&
+             s.count("outbox_backlog_streamed_unpublished") == 1 &&
+             s["outbox_backlog_streamed_unpublished"] == 0;
+    });
+    BOOST_TEST(s.at("outbox_log_stranded_total") == 2);
+    BOOST_TEST(s.at("outbox_backlog_oldest_streamed_age_seconds") == 0);
+    BOOST_TEST(http_get(port, "/healthz").first == 200);
+    relay.signal(SIGTERM);
+    BOOST_TEST(relay.wait(30s) == 0, relay.log());
+    BOOST_TEST(relay.log().find("warning: postgresql: 2 table-mode event(s)") != std::string::npos,
+               relay.log());
+  }
+  std::filesystem::remove(socket);
+  {
+    // A table-mode event that stays unpublished (nobody confirms it: its publish waits 15 s):
+    // /healthz fails while it is older than --max-streamed-age, and the log says so once.
+    (void)write_rows(1);
+    tool_process waiting(
+        relay_args(url, "zmq+ipc://" + socket.string(),
+                   {"--max-streamed-age", "10s", "--publish-timeout", "15s", "--lease", "60s"}));
+    const int port = metrics_port(waiting);
+    std::pair<int, std::string> h;
+    for (int i = 0; i < 600 && h.second.find("table-mode events unpublished") == std::string::npos;
+         ++i) {
+      h = http_get(port, "/healthz");
+      std::this_thread::sleep_for(50ms);
+    }
+    BOOST_TEST(h.first == 503);
+    BOOST_TEST(h.second.find("more than --max-streamed-age") != std::string::npos, h.second);
+    waiting.signal(SIGTERM);
+    BOOST_TEST(waiting.wait(60s) == 0, waiting.log());
+    BOOST_TEST(waiting.log().find("/healthz fails: table-mode events") != std::string::npos,
+               waiting.log());
+    std::filesystem::remove(socket);
+    tool_process too_short(
+        relay_args(url, "zmq+ipc://" + socket.string(), {"--max-streamed-age", "5s"}));
+    BOOST_TEST(too_short.wait(30s) == 2, too_short.log());
+  }
+}
 #endif
 
 OUTBOX_TEST_MAIN()

@@ -5,11 +5,14 @@
 /// outbox table; the table keeps only the events that wait for a retry, and the dead letters.
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <deque>
+#include <exception>
+#include <functional>
 #include <optional>
 #include <random>
 #include <span>
@@ -41,7 +44,9 @@ struct tailing_options {
   std::string slot = "outbox_relay";
   /// The publication named to `pgoutput` (same rules): the outbox table's inserts (table mode;
   /// `setup` creates it for the table of the session's search path). The table-free mode's
-  /// logical decoding messages need no table: every publication carries them.
+  /// logical decoding messages need no table (every publication carries them), but the
+  /// publication must carry the relay's outbox table all the same: `setup` and each stream
+  /// opened check it (`misconfigured` otherwise), so table mode's rows are never passed over.
   std::string publication = "outbox_tail";
   /// How often the outbox table (retries, requeued dead letters) is looked at when no retry is
   /// known to be due sooner.
@@ -54,6 +59,12 @@ struct tailing_options {
   /// Options of the outbox table's store (its claim policy is always leasing: a table claim
   /// and the stream's batches take turns on one connection).
   store_options table{};
+  /// Told, on the relay's thread, when the relay found table mode's rows that its stream had
+  /// passed without showing them (written while the publication did not carry the outbox
+  /// table, or before the slot was made) and made them pending rows of the table, which
+  /// publishes them: an error of class `misconfigured` saying how many and why, not thrown.
+  /// `tailing_store::stranded_rows` counts them. Must not throw (what it throws is dropped).
+  std::function<void(const error&)> on_stranded{};
 };
 
 /// A log-tailing relay's replication slot, as the server sees it (`tailing_store::slot`).
@@ -64,6 +75,14 @@ struct slot_status {
   std::int64_t retained_bytes = 0;   ///< WAL it keeps the server from removing.
   std::string wal_status{};          ///< reserved, extended, unreserved (about to lose), lost.
   std::chrono::milliseconds lag{0};  ///< The streaming connection's flush lag (0: none).
+};
+
+/// Table mode's rows that no relay has published yet (`tailing_store::streamed`).
+struct streamed_status {
+  /// Written more than `tailing_store::streamed_grace` (10 s) ago.
+  std::int64_t unpublished = 0;
+  /// The oldest one's age, whatever it is (0: none).
+  std::chrono::milliseconds oldest_age{0};
 };
 
 /// A store whose claim reads the transaction log: events written by `tailing_store::appender`
@@ -160,8 +179,11 @@ class tailing_store {
   /// transaction, after `migrate`, on a session of a role that owns the outbox table, may
   /// create publications and has REPLICATION.
   /// @returns true when the slot was created by this call (it then starts at the current end of
-  ///          the WAL: events committed before it are not in it).
-  /// @throws outbox::error `misconfigured` (a bad name, `wal_level` not logical, no right).
+  ///          the WAL: table-free events committed before it are not in it; table mode's rows
+  ///          are published from the table, see `claim`).
+  /// @throws outbox::error `misconfigured` (a bad name, `wal_level` not logical, no right, an
+  ///         existing publication of that name that does not publish the INSERTs of the outbox
+  ///         table this session resolves: tail_publication_check.sql).
   static bool setup(session_type& sql, const tailing_options& o = {}) {
     check_names(o);
     PGconn* c = detail::handle(sql);
@@ -177,6 +199,9 @@ class tailing_store {
         if (e.native_code() != "42710") throw;  // created by another process meanwhile
       }
     }
+    // One made by hand, or by an earlier setup on another search path, may not carry this
+    // session's outbox table: the relay would pass over table mode's rows without a word.
+    (void)check_publication(c, o.publication);
     for (int attempt = 0;; ++attempt) {
       try {
         auto r = detail::exec(c, std::string(statements::tail_slot), detail::params().add(o.slot),
@@ -275,6 +300,14 @@ class tailing_store {
   /// events of the transactions that committed since the last batch, in commit order, up to
   /// `req.limit` (never waits for more). Events of an aggregate that has rows in the table go
   /// to the table instead, behind them.
+  ///
+  /// Table mode's rows that the stream passed without showing them (written while the
+  /// publication did not carry the outbox table, or before the slot was made) are found by a
+  /// look every `table_poll` (tail_sweep.sql) and made pending rows of the table once the
+  /// settled position is past them (tail_rescue.sql; `stranded_rows`, `on_stranded`): the
+  /// table publishes them. The publication is then checked again.
+  /// @throws outbox::error `misconfigured` when the publication does not carry the outbox
+  ///         table's INSERTs (checked as each stream opens: tail_publication_check.sql).
   claimed_batch claim(const claim_request& req) {
     if (out_) reset_stream();  // the last batch was neither settled nor released: replay it
     open();
@@ -282,6 +315,7 @@ class tailing_store {
     // Answer the server first: the table's statements below may fail (a server shutting down
     // ends ordinary sessions before its walsenders, which then wait for our confirmation).
     advance();
+    sweep();
     // The table's due rows and the stream take turns when both have work, so a backlog of
     // retries does not hold back the aggregates that flow straight from the stream.
     if (req.now >= next_table_look_ && (table_turn_ || ready_.empty())) {
@@ -431,14 +465,36 @@ class tailing_store {
     return query_slot(detail::handle(sql), o.slot);
   }
 
-  /// The outbox table's backlog (retries waiting, dead letters) and the slot's lag
+  /// The outbox table's backlog (retries waiting, dead letters), table mode's rows not
+  /// published yet (`streamed_unpublished`, `oldest_streamed_age`) and the slot's lag
   /// (`log_lag_bytes`, `log_lag`).
   backlog_stats stats(time_point now) {
     backlog_stats s = table_.stats(now);
+    const streamed_status rows =
+        table_.run("streamed rows", [&](PGconn* c) { return query_streamed(c, now); });
+    s.streamed_unpublished = rows.unpublished;
+    s.oldest_streamed_age = rows.oldest_age;
     const slot_status st = own_slot();
     s.log_lag_bytes = st.lag_bytes;
     s.log_lag = st.lag;
     return s;
+  }
+
+  /// How long a table-mode row may wait unpublished before `streamed` (and
+  /// `backlog_stats::streamed_unpublished`) counts it: a relay that keeps up deletes it moments
+  /// after its commit.
+  static constexpr std::chrono::seconds streamed_grace{10};
+
+  /// Table mode's rows that no relay has published yet (outbox rows in state 3), on any session
+  /// of the outbox table (tail_streamed.sql).
+  static streamed_status streamed(session_type& sql, time_point now) {
+    return query_streamed(detail::handle(sql), now);
+  }
+
+  /// Table mode's rows this store found passed by its stream and made pending rows of the
+  /// table (see `claim`); any thread may read it.
+  [[nodiscard]] std::uint64_t stranded_rows() const noexcept {
+    return stranded_.load(std::memory_order_relaxed);
   }
   std::vector<dead_letter> dead_letters(std::size_t n) { return table_.dead_letters(n); }
   bool requeue(const uuid& id) { return table_.requeue(id); }
@@ -480,6 +536,16 @@ class tailing_store {
       return *it;
     }
   };
+  /// A look of `sweep`: the server's WAL insert position, its page size, and the streamed
+  /// rows (their seqs, a bigint[] literal) that committed before it.
+  struct sweep_look {
+    detail::wal::lsn position = 0;
+    std::int64_t page_size = 0;
+    std::string seqs;
+  };
+  /// The most streamed rows one look of `sweep` takes (the oldest).
+  static constexpr std::size_t sweep_limit = 1'000;
+
   struct parked_row {
     message m;
     std::uint64_t tx = 0;
@@ -502,6 +568,146 @@ class tailing_store {
     st.wal_status = r.text(0, 3);
     st.lag = std::chrono::milliseconds(r.int64(0, 4));
     return st;
+  }
+
+  /// tail_streamed.sql on `c`.
+  static streamed_status query_streamed(PGconn* c, time_point now) {
+    const auto t = detail::to_us(now);
+    const auto r = detail::exec(
+        c, std::string(statements::tail_streamed),
+        detail::params().add(t).add(std::int64_t{
+            std::chrono::duration_cast<std::chrono::microseconds>(streamed_grace).count()}),
+        "streamed rows");
+    streamed_status st;
+    st.unpublished = r.int64(0, 0);
+    if (const std::int64_t oldest = r.int64(0, 1); oldest != 0)
+      st.oldest_age = std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::microseconds(elapsed(t, oldest)));
+    return st;
+  }
+
+  /// Checks that publication `pub` publishes the INSERTs of the outbox table that `c`
+  /// resolves (tail_publication_check.sql); returns that table's oid.
+  /// @throws outbox::error `misconfigured` naming the publication and the table (and ending
+  ///         with `more`).
+  static std::uint32_t check_publication(PGconn* c, const std::string& pub,
+                                         const std::string& more = {}) {
+    const auto r = detail::exec(c, std::string(statements::tail_publication_check),
+                                detail::params().add(pub), "check the publication");
+    const std::string table(r.text(0, 0));
+    const auto fail = [&](const std::string& why) {
+      throw error(errc::misconfigured, "postgresql", {},
+                  "publication \"" + pub + "\" " + why +
+                      ": the log-tailing relay reads table mode's events as the INSERTs of its "
+                      "outbox table through it, and would pass over them without a word" +
+                      more);
+    };
+    if (r.is_null(0, 0))
+      throw error(errc::misconfigured, "postgresql", {},
+                  "log tailing: this session's search_path resolves no table named outbox "
+                  "(migrate the schema, or connect with the search_path of the outbox table)");
+    const std::string add = "ALTER PUBLICATION \"" + pub + "\" ADD TABLE " + table;
+    if (r.text(0, 2) != "t")
+      fail("does not exist (the outbox table is " + table +
+           "): create it with tailing_store::setup, or `outbox migrate` with a postgresql+tail "
+           "URL, on a session whose search_path resolves outbox to " +
+           table);
+    if (r.text(0, 3) != "t")
+      fail("does not publish INSERTs (of " + table + ", the relay's outbox table): " +
+           "ALTER PUBLICATION \"" + pub + "\" SET (publish = 'insert')");
+    if (r.text(0, 4) != "t")
+      fail("does not publish the table " + table +
+           " (the relay's outbox table, as its session's search_path resolves it): " + add +
+           ", or drop the publication and run setup again on a session with that search_path");
+    if (!r.is_null(0, 5))
+      fail("publishes " + table + " only WHERE " + std::string(r.text(0, 5)) +
+           ": ALTER PUBLICATION \"" + pub + "\" SET TABLE " + table + " (without a row filter)");
+    if (!r.is_null(0, 6))
+      fail("leaves columns of " + table + " out of its column list (" + std::string(r.text(0, 6)) +
+           "): ALTER PUBLICATION \"" + pub + "\" SET TABLE " + table + " (without a column list)");
+    return static_cast<std::uint32_t>(r.int64(0, 1));
+  }
+
+  /// Whether the settled position is at WAL position `lsn` or past it. The server's insert
+  /// position at a page's start is after the page's header, where no record ends: a stream
+  /// that read all the WAL there is before it by the header (24 bytes, 40 at a segment's start).
+  [[nodiscard]] bool passed(detail::wal::lsn lsn, std::int64_t page_size) const noexcept {
+    if (flushed_ >= lsn) return true;
+    const auto gap = lsn - flushed_;
+    return page_size > 0 && flushed_ % static_cast<detail::wal::lsn>(page_size) == 0 &&
+           (gap == 24 || gap == 40);
+  }
+
+  /// Table mode's safety net. Every `table_poll`, the oldest streamed rows and the server's WAL
+  /// position, in one snapshot (tail_sweep.sql): each of them committed before it. Once the
+  /// settled position has reached it, the stream has shown each of them it ever will, and
+  /// settled it (a published row is deleted, a failed one parked, before the position moves
+  /// past it): any still streamed was passed over, and becomes a pending row of the table.
+  void sweep() {
+    if (sweep_ && passed(sweep_->position, sweep_->page_size)) {
+      const std::string seqs = std::move(sweep_->seqs);
+      sweep_.reset();
+      rescue(seqs);
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (sweep_ || now < next_sweep_) return;
+    next_sweep_ = now + options_.table_poll;
+    auto look = table_.run("look for passed streamed rows", [&](PGconn* c) {
+      const auto r = detail::exec(c, std::string(statements::tail_sweep),
+                                  detail::params().add(static_cast<std::int64_t>(sweep_limit)),
+                                  "look for passed streamed rows");
+      return std::pair{r.int64(0, 2) > 0, sweep_look{static_cast<detail::wal::lsn>(r.int64(0, 0)),
+                                                     r.int64(0, 1), std::string(r.text(0, 3))}};
+    });
+    if (look.first) sweep_ = std::move(look.second);
+  }
+
+  /// Makes the streamed rows `seqs` (a bigint[] literal) that are still streamed pending rows
+  /// of the table (tail_rescue.sql), says so, and checks the publication again.
+  void rescue(const std::string& seqs) {
+    const auto moved = table_.run("move passed streamed rows to the table", [&](PGconn* c) {
+      const auto r = detail::exec(c, std::string(statements::tail_rescue),
+                                  detail::params().add(seqs), "move passed streamed rows");
+      std::vector<std::string> keys;
+      for (int i = 0; i < r.rows(); ++i)
+        keys.push_back(outbox::detail::aggregate_key(r.text(i, 0), r.text(i, 1)));
+      return keys;
+    });
+    if (moved.empty()) return;
+    // Their aggregates' next events wait behind them; the table's claim looks at once.
+    for (const auto& k : moved) parked_.insert(k);
+    next_table_look_ = time_point{};
+    stranded_.fetch_add(moved.size(), std::memory_order_relaxed);
+    const std::string what = std::to_string(moved.size()) +
+                             " table-mode event(s) (outbox rows in state 3) were passed over by "
+                             "the replication stream of slot " +
+                             options_.slot + " (written while publication \"" +
+                             options_.publication +
+                             "\" did not carry the outbox table, or before the slot was made): "
+                             "they are pending rows of the outbox table now, published from there";
+    // Reported whatever the check says (the rows are moved); a publication still wrong stops
+    // the relay, any other failure of the check is the claim's.
+    std::optional<error> still_wrong;
+    std::exception_ptr check_failed;
+    try {
+      outbox_relid_ = table_.run("check the publication", [&](PGconn* c) {
+        return check_publication(c, options_.publication, " (" + what + " once it is fixed)");
+      });
+    } catch (const error& e) {
+      if (e.code() == errc::misconfigured)
+        still_wrong = e;
+      else
+        check_failed = std::current_exception();
+    }
+    if (options_.on_stranded) {
+      try {
+        options_.on_stranded(still_wrong ? *still_wrong
+                                         : error(errc::misconfigured, "postgresql", {}, what));
+      } catch (...) {  // NOLINT(bugprone-empty-catch): a report, never the relay's failure
+      }
+    }
+    if (still_wrong) throw *still_wrong;
+    if (check_failed) std::rethrow_exception(check_failed);
   }
 
   /// This store's slot, on the table's connection.
@@ -540,9 +746,15 @@ class tailing_store {
                       sanitize_text(o.publication, 80) + "'");
   }
 
-  /// Opens the stream from the settled position, with the parked aggregates read again.
+  /// Opens the stream from the settled position, with the parked aggregates read again, once
+  /// the publication is known to carry the outbox table's INSERTs.
   void open() {
     if (stream_.is_open()) return;
+    // Before anything else: a stream through a publication without the table would pass over
+    // table mode's rows, and the slot would move past them.
+    outbox_relid_ = table_.run("check the publication", [&](PGconn* c) {
+      return check_publication(c, options_.publication);
+    });
     // The position before the parked aggregates: a relay that lost the slot may still finish
     // a settle (its table connection outlives its stream), and it parks before it saves the
     // position, so whatever its saved position covers, the parked rows read after it show.
@@ -667,7 +879,9 @@ class tailing_store {
         current_.clear();
         break;
       case kind::relation:
-        if (c->relname == "outbox") {
+        // This relay's outbox table only (its oid as the table session resolves it): another
+        // schema's table of that name may be in the publication too (FOR ALL TABLES).
+        if (c->relid == outbox_relid_) {
           if (auto cols = detail::wal::outbox_columns::of(c->names)) {
             relations_[c->relid] = *cols;
             break;
@@ -1054,6 +1268,10 @@ class tailing_store {
   bool head_unclaimed_ = true;  // the stream's first batch since it opened is not counted yet
   bool more_buffered_ = false;  // the last read stopped at read_ahead
   std::vector<time_point> retry_times_;  // of events parked for a retry, not yet looked at
+  std::uint32_t outbox_relid_ = 0;       // the outbox table's oid (checked as the stream opens)
+  std::optional<sweep_look> sweep_;      // waiting for the settled position to reach it
+  std::chrono::steady_clock::time_point next_sweep_{};
+  std::atomic<std::uint64_t> stranded_{0};
 };
 
 }  // namespace outbox::postgresql
