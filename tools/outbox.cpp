@@ -676,7 +676,7 @@ int main(int argc, char** argv) {
   relay
       ->add_option("--max-streamed-age", ro.max_streamed_age,
                    "log-tailing stores: /healthz fails while a table-mode event written longer "
-                   "ago than this is still unpublished (default 60s; off: not checked)")
+                   "ago than this is still unpublished (default off; at least 10s)")
       ->type_name("AGE");
   // Before the subcommand: `outbox --config /etc/outbox/relay.toml relay`, the relay's options
   // under [relay]. A key that names no option is an error, not ignored.

@@ -25,7 +25,7 @@ struct relay_command_options {
   std::string max_slot_kept;
   /// Log-tailing stores: /healthz fails while a table-mode event written longer ago than this
   /// (an age such as 60s) is still unpublished (an outbox row in state 3). "off": never.
-  std::string max_streamed_age = "60s";
+  std::string max_streamed_age = "off";
 };
 
 /// Runs relays until SIGTERM or SIGINT; returns the exit code (0 after a graceful stop, 1 when a
