@@ -37,6 +37,7 @@
 
 #include <outbox/concepts/store.hpp>
 #include <outbox/consumer.hpp>
+#include <outbox/relay.hpp>
 #include <outbox/testing/manual_clock.hpp>
 #include <outbox/testing/memory_transport.hpp>
 #include <outbox/writer.hpp>
@@ -235,6 +236,48 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(an_abandoned_claim_is_claimable_again_and_the_stal
     BOOST_TEST(r2.published == 2u);
   }
   BOOST_TEST(st2->stats(clock.now()).pending == 0);
+}
+
+// A locking claim holds its transaction through its publish, and pipelined on two sessions
+// through the publish of the batch before it too. The server ends a transaction idle for the
+// store's idle_in_transaction_timeout (60 s by default); the settle then found the claim gone
+// and the batch was published again (MySQL, --publish-timeout 35s pipelined and a broker
+// stalled 64 s). A relay that could hold a claim that long is refused; a leasing claim holds
+// no transaction.
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_relay_whose_locking_claim_could_outlast_the_idle_limit_is_refused,
+                              Fixture, store_fixtures) {
+  using relay_type = outbox::relay<typename Fixture::store_type, outbox::testing::memory_transport>;
+  constexpr bool locking = !Fixture::leases_expire;
+  Fixture fx;
+  auto s1 = fx.open_session();
+  auto s2 = fx.open_session();
+  auto st1 = fx.make_store(*s1);
+  auto st2 = fx.make_store(*s2);
+  outbox::testing::memory_transport t;
+  const auto refused = [&](auto make) {
+    try {
+      make();
+      return false;
+    } catch (const outbox::error& e) {
+      BOOST_TEST((e.kind() == outbox::errc::misconfigured), e.what());
+      BOOST_TEST(std::string(e.what()).find("idle_in_transaction_timeout") != std::string::npos,
+                 e.what());
+      return true;
+    }
+  };
+  // One batch at a time: 70 s (and a second) of publish.
+  BOOST_TEST(refused([&] { relay_type r(*st1, t, {.lease = 80s, .publish_timeout = 70s}); }) ==
+             locking);
+  BOOST_TEST(!refused([&] { relay_type r(*st1, t, {.lease = 80s, .publish_timeout = 35s}); }));
+  // Pipelined on two sessions: 2 x 35 s (and 5 s); not pipelined, 35 s.
+  BOOST_TEST(refused([&] {
+               relay_type r(*st1, *st2, t, {.lease = 80s, .publish_timeout = 35s});
+             }) == locking);
+  BOOST_TEST(!refused([&] {
+    relay_type r(*st1, *st2, t, {.lease = 80s, .publish_timeout = 35s, .pipeline = false});
+  }));
+  BOOST_TEST(
+      !refused([&] { relay_type r(*st1, *st2, t, {.lease = 70s, .publish_timeout = 35s}); }));
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(published_rows_are_kept_or_deleted_by_retention, Fixture,
