@@ -185,9 +185,12 @@ outbox::bench::result pg_run(long rows, long batch, outbox::amqp::publisher& pub
   const std::string conninfo = hot ? pg_hot_connect_string() : pg_connect_string();
   soci::session sql("postgresql", conninfo);
   outbox::bench::reset_postgresql_outbox(sql);
+  // A locking claim may be held 2 x the relay's publish timeout (60 s) + 5 s, pipelined: the
+  // server must not end it sooner (relay::longest_claim_hold).
   const outbox::store_options o{.policy = mode == pg_mode::leasing_pipelined
                                               ? outbox::claim_policy::leasing
-                                              : outbox::claim_policy::locking};
+                                              : outbox::claim_policy::locking,
+                                .idle_in_transaction_timeout = 180s};
   pg::store st(sql, o);
   if (mode == pg_mode::locking_serial || mode == pg_mode::leasing_pipelined)
     return relay_run<pg::store>(st, nullptr, rows, batch, pub, mode != pg_mode::locking_serial);

@@ -145,8 +145,10 @@ template <class Wire>
 outbox::bench::result pg_run(long rows, long batch, outbox::retention retention, Wire& wire) {
   soci::session sql("postgresql", pg_connect_string());
   outbox::bench::reset_postgresql_outbox(sql);
-  outbox::postgresql::store st(sql,
-                               {.policy = outbox::claim_policy::locking, .retention = retention});
+  // The relay's publish timeout is 60 s: the locking claim's idle limit must outlast it.
+  outbox::postgresql::store st(sql, {.policy = outbox::claim_policy::locking,
+                                     .retention = retention,
+                                     .idle_in_transaction_timeout = 120s});
   return relay_run(st, rows, batch, wire);
 }
 #endif

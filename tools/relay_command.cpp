@@ -187,6 +187,53 @@ sigset_t stop_signals() {
   return set;
 }
 
+/// The store options of the relay's sessions, from the flags (`listen` is set per session).
+outbox::store_options relay_store_options(const relay_command_options& o) {
+  outbox::store_options so;
+  if (o.claim_policy == "locking")
+    so.policy = outbox::claim_policy::locking;
+  else if (o.claim_policy == "leasing")
+    so.policy = outbox::claim_policy::leasing;
+  if (o.retention == "delete") so.retention = outbox::retention::delete_on_publish;
+  return so;
+}
+
+/// Whether each relay thread gets two store sessions, so that its relay pipelines (a lease
+/// long enough for a batch claimed ahead: see relay::pipelines).
+template <class Store, class Transport>
+bool two_stores_per_relay(const relay_command_options& o, const outbox::relay_options& ro) {
+  if constexpr (requires { Store::tails_the_log; }) return false;  // one stream a slot
+  return !o.no_pipeline && ro.lease >= 2 * ro.publish_timeout +
+                                           outbox::relay<Store, Transport>::pipeline_lease_margin;
+}
+
+/// A locking claim that may be held longer than the store's idle-in-transaction timeout is
+/// ended by the server mid-publish and its batch published again: refused before anything is
+/// opened, as the relay itself would refuse it (relay::longest_claim_hold).
+template <class Store, class Transport>
+void check_claim_hold(const relay_command_options& o) {
+  if constexpr (outbox::concepts::idle_limited_claims_store<Store>) {
+    const auto limit = Store::claim_idle_limit(relay_store_options(o));
+    if (!limit) return;  // leasing: no transaction is held
+    const outbox::relay_options ro{
+        .lease = parse_age(o.lease, "--lease"),
+        .publish_timeout = parse_age(o.publish_timeout, "--publish-timeout")};
+    const bool pipelined = two_stores_per_relay<Store, Transport>(o, ro);
+    const auto hold = outbox::relay<Store, Transport>::longest_claim_hold(ro, pipelined);
+    if (hold <= *limit) return;
+    throw usage_error(
+        "--publish-timeout " + o.publish_timeout + ": a locking claim (" +
+        (o.claim_policy == "locking" ? "--claim-policy locking" : "this store's default policy") +
+        ") may then hold its transaction " + seconds_text(hold.count()) +
+        (pipelined ? " (2 x --publish-timeout + 5 s, pipelined)"
+                   : " (--publish-timeout and a tenth, at most 1 s)") +
+        ", longer than the store's idle-in-transaction timeout, " + seconds_text(limit->count()) +
+        ", after which the server ends it mid-publish and the batch is published again; use a "
+        "shorter --publish-timeout" +
+        (pipelined ? ", --no-pipeline" : "") + " or --claim-policy leasing");
+  }
+}
+
 /// The relays of one store type and one transport type.
 template <class Store, class Transport>
 class service {
@@ -209,12 +256,7 @@ class service {
                               : parse_age(o.max_streamed_age, "--max-streamed-age")) {}
 
   int run() {
-    outbox::store_options so;
-    if (o_.claim_policy == "locking")
-      so.policy = outbox::claim_policy::locking;
-    else if (o_.claim_policy == "leasing")
-      so.policy = outbox::claim_policy::leasing;
-    if (o_.retention == "delete") so.retention = outbox::retention::delete_on_publish;
+    const outbox::store_options so = relay_store_options(o_);
     outbox::relay_options ro{
         .batch_size = o_.batch_size,
         .lease = parse_age(o_.lease, "--lease"),
@@ -284,11 +326,8 @@ class service {
     monitor_sql_ = open_session();
     monitor_ = std::make_unique<Store>(*monitor_sql_, with_listen(so, false));
     sample_backlog();
-    // Two sessions per thread only when the relay will pipeline (a lease long enough for a batch
-    // claimed ahead: see relay::pipelines).
-    bool two_stores =
-        !o_.no_pipeline && ro.lease >= 2 * ro.publish_timeout + relay_type::pipeline_lease_margin;
-    if constexpr (requires { Store::tails_the_log; }) two_stores = false;  // one stream a slot
+    // Two sessions per thread only when the relay will pipeline.
+    const bool two_stores = two_stores_per_relay<Store, Transport>(o_, ro);
     for (unsigned i = 0; i < o_.threads; ++i) {
       auto t = std::make_unique<thread_parts>();
       t->state.index = i;
@@ -807,6 +846,7 @@ int cmd_relay(const relay_command_options& o) {
           throw usage_error("a log-tailing store (" + su.scheme +
                             ") takes one relay thread (--threads 1): a slot streams to one "
                             "connection");
+      check_claim_hold<Store, Transport>(o);
       service<Store, Transport> s(o, su, tu, std::move(connect), std::move(maker));
       return s.run();
     });

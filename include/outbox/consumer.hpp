@@ -45,9 +45,10 @@ enum class dead_letter_route {
 struct consumer_options {
   /// Required: the deduplication scope, one inbox per name. Two services that share a database
   /// need two names, or each skips the other's events as duplicates; so there is no default.
-  /// UTF-8 text without NUL bytes, no longer than the store's inbox holds whole
-  /// (`concepts::consumer_name_limited_store`: 255 characters on MySQL, 2,048 bytes on
-  /// PostgreSQL); anything else is refused at construction.
+  /// UTF-8 text without NUL bytes, not ending in a space (MySQL's inbox ignores trailing
+  /// spaces, so "a " would share the inbox of "a"; refused on every store), no longer than the
+  /// store's inbox holds whole (`concepts::consumer_name_limited_store`: 255 characters on
+  /// MySQL, 2,048 bytes on PostgreSQL); anything else is refused at construction.
   std::string name{};
   std::chrono::milliseconds poll_timeout{100};                ///< How long one `poll_once` waits.
   dead_letter_route dead_letters = dead_letter_route::store;  ///< See dead_letter_route.
@@ -396,12 +397,21 @@ class consumer {
   }
 
   /// A name the inbox cannot keep whole failed every delivery (and its dead-lettering, so the
-  /// delivery came back forever), or was cut so that two names shared one inbox.
+  /// delivery came back forever), or was cut (or compared short) so that two names shared one
+  /// inbox.
   static void check_name_fits(const std::string& name) {
     if (name.find('\0') != std::string::npos || !is_valid_utf8(name))
       throw error(errc::misconfigured, "core", {},
                   "consumer_options.name must be UTF-8 text without NUL bytes (the inbox keeps "
                   "it as text)");
+    // MySQL's inbox compares names without their trailing spaces (a PAD SPACE collation):
+    // "a " would share the inbox of "a". Refused on every store, so a name works on all.
+    if (name.ends_with(' '))
+      throw error(errc::misconfigured, "core", {},
+                  "consumer_options.name \"" + name +
+                      "\" ends in a space: MySQL compares names without their trailing spaces, "
+                      "so it would share the inbox of the name without them (refused on every "
+                      "store, so that a name works on all)");
     if constexpr (concepts::consumer_name_limited_store<Store>) {
       const name_limit limit = Store::consumer_name_limit;
       std::size_t length = name.size();

@@ -51,11 +51,14 @@ struct relay_options {
   /// The largest `batch_size` accepted: a batch is held in memory and published as one unit.
   static constexpr std::size_t max_batch_size = 100'000;
 
-  std::size_t batch_size = 500;                       ///< Messages claimed per batch.
-  std::chrono::milliseconds lease{30'000};            ///< How long a claim holds (leasing stores).
-  std::chrono::milliseconds publish_timeout{10'000};  ///< Confirms not in by then are failures.
-  std::chrono::milliseconds idle_poll_min{5};         ///< First sleep after an empty batch.
-  std::chrono::milliseconds idle_poll_max{1'000};     ///< Idle sleeps double up to this.
+  std::size_t batch_size = 500;             ///< Messages claimed per batch.
+  std::chrono::milliseconds lease{30'000};  ///< How long a claim holds (leasing stores).
+  /// Confirms not in by then are failures. A locking claim holds its transaction about this
+  /// long (twice, pipelined): the store's `idle_in_transaction_timeout` must be at least
+  /// `relay::longest_claim_hold`, or the relay is refused.
+  std::chrono::milliseconds publish_timeout{10'000};
+  std::chrono::milliseconds idle_poll_min{5};      ///< First sleep after an empty batch.
+  std::chrono::milliseconds idle_poll_max{1'000};  ///< Idle sleeps double up to this.
   /// The longest pause of `run` between attempts while the database or the broker is away
   /// (its pauses follow the retry policy's delays, capped here): the relay is back at work at
   /// most this long after they return. Not the events' retry delays (the retry policy's own).
@@ -195,7 +198,8 @@ template <concepts::claiming_store Store, concepts::transport Transport,
           concepts::retry_policy Retry = exponential_backoff, concepts::clock Clock = system_clock>
 class relay {
  public:
-  /// @throws outbox::error `misconfigured` when the options contradict each other.
+  /// @throws outbox::error `misconfigured` when the options contradict each other, or a locking
+  ///         claim could outlast the store's idle-in-transaction limit (`longest_claim_hold`).
   relay(Store& store, Transport& transport, relay_options options = {}, Retry retry = {},
         Clock clock = {})
       : relay(&store, nullptr, transport, std::move(options), std::move(retry), std::move(clock)) {}
@@ -247,6 +251,33 @@ class relay {
       throw error(errc::misconfigured, "core", {},
                   "relay_options.error_backoff_max must be positive");
     if (options_.owner.empty()) options_.owner = "relay-" + make_uuid_v7().to_string();
+    check_claim_hold();
+  }
+
+  /// A locking claim the server ended mid-publish (idle too long) cannot be settled: its batch
+  /// is claimed and published again, so the store's idle limit must outlast the longest hold.
+  void check_claim_hold() const {
+    if constexpr (concepts::idle_limited_claims_store<Store>) {
+      const bool pipelined = pipelines();
+      const auto hold = longest_claim_hold(options_, pipelined);
+      for (std::size_t i = 0; i < store_count_; ++i) {
+        const auto limit = Store::claim_idle_limit(stores_[i]->options());
+        if (!limit || *limit >= hold) continue;
+        throw error(
+            errc::misconfigured, "core", {},
+            "relay_options.publish_timeout is " + std::to_string(options_.publish_timeout.count()) +
+                " ms: a locking claim may then hold its transaction " +
+                std::to_string(hold.count()) + " ms (" +
+                (pipelined ? "2 x publish_timeout + " +
+                                 std::to_string(pipeline_lease_margin.count()) + " ms, pipelined"
+                           : std::string("publish_timeout and a tenth, at most 1 s")) +
+                "), longer than store_options.idle_in_transaction_timeout, " +
+                std::to_string(limit->count()) +
+                " ms, after which the server ends it mid-publish and the batch is published "
+                "again; shorten publish_timeout, raise idle_in_transaction_timeout" +
+                (pipelined ? ", turn pipeline off" : "") + " or claim by leasing");
+      }
+    }
   }
 
  public:
@@ -321,6 +352,19 @@ class relay {
       return stores_[0]->claims_overlap();
     else
       return false;
+  }
+
+  /// The longest a locking claim may hold its transaction idle, from the claim to its settle,
+  /// under `options` (`pipelined`: see `pipelines`): one batch at a time, the publish timeout
+  /// and a tenth of it (at most 1 s) for the steps around the publish; pipelined, the batch
+  /// claimed ahead also waits for the one in flight, and its settle may wait behind the next
+  /// claim: 2 x `publish_timeout` + `pipeline_lease_margin`. The relay refuses a store whose
+  /// claim the server ends sooner (`concepts::idle_limited_claims_store`).
+  [[nodiscard]] static constexpr std::chrono::milliseconds longest_claim_hold(
+      const relay_options& options, bool pipelined) noexcept {
+    if (pipelined) return 2 * options.publish_timeout + pipeline_lease_margin;
+    return options.publish_timeout + std::min<std::chrono::milliseconds>(
+                                         std::chrono::seconds(1), options.publish_timeout / 10);
   }
 
   /// Wakes a sleeping `run` (e.g. after a local commit, or on a database notification). Not

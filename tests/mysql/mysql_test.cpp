@@ -616,9 +616,10 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(the_relays_connection_killed_mid_batch_loses_nothi
   outbox::testing::memory_transport t({.deliver = false, .record = true});
   first_publish_held held(t);
   const outbox::exponential_backoff quick{.initial = 20ms, .max_delay = 200ms, .jitter = 0};
-  // A publish deadline (the longest hold) of 60 s; the lease lets a leasing relay pipeline.
+  // A publish deadline (the longest hold) of 50 s, within the locking claim's idle limit (60 s);
+  // the lease lets a leasing relay pipeline.
   outbox::relay relay(
-      *st, held, {.batch_size = 100, .lease = 130s, .publish_timeout = 60s, .idle_poll_max = 50ms},
+      *st, held, {.batch_size = 100, .lease = 130s, .publish_timeout = 50s, .idle_poll_max = 50ms},
       quick);
   std::exception_ptr failed;
   std::jthread runner([&](std::stop_token stop) {

@@ -474,6 +474,31 @@ BOOST_AUTO_TEST_CASE(drains_the_outbox_to_a_zeromq_consumer) {
   std::filesystem::remove(socket);
 }
 
+#if !defined(OUTBOX_TOOL_TEST_SQLITE)
+// A locking claim holds its transaction through its publish (pipelined, through the one before
+// too); the server ends it once idle for the store's idle-in-transaction timeout (60 s) and the
+// batch was published again (MySQL, --publish-timeout 35s and a broker stalled 64 s). Refused
+// before anything is opened (exit 2), naming both; SQLite's claims hold no transaction.
+BOOST_AUTO_TEST_CASE(a_publish_timeout_a_locking_claim_would_outlast_is_refused) {
+  fixture fx;
+  const std::vector<std::vector<std::string>> refused{
+      {"--publish-timeout", "35s", "--lease", "80s"},  // pipelined: 75 s
+      {"--publish-timeout", "70s", "--lease", "80s", "--unhealthy-after", "90s"},  // 71 s
+      {"--publish-timeout", "60s", "--lease", "80s", "--unhealthy-after", "90s", "--claim-policy",
+       "locking"}};
+  const auto socket = std::filesystem::temp_directory_path() /
+                      ("outbox-relay-" + std::to_string(::getpid()) + "-idle.sock");
+  for (const auto& flags : refused) {
+    tool_process relay(relay_args(url_of(fx), "zmq+ipc://" + socket.string(), flags));
+    BOOST_TEST(relay.wait(60s) == 2, relay.log());  // bounded: a relay that starts is killed
+    const std::string err = relay.log();
+    BOOST_TEST(err.find("--publish-timeout") != std::string::npos, err);
+    BOOST_TEST(err.find("idle-in-transaction timeout, 60.0 s") != std::string::npos, err);
+  }
+  std::filesystem::remove(socket);
+}
+#endif
+
 BOOST_AUTO_TEST_SUITE_END()
 
 // An aggregate type is a label value on /metrics: one byte Prometheus cannot read there (not

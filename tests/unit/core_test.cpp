@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <outbox/outbox.hpp>
+#include <outbox/store/options.hpp>
 #include <outbox/store/statements.hpp>
 #include <outbox/testing/duplicating_receiver.hpp>
 #include <outbox/testing/faulty_transport.hpp>
@@ -425,6 +426,83 @@ BOOST_AUTO_TEST_CASE(relay_refuses_contradictory_options) {
   relay ok(st, t, {});
   BOOST_TEST(ok.options().owner.rfind("relay-", 0) == 0u);
   BOOST_TEST(ok.run_once() == 0u);
+}
+
+namespace {
+/// A store whose claim holds a transaction that the server ends once idle for
+/// `idle_in_transaction_timeout` (locking), or holds none (leasing), as MySQL's and
+/// PostgreSQL's do; a locking one claims one batch at a time on its session.
+struct idle_limited_store {
+  outbox::store_options options_;
+  [[nodiscard]] const outbox::store_options& options() const { return options_; }
+  [[nodiscard]] static std::optional<std::chrono::milliseconds> claim_idle_limit(
+      const outbox::store_options& o) noexcept {
+    if (o.policy == outbox::claim_policy::leasing) return std::nullopt;
+    return o.idle_in_transaction_timeout;
+  }
+  [[nodiscard]] bool claims_overlap() const {
+    return options_.policy == outbox::claim_policy::leasing;
+  }
+  outbox::claimed_batch claim(const outbox::claim_request&) { return {}; }
+  outbox::settle_result settle(const outbox::claimed_batch&, std::span<const outbox::settlement>,
+                               outbox::time_point) {
+    return {};
+  }
+  void release(const outbox::claimed_batch&) {}
+};
+static_assert(outbox::concepts::idle_limited_claims_store<idle_limited_store>);
+/// Its `options()` is not a store's options.
+struct other_options_store : idle_limited_store {
+  [[nodiscard]] int options() const { return 0; }
+};
+static_assert(!outbox::concepts::idle_limited_claims_store<other_options_store>);
+}  // namespace
+
+// A locking claim holds its transaction through its publish (pipelined, through the publish
+// of the batch before it too); the server ends a transaction idle longer than the store's
+// idle-in-transaction timeout (60 s by default), the settle then finds it gone and the batch
+// is published again (MySQL, --publish-timeout 35s pipelined and a broker stalled 64 s). A
+// relay that could hold a claim that long is refused.
+BOOST_AUTO_TEST_CASE(relay_refuses_a_claim_that_can_outlast_the_stores_idle_limit) {
+  outbox::testing::memory_transport t;
+  using relay = outbox::relay<idle_limited_store, outbox::testing::memory_transport>;
+  idle_limited_store locking{{.policy = outbox::claim_policy::locking}};
+  idle_limited_store second{{.policy = outbox::claim_policy::locking}};
+  idle_limited_store leasing{{.policy = outbox::claim_policy::leasing}};
+  const auto refused = [&](auto make) {
+    try {
+      make();
+      return false;
+    } catch (const outbox::error& e) {
+      BOOST_TEST((e.kind() == outbox::errc::misconfigured), e.what());
+      const std::string what = e.what();
+      BOOST_TEST(what.find("publish_timeout") != std::string::npos, what);
+      BOOST_TEST(what.find("idle_in_transaction_timeout, 60000 ms") != std::string::npos, what);
+      return true;
+    }
+  };
+  // One batch at a time: the publish timeout and a tenth of it, at most 1 s.
+  BOOST_TEST(!refused([&] { relay r(locking, t, {.lease = 80s, .publish_timeout = 59s}); }));
+  BOOST_TEST(refused([&] { relay r(locking, t, {.lease = 80s, .publish_timeout = 59'001ms}); }));
+  BOOST_TEST(refused([&] { relay r(locking, t, {.lease = 80s, .publish_timeout = 70s}); }));
+  // Pipelined on two sessions: twice the publish timeout and 5 s.
+  BOOST_TEST(
+      !refused([&] { relay r(locking, second, t, {.lease = 80s, .publish_timeout = 27'500ms}); }));
+  BOOST_TEST(refused([&] { relay r(locking, second, t, {.lease = 80s, .publish_timeout = 35s}); }));
+  BOOST_TEST(refused([&] { relay r(second, locking, t, {.lease = 80s, .publish_timeout = 35s}); }));
+  BOOST_TEST(!refused([&] {  // not pipelined (pipeline off, or a lease too short for it)
+    relay r(locking, second, t, {.lease = 80s, .publish_timeout = 35s, .pipeline = false});
+  }));
+  BOOST_TEST(
+      !refused([&] { relay r(locking, second, t, {.lease = 70s, .publish_timeout = 35s}); }));
+  // A longer idle limit; a leasing claim holds no transaction.
+  idle_limited_store patient{
+      {.policy = outbox::claim_policy::locking, .idle_in_transaction_timeout = 80s}};
+  BOOST_TEST(!refused([&] { relay r(patient, t, {.lease = 80s, .publish_timeout = 70s}); }));
+  BOOST_TEST(!refused([&] { relay r(leasing, t, {.lease = 200s, .publish_timeout = 70s}); }));
+  BOOST_TEST(relay::longest_claim_hold({.publish_timeout = 10s}, false) == 11s);
+  BOOST_TEST(relay::longest_claim_hold({.publish_timeout = 2s}, false) == 2'200ms);
+  BOOST_TEST(relay::longest_claim_hold({.publish_timeout = 10s}, true) == 25s);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -14,6 +14,7 @@
 
 #include <outbox/error.hpp>
 #include <outbox/message.hpp>
+#include <outbox/store/options.hpp>
 
 namespace outbox::concepts {
 
@@ -67,6 +68,23 @@ concept claiming_store = requires(S& s, const claim_request& req, const claimed_
 template <class S>
 concept overlapping_claims_store = claiming_store<S> && requires(const S& s) {
   { s.claims_overlap() } -> std::same_as<bool>;
+};
+
+/// Capability: a store whose claim may hold a database transaction open until its settle
+/// (locking), which the server ends once it has been idle (no statement running) for a limit.
+/// The relay refuses options under which it could hold a claim that long (its settle would
+/// find the transaction gone, and the batch would be published again): see
+/// `relay::longest_claim_hold`. Optional: without it, a claim holds no transaction open.
+///
+/// | operation                 | returns                                    | guarantees |
+/// |---------------------------|--------------------------------------------|------------|
+/// | `s.options()`             | `const store_options&`                     | the options the store was built with |
+/// | `S::claim_idle_limit(o)`  | `std::optional<std::chrono::milliseconds>` | how long the claim transaction of a store built with `o` may stay idle before the server ends it; `nullopt`: its claims hold no transaction open (leasing). Static, so a tool can check its options before it connects |
+template <class S>
+concept idle_limited_claims_store = claiming_store<S> &&
+                                    requires(const S& s, const store_options& o) {
+  { s.options() } -> std::same_as<const store_options&>;
+  { S::claim_idle_limit(o) } -> std::same_as<std::optional<std::chrono::milliseconds>>;
 };
 
 /// Operational queries a store offers to operators and tools.

@@ -231,6 +231,15 @@ class store {
   [[nodiscard]] bool claims_overlap() const noexcept {
     return options_.policy == claim_policy::leasing;
   }
+  /// Locking: the claim's transaction stays open until its settle, and the server ends it once
+  /// idle for `idle_in_transaction_timeout` (`idle_in_transaction_session_timeout`); leasing holds
+  /// none
+  /// (`concepts::idle_limited_claims_store`: the relay refuses a publish timeout that long).
+  [[nodiscard]] static std::optional<std::chrono::milliseconds> claim_idle_limit(
+      const store_options& o) noexcept {
+    if (o.policy == claim_policy::leasing) return std::nullopt;
+    return o.idle_in_transaction_timeout;
+  }
   /// The server process of the store's connection (for operators, and for fault tests).
   [[nodiscard]] int backend_pid() { return PQbackendPID(link_->connection()); }
 
@@ -627,6 +636,7 @@ static_assert(concepts::store<store>);
 static_assert(concepts::inbox_lookup_store<store>);
 static_assert(concepts::aggregate_stats_store<store>);
 static_assert(concepts::consumer_name_limited_store<store>);
+static_assert(concepts::idle_limited_claims_store<store>);
 
 /// `store::migrate` (the name this namespace had before the store kit).
 inline int migrate(::soci::session& sql, int target = outbox::store::latest_version) {
