@@ -2,12 +2,13 @@
 # scripts/flake_hunt.sh: runs Meson suites again and again, with CPU burners beside them, to find
 # tests that fail only sometimes (a flaky test is a defect of the suite, never a retry).
 #
-#   scripts/flake_hunt.sh [--build DIR] [--runs N] [--load K] [SUITE...]
+#   scripts/flake_hunt.sh [--build DIR] [--runs N] [--load K] [--no-suite S]... [SUITE...]
 #
 #   --build DIR  the build directory (default build-ci; configured as scripts/test.sh configures
 #                it when missing, and brought up to date either way)
 #   --runs N     how many times every chosen test runs (default 5)
 #   --load K     K processes burning a CPU each beside the tests (default 0)
+#   --no-suite S leave out the tests of suite S (repeatable; meson test --no-suite)
 #   SUITE...     Meson suites (meson test --suite); all when none is named
 #
 # The servers the chosen tests need (suites postgresql, mysql, amqp) are started as
@@ -20,8 +21,8 @@
 # (T tests, each run R times, F failed runs in all). Exits non-zero when anything failed.
 # Logs stay in DIR/meson-logs/flake-hunt/.
 #
-# Example: the suites that need no server, 10 times beside two burners:
-#   scripts/flake_hunt.sh --runs 10 --load 2 unit sqlite zeromq kafka
+# Example: every test that needs no server, 10 times beside two burners:
+#   scripts/flake_hunt.sh --runs 10 --load 2 --no-suite postgresql --no-suite mysql --no-suite amqp
 
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -30,11 +31,13 @@ build=build-ci
 runs=5
 load=0
 suites=()
+excluded=()
 while (($#)); do
     case $1 in
         --build) build=$2; shift 2 ;;
         --runs) runs=$2; shift 2 ;;
         --load) load=$2; shift 2 ;;
+        --no-suite) excluded+=("$2"); shift 2 ;;
         -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
         --*) echo "flake_hunt: unknown option $1" >&2; exit 2 ;;
         *) suites+=("$1"); shift ;;
@@ -74,18 +77,20 @@ ninja -C "$build" >/dev/null
 
 suite_args=()
 for s in "${suites[@]}"; do suite_args+=(--suite "$s"); done
+for s in "${excluded[@]}"; do suite_args+=(--no-suite "$s"); done
 
 # The servers the chosen tests need: from Meson's list of tests and their suites.
 mapfile -t needed < <(meson introspect --tests "$build" | python3 -c '
 import json, sys
-chosen = set(sys.argv[1:])
+chosen = {a for a in sys.argv[1:] if not a.startswith("-")}
+left_out = {a[1:] for a in sys.argv[1:] if a.startswith("-")}
 need = set()
 for t in json.load(sys.stdin):
     suites = {s.split(":")[-1] for s in t["suite"]}
-    if chosen and not (suites & chosen):
+    if (chosen and not (suites & chosen)) or suites & left_out:
         continue
     need |= suites & {"postgresql", "mysql", "amqp"}
-print("\n".join(sorted(need)))' "${suites[@]}")
+print("\n".join(sorted(need)))' "${suites[@]}" "${excluded[@]/#/-}")
 start=()
 for s in "${needed[@]}"; do
     case $s in
@@ -109,7 +114,7 @@ done
 logs=$build/meson-logs/flake-hunt
 rm -rf "$logs"
 mkdir -p "$logs"
-echo "flake_hunt: ${suites[*]:-every suite}, $runs runs, $load CPU burners${start:+, servers: ${start[*]}}"
+echo "flake_hunt: ${suites[*]:-every suite}${excluded:+ but ${excluded[*]}}, $runs runs, $load CPU burners${start:+, servers: ${start[*]}}"
 for ((r = 1; r <= runs; r++)); do
     rc=0
     meson test -C "$build" --no-rebuild --num-processes 2 --logbase "flake-hunt/run-$r" \
