@@ -118,8 +118,8 @@
 // Exit codes: 0 the ledger holds; 3 a ledger violation (lost, applied twice, order violations,
 // rolled-back events seen, dead letters other than the poison and uncarriable events or not
 // where they belong, an event outside the business rows, wire duplicates over their bound: a
-// relay batch per fault injected plus one per fenced settle and per message released without a
-// confirm); 4 no drain within the bound; 1 the
+// relay batch per fault injected and per error a relay backed off from, plus one per fenced
+// settle); 4 no drain within the bound; 1 the
 // harness itself failed (a part crashed or could not start, a server fault command failed); 2
 // usage; 77 a server address, or a server fault's command, is missing (skip).
 
@@ -1260,22 +1260,22 @@ void write_relay_stats(const args& a, const outbox::relay_stats& s) {
   }
 }
 
-/// What every relay process of the run settled without a confirm (from their stats files).
-struct unconfirmed_settles {
-  long long released = 0;  ///< Published but unconfirmed, released: each may still land once.
-  long long fenced = 0;    ///< Fenced settles: another relay took the message over.
+/// What every relay process of the run did without a confirm (from their stats files).
+struct unconfirmed_work {
+  long long errors = 0;  ///< Errors backed off from: a batch each, unconfirmed, at most.
+  long long fenced = 0;  ///< Fenced settles: another relay took the message over.
 };
 
-unconfirmed_settles relay_settles(const args& a) {
-  unconfirmed_settles total;
+unconfirmed_work relay_unconfirmed(const args& a) {
+  unconfirmed_work total;
   for (const auto& entry : std::filesystem::directory_iterator(a.dir)) {
     if (entry.path().extension() != ".stats") continue;
     unsigned long long v[7] = {};
     if (FILE* f = std::fopen(entry.path().c_str(), "r")) {
       if (std::fscanf(f, "%llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4],
                       &v[5], &v[6]) == 7) {
-        total.released += static_cast<long long>(v[4]);
         total.fenced += static_cast<long long>(v[5]);
+        total.errors += static_cast<long long>(v[6]);
       }
       std::fclose(f);
     }
@@ -2785,7 +2785,7 @@ int run_orchestrator(args a) {
   }
   const long long dups = count_lines_with(duplicates_log(a), "d");
   const long long storm_copies = count_lines_with(duplicates_log(a), "s");
-  const auto [released, fenced] = relay_settles(a);
+  const auto [relay_errors, fenced] = relay_unconfirmed(a);
   const double drain_s =
       drained_at ? std::chrono::duration<double>(*drained_at - last_fault).count() : -1;
   const double run_s = std::chrono::duration<double>(steady::now() - run_started).count();
@@ -2826,8 +2826,8 @@ int run_orchestrator(args a) {
   // late.
   // Under the locking policy a pause is not fenced but cut off by the server: its batch too.
   // A server fault (broker or database away, consumers gone) cuts every relay's batch at once.
-  // And a message published without a confirm by its deadline and released (counted by each
-  // relay) may still land once: a relay tries a batch more than once in a long broker outage.
+  // And every error a relay backed off from, a batch: a publish that timed out whole in a
+  // broker outage may still land (Kafka), and a relay can try a batch more than once in one.
   int relay_kills = 0;
   int relay_batches = 0;  ///< Faults that may put a relay batch on the wire again.
   for (const part& p : relays)
@@ -2840,9 +2840,10 @@ int run_orchestrator(args a) {
   long long per_consumer_fault = 2;
   if constexpr (requires { T::redelivered_per_consumer_fault; })
     per_consumer_fault = T::redelivered_per_consumer_fault;
-  const long long dup_bound = static_cast<long long>(relay_batch) *
-                                  (relay_batches + db_total + server.total() * a.relays + 1) +
-                              per_consumer_fault * consumer_total + fenced + released;
+  const long long dup_bound =
+      static_cast<long long>(relay_batch) *
+          (relay_batches + db_total + server.total() * a.relays + relay_errors + 1) +
+      per_consumer_fault * consumer_total + fenced;
   const bool dups_bounded = dups <= dup_bound;
   print_ledger(l, dups, storm_copies);
   if (l.applied_twice > 0) explain_applied_twice(sql);
@@ -2854,13 +2855,14 @@ int run_orchestrator(args a) {
       "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
       "| %s | %lld | %d | %d (%s; %d kills) | %d (%s) | %s | %d (%lld copies absorbed%s) | %lld | "
       "%lld "
-      "| %lld | %lld | %lld (bound %lld, %lld released) | %lld (expected %lld%s) | %lld | %.2f | "
+      "| %lld | %lld | %lld (bound %lld, %lld relay errors) | %lld (expected %lld%s) | %lld | %.2f "
+      "| "
       "%s |\n",
       pair_name.c_str(), l.committed, a.relays, relay_total, relay_kinds.c_str(), relay_kills,
       consumer_total, consumer_kinds.c_str(), db_text.c_str(), storms_done, storm_copies,
       storms_missed > 0 ? (", " + std::to_string(storms_missed) + " missed").c_str() : "", l.lost,
-      l.applied_twice, l.order_violations, l.rolled_back_seen, dups, dup_bound, released, l.dead,
-      l.expected_dead,
+      l.applied_twice, l.order_violations, l.rolled_back_seen, dups, dup_bound, relay_errors,
+      l.dead, l.expected_dead,
       l.dead_unexpected + l.dead_missing > 0
           ? (", " + std::to_string(l.dead_unexpected) + " unexpected, " +
              std::to_string(l.dead_missing) + " missing")
