@@ -1,8 +1,11 @@
 #pragma once
 // A small HTTP/1.1 server for `outbox relay`'s /metrics and /healthz (Boost.Beast, on a thread of
 // its own). GET and HEAD only; one request per connection; a client that has not sent its
-// request header within 2 s is dropped, and so is the oldest such client when all 32 slots are
-// taken and another connects.
+// request header within 2 s is dropped, and one that has not read its answer within 5 s too.
+// When all 32 slots are taken and another client connects, the oldest connection that has not
+// sent its request gives its slot up, or else the oldest whose answer is still being written
+// (a client that does not read): a flood of either kind cannot keep a probe out. At most 128
+// connections wait to be accepted (the listen backlog).
 
 #include <functional>
 #include <memory>
@@ -15,6 +18,8 @@ struct http_response {
   int status = 200;
   std::string content_type = "text/plain; charset=utf-8";
   std::string body{};
+  /// When set, served instead of `body`, without a copy (a page cached for many answers).
+  std::shared_ptr<const std::string> shared_body{};
 };
 
 class http_server {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -90,6 +91,40 @@ inline std::vector<outbox::aggregate_type_stats> by_label(
   out.reserve(merged.size());
   for (auto& [label, stats] : merged) out.push_back({label, stats});
   return out;
+}
+
+/// The label of the series that sums the aggregate types past `--metrics-max-types`.
+inline constexpr std::string_view other_types_label = "_other";
+
+/// `labelled` (from `by_label`) cut to the `max_types` types with the largest backlog (most
+/// pending, then the label), in label order, then one `_other` series summing the rest (counts
+/// added, the oldest age kept) when there is a rest: the page stays bounded however many types
+/// the outbox holds. A type labelled `_other` is summed there too, so the label stays unique.
+inline std::vector<outbox::aggregate_type_stats> cap_types(
+    std::vector<outbox::aggregate_type_stats> labelled, std::size_t max_types) {
+  if (labelled.size() <= max_types) return labelled;
+  std::sort(labelled.begin(), labelled.end(), [](const auto& a, const auto& b) {
+    const bool a_other = a.aggregate_type == other_types_label;
+    const bool b_other = b.aggregate_type == other_types_label;
+    if (a_other != b_other) return b_other;  // a type named "_other" last: in the rest
+    if (a.stats.pending != b.stats.pending) return a.stats.pending > b.stats.pending;
+    return a.aggregate_type < b.aggregate_type;
+  });
+  outbox::aggregate_type_stats other{std::string(other_types_label), {}};
+  for (auto t = labelled.begin() + static_cast<std::ptrdiff_t>(max_types); t != labelled.end();
+       ++t) {
+    other.stats.pending += t->stats.pending;
+    other.stats.in_flight += t->stats.in_flight;
+    other.stats.dead += t->stats.dead;
+    other.stats.waiting_retry += t->stats.waiting_retry;
+    other.stats.oldest_pending_age =
+        std::max(other.stats.oldest_pending_age, t->stats.oldest_pending_age);
+  }
+  labelled.resize(max_types);
+  std::sort(labelled.begin(), labelled.end(),
+            [](const auto& a, const auto& b) { return a.aggregate_type < b.aggregate_type; });
+  labelled.push_back(std::move(other));
+  return labelled;
 }
 
 /// `# HELP` and `# TYPE` lines, then one sample.

@@ -668,6 +668,11 @@ int main(int argc, char** argv) {
   relay->add_option("--backlog-interval", ro.backlog_interval,
                     "how often the backlog gauges are sampled (default 5s)");
   relay
+      ->add_option("--metrics-max-types", ro.metrics_max_types,
+                   "the aggregate types with the largest backlog that get /metrics series of "
+                   "their own; the rest are summed in aggregate_type=\"_other\" (default 100)")
+      ->check(CLI::Range(std::size_t{0}, std::size_t{10000}));
+  relay
       ->add_option("--max-slot-kept", ro.max_slot_kept,
                    "log-tailing stores: /healthz fails while the relay is more WAL than this "
                    "behind (1GB, 512MB) or the slot's wal_status is unreserved or lost (default: "

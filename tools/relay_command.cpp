@@ -280,16 +280,17 @@ class service {
                                    ? "[" + address->first + "]"
                                    : address->first;
       try {
-        http.emplace(address->first, address->second,
-                     [this, unhealthy_after](std::string_view path) -> http_response {
-                       if (path != "/metrics" && path != "/healthz")
-                         return {404, "text/plain; charset=utf-8", "/metrics or /healthz\n"};
-                       if (!running_.load(std::memory_order_acquire))
-                         return {503, "text/plain; charset=utf-8", "starting\n"};
-                       if (path == "/metrics")
-                         return {200, "text/plain; version=0.0.4; charset=utf-8", metrics()};
-                       return health(unhealthy_after);
-                     });
+        http.emplace(
+            address->first, address->second,
+            [this, unhealthy_after](std::string_view path) -> http_response {
+              if (path != "/metrics" && path != "/healthz")
+                return {404, "text/plain; charset=utf-8", "/metrics or /healthz\n"};
+              if (!running_.load(std::memory_order_acquire))
+                return {503, "text/plain; charset=utf-8", "starting\n"};
+              if (path == "/metrics")
+                return {200, "text/plain; version=0.0.4; charset=utf-8", {}, metrics_page()};
+              return health(unhealthy_after);
+            });
       } catch (const std::system_error& e) {
         throw std::runtime_error("cannot serve /metrics on " + host + ":" +
                                  std::to_string(address->second) + ": " + e.what());
@@ -644,6 +645,20 @@ class service {
     return {200, "text/plain; charset=utf-8", "ok\n"};
   }
 
+  /// The /metrics page, rendered at most once a second and shared by the answers in between: a
+  /// flood of scrapes costs a write each, not a render on the HTTP server's one thread.
+  std::shared_ptr<const std::string> metrics_page() {
+    std::lock_guard lock(page_mutex_);
+    const auto now = steady::now();
+    if (!page_ || now - page_at_ >= 1s) {
+      ++renders_;
+      page_ = std::make_shared<const std::string>(metrics());
+      page_at_ = now;
+    }
+    return page_;
+  }
+
+  /// Renders the page (under page_mutex_).
   std::string metrics() {
     const auto s = totals();
     std::string out;
@@ -683,6 +698,10 @@ class service {
     prom_metric(out, "outbox_relay_last_batch_timestamp_seconds", "gauge",
                 "When the last batch was settled (Unix time; 0: none yet).",
                 metrics_.last_batch_at.load());
+    prom_metric(out, "outbox_relay_metrics_renders_total", "counter",
+                "Renders of this page (at most one a second: a scrape within 1 s of the last "
+                "render gets the same page).",
+                static_cast<double>(renders_));
     metrics_.batch_duration.render(out, "outbox_relay_batch_duration_seconds",
                                    "A batch's claim, publish and settle.");
     metrics_.publish_duration.render(out, "outbox_relay_publish_duration_seconds",
@@ -755,7 +774,8 @@ class service {
              return std::chrono::duration<double>(x.oldest_pending_age).count();
            }},
       };
-      const auto labelled = by_label(metrics_.by_type);  // aggregate_type: label values
+      // aggregate_type: label values, the --metrics-max-types largest, then "_other"
+      const auto labelled = cap_types(by_label(metrics_.by_type), o_.metrics_max_types);
       for (const auto& m : per_type) {
         if (labelled.empty()) break;
         out += std::string("# HELP ") + m.name + " " + m.help + "\n# TYPE " + m.name + " gauge\n";
@@ -775,6 +795,10 @@ class service {
   std::vector<std::string> secrets_;  ///< Of both URLs: never printed, nor served.
   logger log_;
   shared_metrics metrics_;
+  std::mutex page_mutex_;  ///< The HTTP server's thread's; guards the three below.
+  std::shared_ptr<const std::string> page_;  ///< The last /metrics page rendered.
+  steady::time_point page_at_{};             ///< When it was rendered.
+  std::uint64_t renders_ = 0;                ///< Pages rendered.
   std::unique_ptr<soci::session> monitor_sql_;
   std::unique_ptr<Store> monitor_;
   bool backlog_failing_ = false;  // the sampler's (and start-up's) only

@@ -20,6 +20,9 @@ struct relay_command_options {
   std::string unhealthy_after = "60s";
   std::string max_backoff = "5s";  ///< The longest pause while the database or broker is away.
   std::string backlog_interval = "5s";
+  /// /metrics: the aggregate types with the largest backlog that get series of their own; the
+  /// rest are summed in `aggregate_type="_other"`.
+  std::size_t metrics_max_types = 100;
   /// Log-tailing stores: /healthz fails when the slot keeps more WAL than this (a size such as
   /// 1GB), or its wal_status is unreserved or lost. Empty: /healthz does not look at the slot.
   std::string max_slot_kept;

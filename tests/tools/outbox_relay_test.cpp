@@ -13,6 +13,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -76,6 +77,8 @@ long accept_queue(int port) {
 std::pair<int, std::string> http_request(int port, const std::string& request) {
   const int fd = connect_to(port);
   if (fd < 0) return {0, {}};
+  const timeval bound{60, 0};  // a safety net: an answer comes at once, or never
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof bound);
   std::string response;
   if (::send(fd, request.data(), request.size(), 0) == static_cast<ssize_t>(request.size())) {
     char buf[4096];
@@ -178,6 +181,33 @@ std::vector<outbox::uuid> write_events(fixture& fx, int n, int aggregates) {
     tx->commit();
   }
   return ids;
+}
+
+/// `count` events of each of the aggregate types `prefix`0000 to `prefix`(types - 1), in one
+/// transaction.
+void write_types(fixture& fx, const std::string& prefix, int types, int count) {
+  auto sql = fx.open_session();
+  auto st = fx.make_store(*sql);
+  outbox::writer w(*st);
+  auto tx = fixture::begin(*sql);
+  for (int t = 0; t < types; ++t) {
+    char type[64];
+    std::snprintf(type, sizeof type, "%s%04d", prefix.c_str(), t);
+    for (int i = 0; i < count; ++i)
+      w.enqueue(*sql, outbox::event{type, std::to_string(i), "placed", "{}", {}});
+  }
+  tx->commit();
+}
+
+/// The per-aggregate-type samples of `metric` (outbox_backlog_type_pending, ...) by label value.
+std::map<std::string, double> by_type(const std::map<std::string, double>& s,
+                                      const std::string& metric) {
+  const std::string head = metric + "{aggregate_type=\"";
+  std::map<std::string, double> out;
+  for (const auto& [name, value] : s)
+    if (name.rfind(head, 0) == 0)
+      out[name.substr(head.size(), name.size() - head.size() - 2)] = value;
+  return out;
 }
 
 outbox::backlog_stats backlog(fixture& fx) {
@@ -605,6 +635,61 @@ BOOST_AUTO_TEST_CASE(idle_connections_holding_every_slot_do_not_keep_probes_out)
   std::filesystem::remove(socket);
 }
 
+// Clients that send `GET /metrics` and never read the answer, more of them than the server has
+// slots, cannot keep /healthz or /metrics from a probe: the probe takes the slot of the oldest
+// connection whose answer is still being written. The page is made larger (10,000 aggregate
+// types, --metrics-max-types 10000) than a socket's send buffer can grow (tcp_wmem's 4 MiB), so
+// that every answer to them is still being written (for up to the 5 s write timeout).
+BOOST_AUTO_TEST_CASE(clients_that_never_read_their_metrics_do_not_keep_probes_out) {
+  fixture fx;
+  write_types(fx, "an-aggregate-type-with-a-rather-long-name-", 10000, 1);
+  const auto socket = socket_path("nonreaders");
+  // No consumer: the events stay in the outbox (each publish times out and is retried).
+  tool_process relay(
+      relay_args(url_of(fx), "zmq+ipc://" + socket.string(),
+                 {"--metrics-max-types", "10000", "--publish-timeout", "1s", "--batch-size", "1"}));
+  const int port = metrics_port(relay);
+  BOOST_TEST_REQUIRE(health_until(port, 200).first == 200);  // running (503 while starting)
+  const auto s = scrape_until(port, [](auto& s) { return s.count("outbox_backlog_pending") == 1; });
+  BOOST_TEST_REQUIRE(by_type(s, "outbox_backlog_type_pending").size() == 10000u);
+  const auto page = http_get(port, "/metrics");
+  BOOST_TEST_REQUIRE(page.second.size() > 5'000'000u);
+
+  std::vector<int> held;
+  for (int i = 0; i < 40; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    BOOST_TEST_REQUIRE(fd >= 0);
+    const int tiny = 1024;
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &tiny, sizeof tiny);
+    sockaddr_in at{};
+    at.sin_family = AF_INET;
+    at.sin_port = htons(static_cast<std::uint16_t>(port));
+    at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    BOOST_TEST_REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0);
+    const std::string get = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    BOOST_TEST_REQUIRE(::send(fd, get.data(), get.size(), MSG_NOSIGNAL) ==
+                       static_cast<ssize_t>(get.size()));
+    held.push_back(fd);
+  }
+  // Every one of them taken by the server: its answer begun, or its connection closed.
+  const auto taken = [&] {
+    return std::all_of(held.begin(), held.end(), [](int fd) {
+      pollfd p{fd, POLLIN, 0};
+      return ::poll(&p, 1, 0) == 1;
+    });
+  };
+  const auto until = std::chrono::steady_clock::now() + 60s;
+  while (!taken() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(10ms);
+  BOOST_TEST_REQUIRE(taken());
+  const auto health = http_get(port, "/healthz");
+  BOOST_TEST(health.first == 200, "/healthz: " << health.first << " " << health.second);
+  BOOST_TEST(http_get(port, "/metrics").first == 200);
+  for (const int fd : held) ::close(fd);
+  relay.signal(SIGTERM);
+  BOOST_TEST(relay.wait(30s) == 0, relay.log());
+  std::filesystem::remove(socket);
+}
+
 #if !defined(OUTBOX_TOOL_TEST_SQLITE)
 /// `url` with its host:port replaced by 127.0.0.1:`port` and `param` added.
 std::string via_port(const std::string& url, int port, const std::string& param = {}) {
@@ -681,6 +766,95 @@ BOOST_AUTO_TEST_CASE(a_database_that_stops_answering_makes_it_unhealthy_and_cann
   std::filesystem::remove(socket);
 }
 #endif
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(outbox_relay_metrics_page,
+                      *boost::unit_test::precondition(outbox::test::services_of<fixture>))
+
+// --metrics-max-types 50 over 300 aggregate types: the 50 with the largest backlog have series
+// of their own, the other 250 are summed in `_other`, and the series still add up to the totals.
+BOOST_AUTO_TEST_CASE(per_type_series_are_capped_and_the_rest_summed_in_other) {
+  fixture fx;
+  write_types(fx, "big-", 50, 3);     // the largest backlogs: series of their own
+  write_types(fx, "small-", 250, 1);  // summed in "_other"
+  const auto socket = socket_path("capped");
+  // No consumer: the events stay in the outbox (each publish times out and is retried).
+  tool_process relay(
+      relay_args(url_of(fx), "zmq+ipc://" + socket.string(),
+                 {"--metrics-max-types", "50", "--publish-timeout", "1s", "--batch-size", "1"}));
+  const int port = metrics_port(relay);
+  const auto s = scrape_until(port, [](auto& s) { return s.count("outbox_backlog_pending") == 1; });
+  const auto pending = by_type(s, "outbox_backlog_type_pending");
+  const auto in_flight = by_type(s, "outbox_backlog_type_in_flight");
+  const auto dead = by_type(s, "outbox_backlog_type_dead_lettered");
+  BOOST_TEST_REQUIRE(pending.size() == 51u);
+  BOOST_TEST_REQUIRE(pending.count("_other") == 1u);
+  BOOST_TEST(in_flight.size() == 51u);
+  BOOST_TEST(dead.size() == 51u);
+  BOOST_TEST(by_type(s, "outbox_backlog_type_waiting_retry").size() == 51u);
+  BOOST_TEST(by_type(s, "outbox_backlog_type_oldest_pending_age_seconds").size() == 51u);
+  // The named ones are the big ones; every event counted once, in one series of each metric.
+  double named = 0, named_events = 0;
+  for (const auto& [type, n] : pending) {
+    if (type == "_other") continue;
+    BOOST_TEST(type.rfind("big-", 0) == 0, type);
+    named += n;
+    named_events += n + in_flight.at(type) + dead.at(type);
+  }
+  BOOST_TEST(named_events == 150);
+  BOOST_TEST(pending.at("_other") + in_flight.at("_other") + dead.at("_other") == 250);
+  BOOST_TEST(pending.at("_other") == s.at("outbox_backlog_pending") - named);
+  double all_in_flight = 0, all_dead = 0;
+  for (const auto& [type, n] : in_flight) all_in_flight += n;
+  for (const auto& [type, n] : dead) all_dead += n;
+  BOOST_TEST(all_in_flight == s.at("outbox_backlog_in_flight"));
+  BOOST_TEST(all_dead == s.at("outbox_backlog_dead_lettered"));
+  relay.signal(SIGTERM);
+  BOOST_TEST(relay.wait(30s) == 0, relay.log());
+
+  // By default, 100 types have series of their own.
+  tool_process by_default(relay_args(url_of(fx), "zmq+ipc://" + socket.string(),
+                                     {"--publish-timeout", "1s", "--batch-size", "1"}));
+  const auto d = scrape_until(metrics_port(by_default),
+                              [](auto& s) { return s.count("outbox_backlog_pending") == 1; });
+  const auto default_pending = by_type(d, "outbox_backlog_type_pending");
+  BOOST_TEST(default_pending.size() == 101u);
+  BOOST_TEST(default_pending.count("_other") == 1u);
+  by_default.signal(SIGTERM);
+  BOOST_TEST(by_default.wait(30s) == 0, by_default.log());
+  std::filesystem::remove(socket);
+}
+
+// The page is rendered at most once a second, whatever the scrapes: a burst of 200 renders it
+// no more often than the whole seconds it took, plus one.
+BOOST_AUTO_TEST_CASE(a_burst_of_scrapes_renders_the_page_at_most_once_a_second) {
+  fixture fx;
+  const auto socket = socket_path("renders");
+  tool_process relay(relay_args(url_of(fx), "zmq+ipc://" + socket.string()));
+  const int port = metrics_port(relay);
+  BOOST_TEST_REQUIRE(health_until(port, 200).first == 200);  // running (503 while starting)
+  const auto start = std::chrono::steady_clock::now();
+  const auto first = http_get(port, "/metrics");
+  std::pair<int, std::string> last;
+  for (int i = 0; i < 200; ++i) last = http_get(port, "/metrics");
+  const auto whole_seconds =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - start)
+          .count();
+  BOOST_TEST_REQUIRE(first.first == 200);
+  BOOST_TEST_REQUIRE(last.first == 200);
+  const auto before = samples(first.second);
+  const auto after = samples(last.second);
+  BOOST_TEST_REQUIRE(before.count("outbox_relay_metrics_renders_total") == 1u);
+  BOOST_TEST_REQUIRE(after.count("outbox_relay_metrics_renders_total") == 1u);
+  const double renders = after.at("outbox_relay_metrics_renders_total") -
+                         before.at("outbox_relay_metrics_renders_total");
+  BOOST_TEST(renders <= static_cast<double>(whole_seconds + 1),
+             renders << " renders in " << whole_seconds << " whole seconds");
+  relay.signal(SIGTERM);
+  BOOST_TEST(relay.wait(30s) == 0, relay.log());
+  std::filesystem::remove(socket);
+}
 
 BOOST_AUTO_TEST_SUITE_END()
 
