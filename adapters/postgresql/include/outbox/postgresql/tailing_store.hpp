@@ -302,9 +302,9 @@ class tailing_store {
   /// events of the transactions that committed since the last batch, in commit order, up to
   /// `req.limit` (never waits for more). Events of an aggregate that has pending rows in the
   /// table go to the table instead, behind them: the aggregates not known to have some are
-  /// looked up in the table before the batch is handed out (parked_aggregates.sql, one query),
-  /// so a row made pending by another process (`outbox requeue`, a relay that parked it and
-  /// confirmed the slot past it before this stream opened) goes before them.
+  /// looked up in the table before the batch is handed out (parked_aggregates.sql, one
+  /// prepared query), so a row made pending by another process (`outbox requeue`, a relay that
+  /// parked it and confirmed the slot past it before this stream opened) goes before them.
   ///
   /// Table mode's rows that the stream passed without showing them (written while the
   /// publication did not carry the outbox table, or before the slot was made) are found by a
@@ -1219,21 +1219,20 @@ class tailing_store {
   /// of `of`'s (the rest leave `parked_`).
   void load_parked(const std::vector<const message*>& of) {
     table_.run("parked aggregates", [&](PGconn* c) {
-      detail::params p;
+      detail::result r;
       if (of.empty()) {
-        p.add_null().add_null();
+        r = detail::exec(c, std::string(statements::parked_aggregates_all), detail::params(),
+                         "parked aggregates");
+        parked_.clear();
       } else {
         detail::array_literal types, ids;
         for (const message* m : of) {
           types.add_text(m->aggregate_type);
           ids.add_text(m->aggregate_id);
         }
-        p.add(types.str()).add(ids.str());
-      }
-      auto r = detail::exec(c, std::string(statements::parked_aggregates), p, "parked aggregates");
-      if (of.empty()) {
-        parked_.clear();
-      } else {
+        r = detail::exec_prepared_once<detail::parked_aggregates_statement>(
+            c, statements::parked_aggregates, detail::params().add(types.str()).add(ids.str()),
+            "parked aggregates");
         for (const message* m : of)
           parked_.erase(outbox::detail::aggregate_key(m->aggregate_type, m->aggregate_id));
       }
@@ -1244,8 +1243,8 @@ class tailing_store {
   }
 
   /// Adds to `parked_` the aggregates of `events` (readable, not known parked) that have
-  /// pending rows in the table now (one query, parked_aggregates.sql): the stream's events of
-  /// those wait behind them.
+  /// pending rows in the table now (one prepared query, parked_aggregates.sql): the stream's events
+  /// of those wait behind them.
   void learn_parked(const std::vector<event_in_log>& events) {
     std::unordered_set<std::string> asked;
     std::vector<const message*> of;
