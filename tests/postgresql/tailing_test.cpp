@@ -23,6 +23,7 @@
 
 #include "../support/postgresql_tailing_fixture.hpp"
 #include "../support/server_store_helpers.hpp"
+#include "../support/tcp_proxy.hpp"
 
 using namespace std::chrono_literals;
 using outbox::postgresql::tailing_options;
@@ -93,6 +94,29 @@ run_end run_until_it_stops(Relay& r) {
   end.ended = ended;
   return end;
 }
+
+/// The events a store hands out, in order, each batch settled as published at once.
+struct order_log {
+  std::vector<std::string> handed_out;
+
+  /// One claim at `at` (table or stream), recorded and settled.
+  void hand_out(tailing_store& st, outbox::time_point at) {
+    const auto b = st.claim({.owner = "t", .limit = 10, .now = at, .lease = 30s});
+    if (b.empty()) return;
+    std::vector<outbox::settlement> fates(b.size());
+    for (auto& f : fates) f.what = outbox::settlement::kind::published;
+    for (const auto& m : b.messages) handed_out.push_back(m.event_type);
+    (void)st.settle(b, fates, at);
+  }
+  /// Claims, `ahead` of the clock, until `name` was handed out (bounded).
+  bool hand_out_until(tailing_store& st, const std::string& name,
+                      std::chrono::hours ahead = std::chrono::hours(0)) {
+    return eventually([&] {
+      hand_out(st, outbox::system_clock{}.now() + ahead);
+      return std::find(handed_out.begin(), handed_out.end(), name) != handed_out.end();
+    });
+  }
+};
 
 }  // namespace
 
@@ -1178,6 +1202,100 @@ BOOST_FIXTURE_TEST_CASE(stats_count_table_mode_rows_left_unpublished, tailing_fi
   BOOST_TEST(direct.oldest_age.count() >= 240'000);
   // The polling store of the same table: 0 (a field of the log-tailing store's).
   BOOST_TEST(store->table().stats(now).streamed_unpublished == 0);
+}
+
+// Break-it finding (D2): a dead letter requeued by another process (`outbox requeue`) was
+// learned of at the relay's next look at the table, and the stream published its aggregate's
+// later events before it meanwhile. A stream batch asks the table first.
+BOOST_FIXTURE_TEST_CASE(a_dead_letter_requeued_elsewhere_goes_before_its_aggregates_next_events,
+                        tailing_fixture) {
+  opts.table_poll = 1h;  // the table is looked at only when the store knows something is due
+  auto table = open_session();
+  auto store = make_tailing(*table);
+  order_log log;
+  write({{"X", "x1"}});
+  const auto first = claim_some(*store);
+  BOOST_TEST_REQUIRE(names(first.messages) == std::vector<std::string>{"x1"},
+                     boost::test_tools::per_element());
+  std::vector<outbox::settlement> dead(1);
+  dead[0] = {.what = outbox::settlement::kind::dead, .error = "refused"};
+  BOOST_TEST(store->settle(first, dead, outbox::system_clock{}.now()).dead == 1u);
+  write({{"X", "x2"}});  // a dead letter holds nothing back
+  BOOST_TEST_REQUIRE(log.hand_out_until(*store, "x2"));
+  // The operator requeues x1 on a session of its own; x3 is written after.
+  auto other = open_session();
+  BOOST_TEST_REQUIRE(make_store(*other)->requeue(first.messages.front().id));
+  write({{"X", "x3"}});
+  BOOST_TEST_REQUIRE(log.hand_out_until(*store, "x3"));
+  BOOST_TEST(log.handed_out == (std::vector<std::string>{"x2", "x1", "x3"}),
+             boost::test_tools::per_element());
+}
+
+// Seen in the fault harness (two relays sharing the slot, relay kills, a broker outage):
+// an aggregate's early events published 5 s after its later ones. A relay read the parked
+// aggregates as its stream opened, then the relay holding the slot parked a failed event and
+// confirmed the slot past it before it went: the new stream started past that event, and its
+// aggregate's next events went out from the stream while it waited in the table.
+BOOST_FIXTURE_TEST_CASE(a_stream_opened_past_an_event_another_relay_parked_waits_behind_it,
+                        tailing_fixture) {
+  const auto now = [] { return outbox::system_clock{}.now(); };
+  write({{"X", "x1"}});
+  auto table_a = open_session();
+  auto a = make_tailing(*table_a);
+  const auto batch_a = claim_some(*a);
+  BOOST_TEST_REQUIRE(names(batch_a.messages) == std::vector<std::string>{"x1"},
+                     boost::test_tools::per_element());
+  // The second relay's replication connection goes through a proxy that holds it: the relay
+  // has read the table (nothing parked) and waits for its stream to open.
+  outbox::test::tcp_proxy proxy(server_port());
+  proxy.freeze_connection(0);
+  auto table_b = open_session();
+  tailing_store b(connect_string() + " host=127.0.0.1 port=" + std::to_string(proxy.port()),
+                  *table_b, opts);
+  std::exception_ptr failed;
+  std::thread opening([&] {
+    try {
+      (void)claim_now(b);
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  });
+  struct joined {
+    std::thread& t;
+    outbox::test::tcp_proxy& p;
+    ~joined() {
+      p.thaw_connection(0);
+      if (t.joinable()) t.join();
+    }
+  } join_at_end{opening, proxy};
+  BOOST_TEST_REQUIRE(eventually([&] { return proxy.holds_back(0); }));
+  // Meanwhile the first relay's publish of x1 failed: x1 waits in the table for a retry an
+  // hour away, and the slot is confirmed past it; then that relay goes.
+  std::vector<outbox::settlement> retry(1);
+  retry[0] = {.what = outbox::settlement::kind::retry, .retry_at = now() + 1h, .error = "away"};
+  BOOST_TEST(a->settle(batch_a, retry, now()).retried == 1u);
+  auto admin = open_session();
+  BOOST_TEST_REQUIRE(eventually([&] {
+    return count(*admin, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '" +
+                             opts.slot + "' AND confirmed_flush_lsn - '0/0'::pg_lsn >= " +
+                             std::to_string(a->settled_position())) == 1;
+  }));
+  a->close();
+  write({{"X", "x2"}});
+  proxy.thaw_connection(0);
+  opening.join();
+  if (failed) std::rethrow_exception(failed);
+  // The stream shows x2 only (it starts past x1); x2 waits behind x1, due in an hour.
+  order_log log;
+  BOOST_TEST_REQUIRE(eventually([&] {
+    log.hand_out(b, now());
+    return !log.handed_out.empty() || table_rows(*admin, "event_type = 'x2' AND state = 0") == 1u;
+  }));
+  BOOST_TEST(log.handed_out.empty());
+  BOOST_TEST_REQUIRE(log.hand_out_until(b, "x2", 2h));
+  BOOST_TEST(log.handed_out == (std::vector<std::string>{"x1", "x2"}),
+             boost::test_tools::per_element());
+  b.close();
 }
 
 BOOST_AUTO_TEST_SUITE_END()

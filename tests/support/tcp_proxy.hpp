@@ -88,6 +88,11 @@ class tcp_proxy {
     const control c(*this);
     frozen_connections_.push_back(index);
   }
+  /// Carries the `index`-th connection on again: what its sides sent meanwhile is delivered.
+  void thaw_connection(std::size_t index) {
+    const control c(*this);
+    std::erase(frozen_connections_, index);
+  }
   /// Whether the `index`-th connection, frozen, holds bytes back (its client's request, or its
   /// server's answer): its client waits for an answer that does not come.
   [[nodiscard]] bool holds_back(std::size_t index) {

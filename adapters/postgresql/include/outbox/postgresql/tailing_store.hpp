@@ -98,7 +98,9 @@ struct streamed_status {
 /// - **Retries and dead letters.** An event the transport fails is written to the outbox table,
 ///   pending until its retry time (with its attempts), or dead-lettered there; events of its
 ///   aggregate that follow it in the stream are written behind it until the table has none of
-///   that aggregate left, so the aggregate keeps its order while other aggregates flow. The
+///   that aggregate left, so the aggregate keeps its order while other aggregates flow. Each
+///   stream batch asks the table first whether its aggregates have pending rows, so one made
+///   pending elsewhere (a requeue, another relay's park) holds the aggregate back at once. The
 ///   table's rows are claimed like a polling relay's (`table_poll`, or sooner when a retry is
 ///   due). `stats`, `dead_letters`, `requeue` and the purges are the table's.
 /// - **One relay per slot**, and one tailing relay per outbox table: the retries of the table
@@ -298,8 +300,11 @@ class tailing_store {
 
   /// The table's due rows when there are any (retries, requeued dead letters), otherwise the
   /// events of the transactions that committed since the last batch, in commit order, up to
-  /// `req.limit` (never waits for more). Events of an aggregate that has rows in the table go
-  /// to the table instead, behind them.
+  /// `req.limit` (never waits for more). Events of an aggregate that has pending rows in the
+  /// table go to the table instead, behind them: the aggregates not known to have some are
+  /// looked up in the table before the batch is handed out (parked_aggregates.sql, one
+  /// prepared query), so a row made pending by another process (`outbox requeue`, a relay that
+  /// parked it and confirmed the slot past it before this stream opened) goes before them.
   ///
   /// Table mode's rows that the stream passed without showing them (written while the
   /// publication did not carry the outbox table, or before the slot was made) are found by a
@@ -337,26 +342,40 @@ class tailing_store {
     const auto head =
         txs_.empty() ? std::pair<std::int64_t, std::int64_t>{flushed_, 0}
                      : std::pair<std::int64_t, std::int64_t>{txs_.front().end, txs_.front().next};
-    std::vector<parked_row> to_park;
-    while (!ready_.empty() && batch.messages.size() < req.limit) {
-      event_in_log ev = std::move(ready_.front());
+    // The events taken, in stream order, up to `req.limit` of aggregates not known parked.
+    std::vector<event_in_log> taken;
+    std::size_t unparked = 0;
+    while (!ready_.empty() && unparked < req.limit) {
+      taken.push_back(std::move(ready_.front()));
       ready_.pop_front();
+      const event_in_log& ev = taken.back();
       if (tx_state* t = tx_of(ev.tx)) ++t->next;
-      if (!ev.why.empty()) {
-        to_park.push_back(unreadable_row(std::move(ev), req.now));
-        ++batch.unreadable;
-        continue;
-      }
-      if (parked_.contains(outbox::detail::aggregate_key(ev.m.aggregate_type, ev.m.aggregate_id))) {
-        to_park.push_back(parked_row{std::move(ev.m), ev.tx, 0, std::nullopt, 0, {}});
-        continue;
-      }
-      ev.m.sequence = ++sequence_;
-      ev.m.attempts = 1;  // counting this one
-      batch.messages.push_back(std::move(ev.m));
-      sb.entries.push_back({ev.m.sequence, ev.tx, ev.streamed_row});
+      if (ev.why.empty() &&
+          !parked_.contains(outbox::detail::aggregate_key(ev.m.aggregate_type, ev.m.aggregate_id)))
+        ++unparked;
     }
+    std::vector<parked_row> to_park;
     try {
+      // parked_ knows the rows this store parked or read at the stream's start; pending rows
+      // come from elsewhere too (another process's requeue, a relay that parked and moved the
+      // slot after this one read them as it opened): the table says, before anything goes.
+      if (unparked > 0) learn_parked(taken);
+      for (event_in_log& ev : taken) {
+        if (!ev.why.empty()) {
+          to_park.push_back(unreadable_row(std::move(ev), req.now));
+          ++batch.unreadable;
+          continue;
+        }
+        if (parked_.contains(
+                outbox::detail::aggregate_key(ev.m.aggregate_type, ev.m.aggregate_id))) {
+          to_park.push_back(parked_row{std::move(ev.m), ev.tx, 0, std::nullopt, 0, {}});
+          continue;
+        }
+        ev.m.sequence = ++sequence_;
+        ev.m.attempts = 1;  // counting this one
+        batch.messages.push_back(std::move(ev.m));
+        sb.entries.push_back({ev.m.sequence, ev.tx, ev.streamed_row});
+      }
       park(to_park, req.now);
       if (!to_park.empty()) next_table_look_ = req.now;  // parked behind their aggregate: due
       if (!batch.empty() && head_unclaimed_) count_head_attempt(batch, sb, head);
@@ -761,6 +780,9 @@ class tailing_store {
     // (Read the other way round, a position saved between the two started the stream after
     // an aggregate's parked retry without knowing it: seen in the fault harness, an event
     // published before the two of its aggregate that waited in the table.)
+    // The slot's own position is not covered: the server takes it as the stream starts, after
+    // this read, and a relay that parks and confirms meanwhile moves it past rows read here as
+    // absent; each stream batch asks the table again (learn_parked).
     const detail::wal::lsn start = start_position();
     load_parked({});
     try {
@@ -1197,21 +1219,20 @@ class tailing_store {
   /// of `of`'s (the rest leave `parked_`).
   void load_parked(const std::vector<const message*>& of) {
     table_.run("parked aggregates", [&](PGconn* c) {
-      detail::params p;
+      detail::result r;
       if (of.empty()) {
-        p.add_null().add_null();
+        r = detail::exec(c, std::string(statements::parked_aggregates_all), detail::params(),
+                         "parked aggregates");
+        parked_.clear();
       } else {
         detail::array_literal types, ids;
         for (const message* m : of) {
           types.add_text(m->aggregate_type);
           ids.add_text(m->aggregate_id);
         }
-        p.add(types.str()).add(ids.str());
-      }
-      auto r = detail::exec(c, std::string(statements::parked_aggregates), p, "parked aggregates");
-      if (of.empty()) {
-        parked_.clear();
-      } else {
+        r = detail::exec_prepared_once<detail::parked_aggregates_statement>(
+            c, statements::parked_aggregates, detail::params().add(types.str()).add(ids.str()),
+            "parked aggregates");
         for (const message* m : of)
           parked_.erase(outbox::detail::aggregate_key(m->aggregate_type, m->aggregate_id));
       }
@@ -1219,6 +1240,21 @@ class tailing_store {
         parked_.insert(outbox::detail::aggregate_key(r.text(i, 0), r.text(i, 1)));
       return 0;
     });
+  }
+
+  /// Adds to `parked_` the aggregates of `events` (readable, not known parked) that have
+  /// pending rows in the table now (one prepared query, parked_aggregates.sql): the stream's events
+  /// of those wait behind them.
+  void learn_parked(const std::vector<event_in_log>& events) {
+    std::unordered_set<std::string> asked;
+    std::vector<const message*> of;
+    for (const event_in_log& ev : events) {
+      if (!ev.why.empty()) continue;
+      auto key = outbox::detail::aggregate_key(ev.m.aggregate_type, ev.m.aggregate_id);
+      if (parked_.contains(key) || !asked.insert(std::move(key)).second) continue;
+      of.push_back(&ev.m);
+    }
+    if (!of.empty()) load_parked(of);
   }
 
   settle_result settle_table(const claimed_batch& batch, std::span<const settlement> fates,
@@ -1261,7 +1297,9 @@ class tailing_store {
   std::optional<stream_batch> out_;
   std::uint64_t stream_batches_ = 0;
   std::int64_t sequence_ = 0;
-  std::unordered_set<std::string> parked_;  // aggregates with pending rows in the table
+  // Aggregates with pending rows in the table, as far as this store knows: its own parks, the
+  // table read as the stream opened and before each stream batch (learn_parked).
+  std::unordered_set<std::string> parked_;
   time_point next_table_look_{};
   std::unordered_map<std::uint32_t, detail::wal::outbox_columns> relations_;  // outbox tables
   bool table_turn_ = false;     // the table's due rows go next, when the stream has some too

@@ -276,19 +276,21 @@ void forget_prepared(PGconn* conn) {
 }
 
 /// The writers' statements prepared once per connection: the table writer's one-row INSERT,
-/// the table-free writer's one logical decoding message, and the table mode's INSERT.
+/// the table-free writer's one logical decoding message, and the table mode's INSERT; and the
+/// log-tailing relay's look for pending rows before each stream batch.
 inline constexpr char append_statement[] = "outbox_append";
 inline constexpr char emit_statement[] = "outbox_emit";
 inline constexpr char append_streamed_statement[] = "outbox_append_streamed";
+inline constexpr char parked_aggregates_statement[] = "outbox_parked_aggregates";
 
-/// Runs a writer's statement prepared once per connection (`prepared_once<Name>`); when the
-/// server no longer has it (DISCARD ALL, DEALLOCATE ALL: 26000), the caller's transaction is
-/// aborted and the next call on this connection prepares it again.
+/// Runs a statement prepared once per connection (`prepared_once<Name>`); when the server no
+/// longer has it (DISCARD ALL, DEALLOCATE ALL: 26000), the caller's transaction is aborted and
+/// the next call on this connection prepares it again.
 template <const char* Name>
-void exec_prepared_once(PGconn* conn, std::string_view sql, const params& p,
-                        std::string_view what) {
+result exec_prepared_once(PGconn* conn, std::string_view sql, const params& p,
+                          std::string_view what) {
   try {
-    exec_prepared(conn, prepared_once<Name>(conn, sql), p, what);
+    return exec_prepared(conn, prepared_once<Name>(conn, sql), p, what);
   } catch (const error& e) {
     if (e.native_code().starts_with("26000")) forget_prepared<Name>(conn);
     throw;
