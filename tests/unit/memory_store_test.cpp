@@ -23,7 +23,10 @@
 #include <outbox/testing/memory_store.hpp>
 #include <outbox/testing/memory_transport.hpp>
 
+#include "../support/errors.hpp"
+
 using namespace std::chrono_literals;
+using outbox::test::kind_of;
 using outbox::testing::memory_database;
 using outbox::testing::memory_operation;
 using outbox::testing::memory_session;
@@ -38,17 +41,6 @@ outbox::event order_event(std::string id, std::string payload = R"({"total":1})"
 
 outbox::claim_request req(outbox::time_point now, std::size_t n = 100) {
   return outbox::claim_request{"test", n, now, 30s};
-}
-
-template <class F>
-outbox::errc kind_of(F&& f) {
-  try {
-    f();
-  } catch (const outbox::error& e) {
-    return e.kind();
-  }
-  BOOST_ERROR("no outbox::error thrown");
-  return outbox::errc::permanent;
 }
 
 }  // namespace
