@@ -517,8 +517,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(relay_and_consumer_carry_on_after_the_server_is_aw
 
 // A session that cannot be opened fails as the store's statements do, classified: a server
 // away is transient 08001 (libpq gives no SQLSTATE for a connection it could not make), a
-// refused password misconfigured 28P01; a lost connection that cannot be made again stays
-// transient, with its code.
+// refused password misconfigured 28P01, a connection string libpq refuses misconfigured 22023;
+// a lost connection that cannot be made again stays transient, with its code.
 BOOST_AUTO_TEST_CASE(a_session_that_cannot_be_opened_fails_with_its_class_and_code) {
   postgresql_locking_fixture fx;
   outbox::test::tcp_proxy proxy(fx.server_port());
@@ -539,6 +539,12 @@ BOOST_AUTO_TEST_CASE(a_session_that_cannot_be_opened_fails_with_its_class_and_co
   BOOST_TEST((refused.kind() == outbox::errc::misconfigured), refused.what());
   BOOST_TEST(refused.native_code() == "28P01", refused.what());
   BOOST_TEST(refused.adapter() == "postgresql");
+  // A connection string libpq refuses before dialling: no try can succeed.
+  for (const std::string bad : {" sslmode=bogus", " nosuchoption=1", " port=abc"}) {
+    const auto e = connect_error(fx.connect_string() + bad);
+    BOOST_TEST((e.kind() == outbox::errc::misconfigured), bad << ": " << e.what());
+    BOOST_TEST(e.native_code() == "22023", e.what());
+  }
 
   soci::session sql;
   outbox::postgresql::store::connect(sql, via_proxy);

@@ -177,9 +177,8 @@ class store {
   /// Opens `sql`, a session not yet open, with the store's SOCI backend on `connect_string`:
   /// `soci::session::open`, its failure classified as the store's statements' are.
   /// @throws outbox::error `transient` for a server away (08001: libpq gives no SQLSTATE for a
-  /// connection it
-  ///         could not make), `misconfigured` for a refused login (28P01, 28000) or database
-  ///         (3D000).
+  ///         connection it could not make), `misconfigured` for a refused login (28P01, 28000),
+  ///         database (3D000) or a connection string libpq refuses (22023: `sslmode=bogus`).
   static void connect(session_type& sql, const std::string& connect_string) {
     try {
       sql.open(soci_backend, connect_string);

@@ -300,8 +300,9 @@ result exec_prepared_once(PGconn* conn, std::string_view sql, const params& p,
 /// The SQLSTATE of a failure to open a session (`e`: what SOCI threw). libpq gives none for a
 /// connection it could not make (SOCI throws a plain `soci_error` with libpq's message): a
 /// refusal the server sent is known by its message (in English; under another lc_messages it
-/// is not recognized); anything else, a server away, refusing or not answering, is 08001 (the
-/// standard's "unable to establish connection").
+/// is not recognized); a connection string libpq refuses before dialling (an unknown option or
+/// a bad value: `sslmode=bogus`) is 22023; anything else, a server away, refusing or not
+/// answering, is 08001 (the standard's "unable to establish connection").
 [[nodiscard]] inline std::string connect_sqlstate(const std::exception& e) {
   if (const auto* p = dynamic_cast<const ::soci::postgresql_soci_error*>(&e)) {
     std::string s = p->sqlstate();
@@ -318,16 +319,26 @@ result exec_prepared_once(PGconn* conn, std::string_view sql, const params& p,
   if (has("FATAL:  the database system is")) return "57P03";  // starting up, shutting down
   if (has("too many clients already") || has("remaining connection slots are reserved"))
     return "53300";
+  // libpq's refusals of the connection string itself (fe-connect.c): no try could succeed.
+  for (const std::string_view conninfo :
+       {"invalid connection option \"", "missing \"=\" after \"", "unterminated quoted string",
+        "invalid integer value \"", "invalid port number", "invalid URI", "invalid percent-encoded",
+        "forbidden value %00", "key/value separator", "could not match ",
+        "could not parse network address", "invalid when SSL support is not compiled in"})
+    if (has(conninfo)) return "22023";
+  if (has("invalid ", " value: \"")) return "22023";  // invalid sslmode value: "bogus"
   return "08001";
 }
 
 /// The `outbox::error` of a failure to open a session, classified by `connect_sqlstate`:
-/// transient for a server away (08001), misconfigured for a refused login or database.
+/// transient for a server away (08001), misconfigured for a refused login or database or a
+/// connection string libpq refuses (22023).
 [[nodiscard]] inline error connect_error(const std::exception& e, std::string_view what) {
   const std::string sqlstate = connect_sqlstate(e);
   std::string msg = sanitize_text(e.what());
   while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
-  return error(classify(sqlstate), "postgresql", sqlstate, std::string(what) + ": " + msg);
+  const errc kind = sqlstate == "22023" ? errc::misconfigured : classify(sqlstate);
+  return error(kind, "postgresql", sqlstate, std::string(what) + ": " + msg);
 }
 
 /// The libpq connection of a SOCI session.
