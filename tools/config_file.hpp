@@ -17,13 +17,14 @@
 
 namespace outbox_tool {
 
-/// CLI11's config reader for TOML files. A syntax error is a CLI::ConfigError whose message
-/// starts with `file:line:column: `; a key that names no option is left to CLI11 (refused with
-/// config_extras_mode::error).
+/// CLI11's config reader for TOML files. A syntax error, and a key or table that names no option
+/// or subcommand of `app`, is a CLI::ConfigError whose message starts with `file:line:column: `.
 class toml_config : public CLI::Config {
  public:
-  /// The option that names the file (its value goes in the messages): see add_config_option.
-  explicit toml_config(const CLI::Option* file_option = nullptr) : file_option_(file_option) {}
+  /// `app` is the tool's (its keys are looked up as CLI11 does: `--name`, `-n`, `name`; none
+  /// checked when null); `file_option` names the file (its value goes in the messages).
+  explicit toml_config(CLI::App* app = nullptr, const CLI::Option* file_option = nullptr)
+      : app_(app), file_option_(file_option) {}
 
   std::vector<CLI::ConfigItem> from_config(std::istream& in) const override {
     std::string file = "config";
@@ -41,7 +42,7 @@ class toml_config : public CLI::Config {
       throw CLI::ConfigError(where(file, e.source()) + std::string(e.description()));
     }
     std::vector<CLI::ConfigItem> items;
-    add_table(file, root, {}, items);
+    add_table(file, root, {}, app_, items);
     return items;
   }
 
@@ -68,10 +69,33 @@ class toml_config : public CLI::Config {
     return out.str();
   }
 
-  /// `table`'s keys in the file's order (toml++ keeps them sorted), below `parents`: a table is
-  /// a section ("++" and "--" around its items, as CLI11's reader marks them), a value an item.
+  /// The subcommand `name` of `app`, as CLI11 finds it for a section; null when none.
+  static CLI::App* subcommand_of(CLI::App* app, const std::string& name) {
+    try {
+      return app->get_subcommand(name);
+    } catch (const CLI::OptionNotFound&) {
+      return nullptr;
+    }
+  }
+
+  /// True when `name` is an option of `app` by CLI11's lookup of a config key.
+  static bool has_option(const CLI::App* app, const std::string& name) {
+    return app->get_option_no_throw("--" + name) != nullptr ||
+           (name.size() == 1 && app->get_option_no_throw("-" + name) != nullptr) ||
+           app->get_option_no_throw(name) != nullptr;
+  }
+
+  static std::string dotted(const std::vector<std::string>& path) {
+    std::string out;
+    for (const auto& p : path) out += (out.empty() ? "" : ".") + p;
+    return out;
+  }
+
+  /// `table`'s keys in the file's order (toml++ keeps them sorted), below `parents` (the
+  /// subcommand `app`): a table is a section ("++" and "--" around its items, as CLI11's reader
+  /// marks them), a value an item.
   static void add_table(const std::string& file, const toml::table& table,
-                        const std::vector<std::string>& parents,
+                        const std::vector<std::string>& parents, CLI::App* app,
                         std::vector<CLI::ConfigItem>& items) {
     std::vector<std::pair<const toml::key*, const toml::node*>> keys;
     for (const auto& [k, v] : table) keys.emplace_back(&k, &v);
@@ -85,12 +109,20 @@ class toml_config : public CLI::Config {
       if (const auto* sub = node->as_table()) {
         auto path = parents;
         path.push_back(name);
+        CLI::App* command = app != nullptr ? subcommand_of(app, name) : nullptr;
+        if (app != nullptr && command == nullptr)
+          throw CLI::ConfigError(where(file, key->source()) + "[" + dotted(path) +
+                                 "] names no subcommand");
         items.push_back({path, "++", {}});
-        add_table(file, *sub, path, items);
+        add_table(file, *sub, path, command, items);
         items.push_back({path, "--", {}});
         continue;
       }
       CLI::ConfigItem item{parents, name, {}};
+      if (app != nullptr && !has_option(app, name))
+        throw CLI::ConfigError(where(file, key->source()) + "'" + item.fullname() +
+                               "' names no option" +
+                               (parents.empty() ? "" : " of '" + dotted(parents) + "'"));
       if (const auto* array = node->as_array()) {
         for (const auto& element : *array) {
           if (element.is_array() || element.is_table())
@@ -105,6 +137,7 @@ class toml_config : public CLI::Config {
     }
   }
 
+  CLI::App* app_;
   const CLI::Option* file_option_;
 };
 
@@ -113,7 +146,7 @@ class toml_config : public CLI::Config {
 inline CLI::Option* add_config_option(CLI::App& app, const std::string& help) {
   auto* option = app.set_config("--config", "", help);
   // CLI11 reads the file after the command line: the option holds its name by then.
-  app.config_formatter(std::make_shared<toml_config>(option));
+  app.config_formatter(std::make_shared<toml_config>(&app, option));
   app.allow_config_extras(CLI::config_extras_mode::error);
   return option;
 }

@@ -397,11 +397,12 @@ BOOST_AUTO_TEST_CASE(a_config_file_is_toml_and_its_quoted_values_are_read_whole)
   const auto syntax = tool({"--config", config.string(), "stats"});
   BOOST_TEST(syntax.code == 2);
   BOOST_TEST(syntax.err.find(config.string() + ":3:9: ") != std::string::npos, syntax.err);
-  // A key in a section that names no subcommand is refused too.
+  // A section that names no subcommand is refused too, at its place.
   std::ofstream(config) << "[stat]\nstore = " << quoted(url) << "\n";
   const auto section = tool({"--config", config.string(), "stats", "--store", url});
   BOOST_TEST(section.code == 2);
-  BOOST_TEST(section.err.find("stat.") != std::string::npos, section.err);
+  BOOST_TEST(section.err.find(".toml:1:2: [stat] names no subcommand") != std::string::npos,
+             section.err);
   std::filesystem::remove_all(dir);
 }
 
@@ -470,6 +471,26 @@ BOOST_AUTO_TEST_CASE(a_store_it_cannot_reach_exits_1_with_the_class_and_native_c
   ::close(closed);
 #endif
 }
+
+#if defined(OUTBOX_TOOL_TEST_POSTGRESQL)
+// A connection parameter libpq refuses before dialling is misconfigured, not an outage: the
+// relay stops at once instead of trying again.
+BOOST_AUTO_TEST_CASE(a_connection_parameter_libpq_refuses_is_misconfigured) {
+  fixture fx;
+  const auto url = url_of(fx) + "&sslmode=bogus";
+  const auto socket = std::filesystem::temp_directory_path() /
+                      ("outbox-tool-" + std::to_string(::getpid()) + "-bogus.sock");
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"stats", "--store", url},
+        {"relay", "--store", url, "--transport", "zmq+ipc://" + socket.string(),
+         "--metrics-address", "off"}}) {
+    const auto r = tool(args);
+    BOOST_TEST(r.code == 1, args.front() << ": " << r.err);
+    BOOST_TEST(r.err.find("outbox: error (misconfigured, postgresql 22023): ") != std::string::npos,
+               args.front() << ": " << r.err);
+  }
+}
+#endif
 
 BOOST_AUTO_TEST_SUITE_END()
 
