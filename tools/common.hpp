@@ -120,11 +120,28 @@ inline std::string percent_encode(std::string_view s) {
   return out;
 }
 
-/// Replaces every occurrence of `secret` in `text` (an error message) by ***.
+/// A byte of a word: a letter, a digit, '_' or part of a non-ASCII character.
+inline bool is_word_byte(char c) {
+  const auto u = static_cast<unsigned char>(c);
+  return std::isalnum(u) != 0 || c == '_' || u >= 0x80;
+}
+
+/// Replaces each occurrence of `secret` in `text` (an error message) by ***, except inside a
+/// longer word: a password "a" or "conn" hides itself, not the letters of "a connection".
 inline std::string redact(std::string text, const std::string& secret) {
   if (secret.empty()) return text;
-  for (auto at = text.find(secret); at != std::string::npos; at = text.find(secret, at + 3))
+  const bool word_front = is_word_byte(secret.front()), word_back = is_word_byte(secret.back());
+  for (auto at = text.find(secret); at != std::string::npos;) {
+    const auto end = at + secret.size();
+    const bool inside = (word_front && at > 0 && is_word_byte(text[at - 1])) ||
+                        (word_back && end < text.size() && is_word_byte(text[end]));
+    if (inside) {
+      at = text.find(secret, at + 1);
+      continue;
+    }
     text.replace(at, secret.size(), "***");
+    at = text.find(secret, at + 3);
+  }
   return text;
 }
 

@@ -7,6 +7,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <string>
+#include <vector>
 
 #include "../../tools/common.hpp"
 #include "../../tools/metrics.hpp"
@@ -24,6 +25,26 @@ bool contains(const std::string& text, const std::string& part) {
 }
 
 }  // namespace
+
+// A secret is hidden wherever it stands alone, and only there: a short or common password does
+// not eat the letters of the words around it.
+BOOST_AUTO_TEST_CASE(a_password_is_hidden_as_a_whole_not_inside_other_words) {
+  using outbox_tool::redact;
+  const std::string msg = "connect: could not translate host name \"db\": a connection error";
+  BOOST_TEST(redact(msg, "a") ==
+             "connect: could not translate host name \"db\": *** connection error");
+  BOOST_TEST(redact(msg, "on") == msg);
+  BOOST_TEST(redact(msg, "connection") ==
+             "connect: could not translate host name \"db\": a *** error");
+  // Wherever a client library could echo it: a URL's user information, key=value, quoted.
+  BOOST_TEST(redact("u:hunter2@h/db password=hunter2 'hunter2',hunter2", "hunter2") ==
+             "u:***@h/db password=*** '***',***");
+  BOOST_TEST(redact("pw=Pw#Secret42!", "Pw#Secret42!") == "pw=***");
+  BOOST_TEST(redact("x#1 #12", "#1") == "x*** #12");  // '#' takes no side, '1' does
+  BOOST_TEST(redact("caf\xc3\xa9 \xc3\xa9", "\xc3\xa9") == "caf\xc3\xa9 ***");
+  BOOST_TEST(redact(msg, std::vector<std::string>{"a", "", "db"}) ==
+             "connect: could not translate host name \"***\": *** connection error");
+}
 
 BOOST_AUTO_TEST_CASE(ages_take_a_count_and_a_unit) {
   BOOST_TEST(parse_age("250ms", "--x").count() == 250);
