@@ -71,8 +71,11 @@ struct consumer_options {
   std::size_t max_deferred = 10'000;
   /// While a delivery whose handler failed goes back for a retry, the later deliveries of its
   /// aggregate this consumer receives meanwhile are held back, unacknowledged, and applied
-  /// after it (or after `predecessor_wait`: it may have gone to another consumer), stamped or
-  /// not: a broker that prefetches (AMQP `prefetch` > 1) does not apply a later event first.
+  /// after it (or once `predecessor_wait` passed without it failing here again: it may have
+  /// gone to another consumer; each retry that fails here restarts the wait, so an outage of
+  /// any length keeps the order), stamped or not: a broker that prefetches (AMQP `prefetch` >
+  /// 1) does not apply a later event first. Keep `predecessor_wait` above the retry policy's
+  /// longest delay.
   /// false: for consumers that need no per-aggregate order (several on one queue), which then
   /// apply them at once. Needs `predecessor_wait` > 0 and `concepts::inbox_lookup_store`.
   bool hold_behind_retry = true;
@@ -520,7 +523,8 @@ class consumer {
   /// A delivery that failed and goes back for a retry holds back the later events of its
   /// aggregate that arrive meanwhile (`earlier_held`), so none overtakes it from the receiver's
   /// prefetch: always when stamped (its relay stamps: one consumer per queue), else by
-  /// `consumer_options::hold_behind_retry`.
+  /// `consumer_options::hold_behind_retry`. Each failure here restarts the wait: the delivery
+  /// is still retried here, so what is held behind it waits on, however long the outage.
   void block_behind(const delivery& d) {
     if constexpr (concepts::inbox_lookup_store<Store>) {
       if (options_.predecessor_wait.count() <= 0 ||
@@ -534,8 +538,18 @@ class consumer {
         if (blocked_.size() >= options_.max_deferred && !blocked_.contains(aggregate_key(d.msg)))
           return;
       }
-      auto [it, fresh] = blocked_.try_emplace(aggregate_key(d.msg), b);
-      if (!fresh && (d.msg.id < it->second.id || it->second.until <= now)) it->second = b;
+      const std::string key = aggregate_key(d.msg);
+      auto [it, fresh] = blocked_.try_emplace(key, b);
+      if (!fresh &&
+          (d.msg.id < it->second.id || d.msg.id == it->second.id || it->second.until <= now))
+        it->second = b;
+      if (it->second.id != d.msg.id || held_.empty()) return;
+      // Its aggregate's held ones wait as long again: moved to the back, which keeps held_
+      // ordered by `due` (each was held at most predecessor_wait ago).
+      const auto behind = std::stable_partition(
+          held_.begin(), held_.end(),
+          [&](const held_delivery& h) { return h.key != key || h.d.msg.id < d.msg.id; });
+      for (auto h = behind; h != held_.end(); ++h) h->due = std::max(h->due, b.until);
     }
   }
 
@@ -567,7 +581,7 @@ class consumer {
   std::stop_token stop_;                    // run's, so that waits end on a stop request
   std::mutex pause_mutex_;
   std::condition_variable_any pause_cv_;
-  std::deque<held_delivery> held_;  // held back for their predecessor, oldest first
+  std::deque<held_delivery> held_;  // held back for their predecessor, soonest `due` first
   // Aggregates whose released delivery failed and is retried: their ready ones wait for it
   // (until it finishes here, or for `predecessor_wait`: it may have gone to another consumer).
   struct blocker {

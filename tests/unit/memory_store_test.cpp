@@ -1294,6 +1294,50 @@ BOOST_AUTO_TEST_CASE(an_unstamped_delivery_that_fails_holds_back_the_next_of_its
   }
 }
 
+// A retry that outlasts predecessor_wait (the handler reports a service it calls down, for
+// longer than the wait) keeps its aggregate's later events held: each failure here shows the
+// delivery did not go to another consumer. Before, they went first once the wait ran out.
+BOOST_AUTO_TEST_CASE(a_retry_outlasting_the_predecessor_wait_still_holds_its_aggregate_back) {
+  memory_database db;
+  outbox::testing::memory_transport broker;
+  requeue_at_back rcv{&broker};
+  const auto x1 = stamped("x", std::nullopt);
+  const auto x2 = stamped("x", std::nullopt);
+  const auto x3 = stamped("x", std::nullopt);
+  const auto y1 = stamped("y", std::nullopt);
+  memory_session sql(db);
+  memory_store store(sql);
+  std::vector<outbox::uuid> applied;
+  constexpr auto wait = 1s;  // far above the retry delays (5 ms)
+  std::optional<std::chrono::steady_clock::time_point> first_failure;
+  int x1_failures = 0;
+  outbox::consumer<memory_store<>, requeue_at_back> c(
+      store, rcv,
+      [&](memory_session&, const outbox::message& m) {
+        if (m.id == x1.id) {
+          const auto now = std::chrono::steady_clock::now();
+          if (!first_failure) first_failure = now;
+          if (now - *first_failure < 3 * wait) {
+            ++x1_failures;
+            throw outbox::error(outbox::errc::transient, "test", {}, "a service is down");
+          }
+        }
+        applied.push_back(m.id);
+      },
+      {.name = "billing", .poll_timeout = 10ms, .predecessor_wait = wait},
+      outbox::exponential_backoff{.initial = 1ms, .max_delay = 5ms, .max_attempts = 3});
+  for (const auto* m : {&x1, &x2, &x3, &y1}) put_on_wire(broker, *m);
+  BOOST_TEST(eventually([&] {
+    (void)c.poll_once();
+    return applied.size() >= 4;
+  }));
+  BOOST_TEST((applied == std::vector<outbox::uuid>{y1.id, x1.id, x2.id, x3.id}));
+  BOOST_TEST(x1_failures > 1);
+  BOOST_TEST(c.stats().out_of_order == 0u);
+  BOOST_TEST(c.held() == 0u);
+  BOOST_TEST(broker.unacked() == 0u);
+}
+
 // When the oldest held delivery's wait runs out and its own predecessor is held too, the
 // first of the chain goes first.
 BOOST_AUTO_TEST_CASE(when_a_wait_runs_out_the_first_of_the_chain_goes_first) {

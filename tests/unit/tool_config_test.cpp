@@ -78,6 +78,21 @@ class tool_app {
                                 ("outbox-config-" + std::to_string(::getpid()) + ".toml");
 };
 
+/// A file the tool refuses: where (`:line:col: ` after the file's name) and what it says.
+struct refusal {
+  std::string toml, at, what;
+};
+
+/// Each of `cases` is refused with the file, line and column, and its words.
+void expect_refused_at(const std::vector<refusal>& cases) {
+  for (const refusal& r : cases) {
+    tool_app app;
+    const std::string error = app.parse(r.toml, {"stats"});
+    BOOST_TEST(contains(error, app.file() + r.at), r.toml << " -> " << error);
+    BOOST_TEST(contains(error, r.what), r.toml << " -> " << error);
+  }
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(quoted_values_keep_hashes_quotes_equals_and_non_ascii) {
@@ -176,59 +191,44 @@ BOOST_AUTO_TEST_CASE(the_command_line_wins) {
 }
 
 BOOST_AUTO_TEST_CASE(a_key_or_section_that_names_no_option_is_refused_at_its_place) {
-  struct bad {
-    std::string toml, at, what;
-  };
-  for (const bad& b : std::vector<bad>{
-           // Misspelt.
-           {"[relay]\nstore = \"s\"\ntransport = \"t\"\nbatch_sise = 3\n",
-            ":4:1: ", "'relay.batch_sise' names no option of 'relay'"},
-           // No such option.
-           {"\n  verbose = true\n", ":2:3: ", "'verbose' names no option"},
-           // No such subcommand, with keys or without.
-           {"[relya]\nstore = \"s\"\n", ":1:2: ", "[relya] names no subcommand"},
-           {"[relya]\n", ":1:2: ", "[relya] names no subcommand"},
-           // Nor a nested one.
-           {"[relay.tuning]\nbatch-size = 3\n", ":1:8: ", "[relay.tuning] names no subcommand"},
-           // A dotted key and an inline table.
-           {"relay.stor = \"s\"\n", ":1:7: ", "'relay.stor' names no option of 'relay'"},
-           {"stats = { json = true, jsn = 1 }\n", ":1:24: ", "'stats.jsn'"},
-       }) {
-    tool_app app;
-    const std::string error = app.parse(b.toml, {"stats"});
-    BOOST_TEST(contains(error, app.file() + b.at + b.what), b.toml << " -> " << error);
-  }
+  expect_refused_at({
+      // Misspelt.
+      {"[relay]\nstore = \"s\"\ntransport = \"t\"\nbatch_sise = 3\n",
+       ":4:1: ", "'relay.batch_sise' names no option of 'relay'"},
+      // No such option.
+      {"\n  verbose = true\n", ":2:3: ", "'verbose' names no option"},
+      // No such subcommand, with keys or without.
+      {"[relya]\nstore = \"s\"\n", ":1:2: ", "[relya] names no subcommand"},
+      {"[relya]\n", ":1:2: ", "[relya] names no subcommand"},
+      // Nor a nested one.
+      {"[relay.tuning]\nbatch-size = 3\n", ":1:8: ", "[relay.tuning] names no subcommand"},
+      // A dotted key and an inline table.
+      {"relay.stor = \"s\"\n", ":1:7: ", "'relay.stor' names no option of 'relay'"},
+      {"stats = { json = true, jsn = 1 }\n", ":1:24: ", "'stats.jsn'"},
+  });
 }
 
 BOOST_AUTO_TEST_CASE(a_syntax_error_names_the_file_line_and_column) {
-  struct bad {
-    std::string toml, at, what;
-  };
-  for (const bad& b : std::vector<bad>{
-           // An unquoted URL: TOML has no bare strings.
-           {"# the relay\n[stats]\nstore = sqlite:///x.db\n", ":3:9: ", "value"},
-           // A quote inside a basic string, not escaped.
-           {"[stats]\nstore = \"mysql://u:p\"w@h/db\"\n", ":2:22: ", "'w'"},
-           // An unknown escape.
-           {"[stats]\nstore = \"a\\qb\"\n", ":2:", "escape"},
-           // An unterminated string.
-           {"[stats]\nstore = \"sqlite:///x.db\n", ":2:", "string"},
-           // A key given twice.
-           {"[stats]\njson = true\njson = false\n", ":3:", "json"},
-           // A flag without a value (CLI11's INI reader took it as true).
-           {"[stats]\njson\n", ":2:", ""},
-           // Not UTF-8.
-           {"[stats]\nstore = \"\xff\"\n", ":2:", "utf-8"},
-           // An array of tables: not an option's values.
-           {"[[relay]]\nstore = \"a\"\n", ":1:", "relay"},
-           // An array of arrays.
-           {"[requeue]\nids = [[\"a\"]]\n", ":2:", "requeue.ids"},
-       }) {
-    tool_app app;
-    const std::string error = app.parse(b.toml, {"stats"});
-    BOOST_TEST(contains(error, app.file() + b.at), b.toml << " -> " << error);
-    BOOST_TEST(contains(error, b.what), b.toml << " -> " << error);
-  }
+  expect_refused_at({
+      // An unquoted URL: TOML has no bare strings.
+      {"# the relay\n[stats]\nstore = sqlite:///x.db\n", ":3:9: ", "value"},
+      // A quote inside a basic string, not escaped.
+      {"[stats]\nstore = \"mysql://u:p\"w@h/db\"\n", ":2:22: ", "'w'"},
+      // An unknown escape.
+      {"[stats]\nstore = \"a\\qb\"\n", ":2:", "escape"},
+      // An unterminated string.
+      {"[stats]\nstore = \"sqlite:///x.db\n", ":2:", "string"},
+      // A key given twice.
+      {"[stats]\njson = true\njson = false\n", ":3:", "json"},
+      // A flag without a value (CLI11's INI reader took it as true).
+      {"[stats]\njson\n", ":2:", ""},
+      // Not UTF-8.
+      {"[stats]\nstore = \"\xff\"\n", ":2:", "utf-8"},
+      // An array of tables: not an option's values.
+      {"[[relay]]\nstore = \"a\"\n", ":1:", "relay"},
+      // An array of arrays.
+      {"[requeue]\nids = [[\"a\"]]\n", ":2:", "requeue.ids"},
+  });
 }
 
 BOOST_AUTO_TEST_CASE(numbers_booleans_and_dates_come_as_on_the_command_line) {
