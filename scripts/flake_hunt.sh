@@ -2,13 +2,17 @@
 # scripts/flake_hunt.sh: runs Meson suites again and again, with CPU burners beside them, to find
 # tests that fail only sometimes (a flaky test is a defect of the suite, never a retry).
 #
-#   scripts/flake_hunt.sh [--build DIR] [--runs N] [--load K] [--no-suite S]... [SUITE...]
+#   scripts/flake_hunt.sh [--build DIR] [--runs N] [--load K] [--lanes] [--no-suite S]... [SUITE...]
 #
 #   --build DIR  the build directory (default build-ci; configured as scripts/test.sh configures
 #                it when missing, and brought up to date either way)
 #   --runs N     how many times every chosen test runs (default 5)
 #   --load K     K processes burning a CPU each beside the tests (default 0)
 #   --no-suite S leave out the tests of suite S (repeatable; meson test --no-suite)
+#   --lanes      run each time as scripts/test.sh does: in lanes by server (scripts/test_lanes.sh),
+#                so that two tests sharing a database server or RabbitMQ never run at once; every
+#                test but the --no-suite ones (no SUITE then). Without it, one `meson test
+#                --num-processes 2`: right for tests that need no server, not for those that do.
 #   SUITE...     Meson suites (meson test --suite); all when none is named
 #
 # The servers the chosen tests need (suites postgresql, mysql, amqp) are started as
@@ -21,8 +25,9 @@
 # (T tests, each run R times, F failed runs in all). Exits non-zero when anything failed.
 # Logs stay in DIR/meson-logs/flake-hunt/.
 #
-# Example: every test that needs no server, 10 times beside two burners:
+# Examples: every test that needs no server, 10 times beside two burners; every test, in lanes:
 #   scripts/flake_hunt.sh --runs 10 --load 2 --no-suite postgresql --no-suite mysql --no-suite amqp
+#   scripts/flake_hunt.sh --runs 5 --lanes
 
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -30,6 +35,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 build=build-ci
 runs=5
 load=0
+lanes=0
 suites=()
 excluded=()
 while (($#)); do
@@ -38,13 +44,18 @@ while (($#)); do
         --runs) runs=$2; shift 2 ;;
         --load) load=$2; shift 2 ;;
         --no-suite) excluded+=("$2"); shift 2 ;;
-        -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+        --lanes) lanes=1; shift ;;
+        -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
         --*) echo "flake_hunt: unknown option $1" >&2; exit 2 ;;
         *) suites+=("$1"); shift ;;
     esac
 done
 [[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "flake_hunt: --runs must be a positive number" >&2; exit 2; }
 [[ $load =~ ^[0-9]+$ ]] || { echo "flake_hunt: --load must be a number" >&2; exit 2; }
+if ((lanes)) && ((${#suites[@]} > 0)); then
+    echo "flake_hunt: --lanes runs every suite but the --no-suite ones; name no SUITE" >&2
+    exit 2
+fi
 
 export CI=${CI:-true} LANG=${LANG:-C.UTF-8} BOOST_TEST_COLOR_OUTPUT=no OUTBOX_REQUIRE_SERVICES=1
 export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:abort_on_error=1:detect_leaks=1:print_summary=1}
@@ -115,12 +126,27 @@ logs=$build/meson-logs/flake-hunt
 rm -rf "$logs"
 mkdir -p "$logs"
 echo "flake_hunt: ${suites[*]:-every suite}${excluded:+ but ${excluded[*]}}, $runs runs, $load CPU burners${start:+, servers: ${start[*]}}"
+# shellcheck source=scripts/test_lanes.sh
+. scripts/test_lanes.sh
+# run_tests sets `excluded` to its own form: the arguments are taken before.
+lane_args=()
+for s in "${excluded[@]}"; do lane_args+=(--no-suite "$s"); done
 for ((r = 1; r <= runs; r++)); do
     rc=0
-    meson test -C "$build" --no-rebuild --num-processes 2 --logbase "flake-hunt/run-$r" \
-        "${suite_args[@]}" >"$logs/run-$r.out" 2>&1 || rc=$?
+    if ((lanes)); then
+        testlogs=()
+        meson_failed=0
+        run_tests "$build" "${lane_args[@]}" >"$logs/run-$r.out" 2>&1
+        rc=$meson_failed
+        for f in "${testlogs[@]}"; do
+            [[ -e $f ]] && mv "$f" "$logs/run-$r-$(basename "$f")"
+        done
+    else
+        meson test -C "$build" --no-rebuild --num-processes 2 --logbase "flake-hunt/run-$r" \
+            "${suite_args[@]}" >"$logs/run-$r.out" 2>&1 || rc=$?
+    fi
     printf 'run %d of %d: meson test exited %d (%s)\n' "$r" "$runs" "$rc" \
-        "$(grep -E '^(Ok|Fail|Timeout):' "$logs/run-$r.out" | tr -s ' ' | paste -sd' ')"
+        "$(grep -E '^(Ok|Fail|Timeout):' "$logs/run-$r.out" | tr -s ' ' | awk '{a[$1]+=$2} END {for (k in a) printf "%s %d ", k, a[k]}')"
 done
 
 python3 - "$logs" "$runs" <<'EOF'
@@ -129,11 +155,11 @@ logs, runs = pathlib.Path(sys.argv[1]), int(sys.argv[2])
 tests = {}
 failed_runs = []
 for r in range(1, runs + 1):
-    f = logs / f"run-{r}.json"
-    if not f.exists():
+    files = sorted(logs.glob(f"run-{r}.json")) + sorted(logs.glob(f"run-{r}-*.json"))
+    if not files:
         failed_runs.append(("meson test", r, "no test log (meson test could not run)"))
         continue
-    for line in f.read_text().splitlines():
+    for line in (l for f in files for l in f.read_text().splitlines()):
         t = json.loads(line)
         row = tests.setdefault(t["name"], {"runs": 0, "failed": 0, "slowest": 0.0})
         row["runs"] += 1
