@@ -652,6 +652,56 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(the_relays_connection_killed_mid_batch_loses_nothi
   BOOST_TEST(st->connection_id() != first_id);  // a new connection
 }
 
+// MariaDB applies a set idle_readonly_transaction_timeout (or the write one) instead of
+// idle_transaction_timeout to its kind of transaction, and a new session takes the global
+// values: a DBA's 1 s read-only limit cut off a locking claim (read-only until its settle) that
+// the relay had checked against the store's 60 s, and the batch went out again. The store's
+// sessions clear both, so its own limit is the one that holds.
+BOOST_AUTO_TEST_CASE(a_servers_read_only_and_write_idle_limits_do_not_cut_a_claim_short) {
+  mysql_locking_fixture fx;
+  auto admin = fx.open_session();
+  std::string version;
+  *admin << "SELECT VERSION()", soci::into(version);
+  BOOST_TEST_REQUIRE(version.find("MariaDB") != std::string::npos,
+                     "the limits are MariaDB's; this server: " << version);
+  enqueue_many(fx, 10, 10);
+  struct restore {
+    soci::session& admin;
+    ~restore() {
+      try {
+        admin << "SET GLOBAL idle_readonly_transaction_timeout = 0, "
+                 "GLOBAL idle_write_transaction_timeout = 0";
+      } catch (const std::exception& e) {
+        BOOST_ERROR("could not restore the global idle limits: " << e.what());
+      }
+    }
+  };
+  std::unique_ptr<soci::session> sql;
+  {
+    restore guard{*admin};
+    *admin << "SET GLOBAL idle_readonly_transaction_timeout = 1, "
+              "GLOBAL idle_write_transaction_timeout = 1";
+    sql = fx.open_session();  // takes the global limits
+  }
+  auto st = fx.make_store(*sql);
+  outbox::testing::manual_clock clock;
+  auto b = st->claim({"r", 100, clock.now(), 30s});  // the transaction stays open
+  BOOST_TEST_REQUIRE(b.size() == 10u);
+  std::this_thread::sleep_for(3s);  // idle past the server's 1 s, within the store's 60 s
+  st->settle(b, std::vector<outbox::settlement>(10, {outbox::settlement::kind::published}),
+             clock.now());
+  BOOST_TEST(mysql_locking_fixture::count(*admin, "SELECT count(*) FROM outbox WHERE state = 1") ==
+             10);
+  // And a write transaction idle as long (the consumer's, on the store's session).
+  {
+    auto tx = st->begin();
+    BOOST_TEST(st->record_delivery("billing", outbox::make_uuid_v7(), clock.now()));
+    std::this_thread::sleep_for(3s);
+    tx.commit();
+  }
+  BOOST_TEST(mysql_locking_fixture::count(*admin, "SELECT count(*) FROM outbox_inbox") == 1);
+}
+
 BOOST_AUTO_TEST_CASE(a_consumer_transaction_whose_connection_was_killed_never_commits) {
   mysql_locking_fixture fx;
   auto sql = fx.open_session();
