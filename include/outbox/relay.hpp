@@ -620,11 +620,14 @@ class relay {
     }();
     const auto until = publish_deadline(batch);
     std::unordered_set<std::string> failed_aggregates;
+    std::chrono::steady_clock::duration last_wave{0};
 
     for (std::size_t w = 0; w < waves.size() && !out.failure; ++w) {
-      // Stopping, or out of time (the lease must not run out while a wave is in flight): the
-      // rest is released, without counting an attempt.
-      if (stop.stop_requested() || std::chrono::steady_clock::now() >= until) break;
+      // Stopping, or out of time (the lease must not run out while a wave is in flight), or
+      // less time left than the last wave took (a slow broker's confirms would come after the
+      // deadline: charged, and sent twice): the rest is released, without counting an attempt.
+      const auto wave_start = std::chrono::steady_clock::now();
+      if (stop.stop_requested() || wave_start >= until || wave_start + last_wave > until) break;
       auto [begin, end] = waves[w];
       if (!failed_aggregates.empty()) {
         // Messages whose aggregate failed in an earlier wave must not overtake it: move them
@@ -643,6 +646,7 @@ class relay {
         out.failure = std::current_exception();
         break;
       }
+      last_wave = std::chrono::steady_clock::now() - wave_start;
       try {
         apply_results(wave, begin, results, fates, waves.size() > 1 ? &failed_aggregates : nullptr);
       } catch (...) {  // a misconfigured transport: stop here, do not dead-letter the backlog

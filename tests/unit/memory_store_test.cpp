@@ -501,6 +501,48 @@ BOOST_AUTO_TEST_CASE(a_hot_aggregates_batch_is_one_call_where_the_transport_keep
   }
 }
 
+namespace {
+
+/// Waves (no order promise) over a memory transport whose first call confirms only once 60 %
+/// of the time to its deadline has passed: a broker whose confirms are slow.
+struct slow_first_wave_transport {
+  static constexpr bool keeps_publish_order = false;
+  outbox::testing::memory_transport* inner;
+  int calls = 0;
+  std::vector<outbox::publish_result> publish(std::span<const outbox::message> batch,
+                                              std::chrono::steady_clock::time_point until) {
+    if (calls++ == 0) {
+      const auto now = std::chrono::steady_clock::now();
+      std::this_thread::sleep_until(now + (until - now) * 6 / 10);
+    }
+    return inner->publish(batch, until);
+  }
+};
+
+}  // namespace
+
+// A wave is not started with less time left than the last one took: its confirms would come
+// after the deadline, charging an attempt and sending it twice (a 4 s broker under a 10 s
+// publish timeout: the third wave of each batch went out twice). The rest is released, no
+// attempt spent, and goes out with the next claim, in order.
+BOOST_AUTO_TEST_CASE(a_wave_the_deadline_cannot_cover_is_released_not_sent) {
+  memory_database db;
+  const auto ids = enqueue(db, 4, [](int i) { return "a" + std::to_string(i % 2); });
+  memory_session relay_sql(db);
+  memory_store store(relay_sql);
+  outbox::testing::memory_transport broker({.record = true});
+  slow_first_wave_transport t{&broker};
+  outbox::relay relay(store, t, {.batch_size = 10, .publish_timeout = 500ms});
+  BOOST_TEST(relay.run_once() == 4u);
+  BOOST_TEST(t.calls == 1);  // the second wave was not sent
+  BOOST_TEST((ids_of(broker.wire()) == std::vector<outbox::uuid>{ids[0], ids[1]}));
+  BOOST_TEST(relay.stats().released == 2u);
+  BOOST_TEST(relay.stats().retried == 0u);
+  drain(relay, store);
+  BOOST_TEST((ids_of(broker.wire()) == ids));  // each once, in order
+  BOOST_TEST(relay.stats().retried == 0u);
+}
+
 // A transport that promises to keep order and then fails one message in the middle of a run
 // while confirming the later ones (a broker that nacks one message and takes the next): the
 // later ones are on the wire ahead of the failed one, which follows after its retry. The relay
