@@ -151,6 +151,13 @@ inline std::string redact(std::string text, const std::vector<std::string>& secr
   return text;
 }
 
+/// A duration for people, in seconds with a tenth ("27.5 s").
+inline std::string seconds_text(std::chrono::milliseconds d) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f s", static_cast<double>(d.count()) / 1000.0);
+  return buf;
+}
+
 /// Parses a port number of a URL (1 to 65535).
 inline int parse_port(const std::string& p, const std::string& kind) {
   try {

@@ -298,12 +298,6 @@ nlohmann::json to_json(const outbox::backlog_stats& st) {
           {"oldest_streamed_age_ms", st.oldest_streamed_age.count()}};
 }
 
-std::string seconds_text(std::chrono::milliseconds d) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f s", static_cast<double>(d.count()) / 1000.0);
-  return buf;
-}
-
 /// One look at the backlog: the totals and the same per aggregate type.
 struct backlog_view {
   outbox::backlog_stats total;

@@ -158,21 +158,14 @@ std::optional<std::pair<std::string, unsigned short>> parse_address(const std::s
   throw usage_error("bad port in --metrics-address: '" + p + "'");
 }
 
-/// "2.5 s" for 2500 ms.
-std::string seconds_text(std::int64_t ms) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f s", static_cast<double>(ms) / 1000.0);
-  return buf;
-}
-
 /// What is wrong with a log-tailing relay's table-mode rows, for `--max-streamed-age`: the
 /// oldest event not published yet was written more than `max` ago. Empty when nothing is.
 template <class Streamed>
 std::string streamed_alarm(const Streamed& rows, std::chrono::milliseconds max) {
   if (rows.oldest_age <= max) return {};
-  return "table-mode events unpublished: the oldest was written " +
-         seconds_text(rows.oldest_age.count()) + " ago, more than --max-streamed-age " +
-         seconds_text(max.count()) + " (" + std::to_string(rows.unpublished) +
+  return "table-mode events unpublished: the oldest was written " + seconds_text(rows.oldest_age) +
+         " ago, more than --max-streamed-age " + seconds_text(max) + " (" +
+         std::to_string(rows.unpublished) +
          " older than 10 s): the relay is that far behind, or no relay streams, or its stream "
          "passed them over (a publication without the outbox table; the relay moves such rows "
          "to the table once its position is past them)";
@@ -224,10 +217,11 @@ void check_claim_hold(const relay_command_options& o) {
     throw usage_error(
         "--publish-timeout " + o.publish_timeout + ": a locking claim (" +
         (o.claim_policy == "locking" ? "--claim-policy locking" : "this store's default policy") +
-        ") may then hold its transaction " + seconds_text(hold.count()) +
+        ") may then hold its transaction " + std::to_string(hold.count()) + " ms" +
         (pipelined ? " (2 x --publish-timeout + 5 s, pipelined)"
                    : " (--publish-timeout and a tenth, at most 1 s)") +
-        ", longer than the store's idle-in-transaction timeout, " + seconds_text(limit->count()) +
+        ", longer than the store's idle-in-transaction timeout, " + std::to_string(limit->count()) +
+        " ms" +
         ", after which the server ends it mid-publish and the batch is published again; use a "
         "shorter --publish-timeout" +
         (pipelined ? ", --no-pipeline" : "") + " or --claim-policy leasing");
@@ -582,7 +576,8 @@ class service {
         } else if (!st.done && !stopping && now - st.progress_at > unhealthy_after.count() &&
                    !st.stalled.exchange(true)) {
           log_("relay " + std::to_string(st.index) + " stalled: no step for " +
-               seconds_text(now - st.progress_at) + " (its database or broker does not answer)");
+               seconds_text(std::chrono::milliseconds(now - st.progress_at)) +
+               " (its database or broker does not answer)");
         }
         if (!st.done) {
           all_done = false;
@@ -634,7 +629,7 @@ class service {
                 who + " stopped: " + redact(st.fatal, secrets_) + "\n"};
       if (st.stalled)
         return {503, "text/plain; charset=utf-8",
-                who + " stalled: no step for longer than " + seconds_text(unhealthy_after.count()) +
+                who + " stalled: no step for longer than " + seconds_text(unhealthy_after) +
                     " (its database or broker does not answer)\n"};
       const auto since = steady_ms() - st.failing_since.load();
       if (st.failing && since > unhealthy_after.count())
