@@ -411,8 +411,10 @@ class consumer {
     // "a " would share the inbox of "a". Refused on every store, so a name works on all.
     if (name.ends_with(' '))
       throw error(errc::misconfigured, "core", {},
-                  "consumer_options.name \"" + name +
-                      "\" ends in a space: MySQL compares names without their trailing spaces, "
+                  "consumer_options.name \"" + sanitize_text(name, 128) +
+                      (name.size() > 128 ? "...\" (" + std::to_string(name.size()) + " bytes)"
+                                         : std::string("\"")) +
+                      " ends in a space: MySQL compares names without their trailing spaces, "
                       "so it would share the inbox of the name without them (refused on every "
                       "store, so that a name works on all)");
     if constexpr (concepts::consumer_name_limited_store<Store>) {

@@ -984,6 +984,12 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(consumer_names_ending_in_a_space_are_refused, Fixt
     deliver();  // accepted: at least it must keep its own inbox (MySQL: it did not)
     BOOST_TEST((c->poll_once() == consumer_type::outcome::applied), '"' + name + '"');
   }
+  // A long one is shown cut, so that the message stays readable.
+  const auto long_name = outbox::test::error_of(
+      [&] { consumer_type c(*st, broker, handler, {.name = std::string(100'000, 'n') + ' '}); });
+  BOOST_TEST_REQUIRE(long_name.has_value());
+  BOOST_TEST(std::string_view(long_name->what()).size() < 1024u, long_name->what());
+  BOOST_TEST(std::string_view(long_name->what()).find("100001 bytes") != std::string_view::npos);
   // Names only MySQL's PAD SPACE could confuse, were it to pad with more than a space.
   for (const std::string name :
        {"billing-x\t", "billing-x\n", "billing-x\xc2\xa0", " billing-x", "billing x"}) {
