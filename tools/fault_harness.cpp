@@ -2853,11 +2853,12 @@ int run_orchestrator(args a) {
       "| applied twice | order violations | rolled-back seen | wire duplicates | dead-lettered "
       "| fenced | drain s | server faults |\n"
       "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
-      "| %s | %lld | %d | %d (%s; %d kills) | %d (%s) | %s | %d (%lld copies absorbed%s) | %lld | "
-      "%lld "
-      "| %lld | %lld | %lld (bound %lld, %lld relay errors) | %lld (expected %lld%s) | %lld | %.2f "
-      "| "
-      "%s |\n",
+      // pair, events, relays, relay faults, consumer faults, db kills, storms
+      "| %s | %lld | %d | %d (%s; %d kills) | %d (%s) | %s | %d (%lld copies absorbed%s) "
+      // lost, applied twice, order violations, rolled-back seen
+      "| %lld | %lld | %lld | %lld "
+      // wire duplicates, dead-lettered, fenced, drain s, server faults
+      "| %lld (bound %lld, %lld relay errors) | %lld (expected %lld%s) | %lld | %.2f | %s |\n",
       pair_name.c_str(), l.committed, a.relays, relay_total, relay_kinds.c_str(), relay_kills,
       consumer_total, consumer_kinds.c_str(), db_text.c_str(), storms_done, storm_copies,
       storms_missed > 0 ? (", " + std::to_string(storms_missed) + " missed").c_str() : "", l.lost,

@@ -542,9 +542,7 @@ class consumer {
       }
       const std::string key = aggregate_key(d.msg);
       auto [it, fresh] = blocked_.try_emplace(key, b);
-      if (!fresh &&
-          (d.msg.id < it->second.id || d.msg.id == it->second.id || it->second.until <= now))
-        it->second = b;
+      if (!fresh && (d.msg.id <= it->second.id || it->second.until <= now)) it->second = b;
       if (it->second.id != d.msg.id || held_.empty()) return;
       // Its aggregate's held ones wait as long again: moved to the back, which keeps held_
       // ordered by `due` (each was held at most predecessor_wait ago).
