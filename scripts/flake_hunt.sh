@@ -17,7 +17,8 @@
 #
 # The servers the chosen tests need (suites postgresql, mysql, amqp) are started as
 # scripts/test.sh starts them (scripts/services.sh, a directory of their own, stopped at the end)
-# unless their OUTBOX_TEST_* address is already set; OUTBOX_REQUIRE_SERVICES=1, so a test whose
+# unless their OUTBOX_TEST_* address is already set (with --lanes, a second set beside them, as
+# scripts/test.sh does); OUTBOX_REQUIRE_SERVICES=1, so a test whose
 # server is missing fails. Each run is one `meson test` over the chosen suites: tests marked not
 # parallel still run alone in it. Prints a table per test (runs, failures, slowest time), the
 # end of the output of every failed run, and last the line
@@ -64,15 +65,17 @@ export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/scripts/lsan.supp:print_su
 
 burners=()
 svc_dir=""
+svc2_dir=""
 finish() {
     local rc=$?
     set +e
     for pid in "${burners[@]}"; do kill "$pid" 2>/dev/null; done
     for pid in "${burners[@]}"; do wait "$pid" 2>/dev/null; done
-    if [[ -n $svc_dir ]]; then
-        scripts/services.sh stop "$svc_dir"
-        rm -rf "$svc_dir"
-    fi
+    for d in "$svc_dir" "$svc2_dir"; do
+        [[ -n $d ]] || continue
+        scripts/services.sh stop "$d"
+        rm -rf "$d"
+    done
     exit "$rc"
 }
 trap finish EXIT
@@ -115,6 +118,12 @@ if ((${#start[@]} > 0)); then
     scripts/services.sh start "$svc_dir" "${start[@]}"
     # shellcheck source=/dev/null
     . "$svc_dir/env.sh"
+    # In lanes, a second set as scripts/test.sh starts it (OUTBOX_CI_SERVER_SETS=1: none).
+    if ((lanes)) && [[ ${OUTBOX_CI_SERVER_SETS:-2} == 2 && -z ${OUTBOX_SECOND_SERVICES_DIR:-} ]]; then
+        svc2_dir=$(mktemp -d /tmp/outbox-hunt2.XXXXXX)
+        OUTBOX_SERVICES_SET=2 scripts/services.sh start "$svc2_dir" "${start[@]}"
+        export OUTBOX_SECOND_SERVICES_DIR=$svc2_dir
+    fi
 fi
 
 for ((i = 0; i < load; i++)); do
@@ -128,15 +137,13 @@ mkdir -p "$logs"
 echo "flake_hunt: ${suites[*]:-every suite}${excluded:+ but ${excluded[*]}}, $runs runs, $load CPU burners${start:+, servers: ${start[*]}}"
 # shellcheck source=scripts/test_lanes.sh
 . scripts/test_lanes.sh
-# run_tests sets `excluded` to its own form: the arguments are taken before.
-lane_args=()
-for s in "${excluded[@]}"; do lane_args+=(--no-suite "$s"); done
 for ((r = 1; r <= runs; r++)); do
     rc=0
     if ((lanes)); then
         testlogs=()
         meson_failed=0
-        run_tests "$build" "${lane_args[@]}" >"$logs/run-$r.out" 2>&1
+        # suite_args holds --no-suite pairs only here (--lanes takes no SUITE)
+        run_tests "$build" "${suite_args[@]}" >"$logs/run-$r.out" 2>&1
         rc=$meson_failed
         for f in "${testlogs[@]}"; do
             [[ -e $f ]] && mv "$f" "$logs/run-$r-$(basename "$f")"

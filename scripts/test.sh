@@ -3,8 +3,8 @@
 # sudo available). `.ci/run` runs exactly this.
 #
 #  1. installs the build packages and the servers (apt-get, only what is missing);
-#  2. starts throwaway PostgreSQL, MariaDB and RabbitMQ servers (scripts/services.sh) while
-#     the project builds, in build-ci (-Dwerror=true, debugoptimized, with the benchmarks and
+#  2. starts throwaway PostgreSQL, MariaDB and RabbitMQ servers (scripts/services.sh), two
+#     sets of them on different ports (OUTBOX_CI_SERVER_SETS=1: one), while the project builds, in build-ci (-Dwerror=true, debugoptimized, with the benchmarks and
 #     the consumer projects of tests/consumers/, installed into build-ci/prefix);
 #  3. runs the tests with OUTBOX_REQUIRE_SERVICES=1, so a test whose server is missing fails
 #     instead of skipping;
@@ -59,6 +59,8 @@ summary="tests: 0 passed, 1 failed"
 summary_rc=1
 svc_dir=""
 svc_job=""
+svc2_dir=""
+svc2_job=""
 bg_job=""
 
 # shellcheck disable=SC2317 # invoked by the EXIT trap, not unreachable
@@ -72,14 +74,15 @@ finish() {
         wait "$bg_job" 2>/dev/null
     fi
     # A service start still in progress must finish before stop can see all its pids.
-    if [[ -n $svc_job ]]; then
-        wait "$svc_job" 2>/dev/null
-    fi
-    if [[ -n $svc_dir ]]; then
-        section "stopping services"
-        scripts/services.sh stop "$svc_dir"
-        rm -rf "$svc_dir"
-    fi
+    [[ -z $svc_job ]] || wait "$svc_job" 2>/dev/null
+    [[ -z $svc2_job ]] || wait "$svc2_job" 2>/dev/null
+    local d
+    for d in "$svc_dir" "$svc2_dir"; do
+        [[ -n $d ]] || continue
+        section "stopping services in $d"
+        scripts/services.sh stop "$d"
+        rm -rf "$d"
+    done
     # The summary is the last line of the output, and a failure in it fails the run.
     echo "$summary"
     if ((rc == 0 && summary_rc != 0)); then
@@ -117,6 +120,14 @@ svc_dir=$(mktemp -d /tmp/outbox-ci.XXXXXX)
 section "starting services in $svc_dir (in the background)"
 scripts/services.sh start "$svc_dir" >"$svc_dir/start.log" 2>&1 &
 svc_job=$!
+# The second set: the tests run in six lanes instead of three (scripts/test_lanes.sh), each
+# server's tests on one set only (set 2: its own ports, see scripts/services.sh).
+if [[ ${OUTBOX_CI_SERVER_SETS:-2} == 2 ]]; then
+    svc2_dir=$(mktemp -d /tmp/outbox-ci2.XXXXXX)
+    section "starting a second set of services in $svc2_dir (in the background)"
+    OUTBOX_SERVICES_SET=2 scripts/services.sh start "$svc2_dir" >"$svc2_dir/start.log" 2>&1 &
+    svc2_job=$!
+fi
 
 # Configures a fresh build directory and builds it. Usage: build DIR [meson options...]
 build() {
@@ -157,6 +168,7 @@ fi
 # is checked with a second compiler's warnings (-Werror) on the way.
 sanitize=0
 [[ ${OUTBOX_CI_SANITIZE:-1} == 1 ]] && sanitize=1
+rm -f "$CORE_DIR.rc" "$ASAN_DIR.rc"
 set -m # the background job gets a process group of its own (finish ends it as a whole)
 (
     set +e
@@ -164,7 +176,7 @@ set -m # the background job gets a process group of its own (finish ends it as a
     nice -n 10 meson setup "$CORE_DIR" -Dwerror=true -Dauto_features=disabled -Dtests=enabled \
         -Dexamples=false -Dbench=false -Dtest_optimization=0 >"$CORE_DIR.log" 2>&1 &&
         nice -n 10 ninja -C "$CORE_DIR" >>"$CORE_DIR.log" 2>&1
-    echo $? >"$CORE_DIR.rc"
+    echo $? >"$CORE_DIR.rc.part" && mv "$CORE_DIR.rc.part" "$CORE_DIR.rc" # whole, once seen
     if ((sanitize)); then
         rm -rf "$ASAN_DIR"
         CC=clang-14 CXX=clang++-14 nice -n 10 meson setup "$ASAN_DIR" -Dwerror=true \
@@ -180,14 +192,24 @@ bg_job=$!
 set +m
 section "building $CORE_DIR and $ASAN_DIR in the background (logs: $CORE_DIR.log, $ASAN_DIR.log)"
 
+# Waits for a background `scripts/services.sh start` and shows its log; a start that failed
+# ends the run. Usage: services_ready JOB DIR
+services_ready() {
+    local rc=0
+    wait "$1" || rc=$?
+    cat "$2/start.log"
+    if ((rc != 0)); then
+        echo "error: scripts/services.sh start $2 failed (exit $rc)" >&2
+        exit 1
+    fi
+}
 section "services"
-svc_rc=0
-wait "$svc_job" || svc_rc=$?
+services_ready "$svc_job" "$svc_dir"
 svc_job=""
-cat "$svc_dir/start.log"
-if ((svc_rc != 0)); then
-    echo "error: scripts/services.sh start failed (exit $svc_rc)" >&2
-    exit 1
+if [[ -n $svc2_job ]]; then
+    services_ready "$svc2_job" "$svc2_dir"
+    svc2_job=""
+    export OUTBOX_SECOND_SERVICES_DIR=$svc2_dir
 fi
 # shellcheck source=/dev/null
 . "$svc_dir/env.sh"
@@ -207,10 +229,9 @@ section "test $BUILD_DIR"
 run_tests "$BUILD_DIR"
 
 # --- 3b. the background builds, and their tests ----------------------------------------------
-section "waiting for the background builds"
-bg_rc=0
-wait "$bg_job" || bg_rc=$?
-bg_job=""
+# build-core comes first: its tests run while build-asan still builds.
+section "waiting for the background build of $CORE_DIR"
+while [[ ! -e $CORE_DIR.rc ]] && kill -0 "$bg_job" 2>/dev/null; do sleep 1; done
 # Prints DIR's build log and tells whether it built. Usage: built DIR
 built() {
     local dir=$1
@@ -226,6 +247,10 @@ if built "$CORE_DIR"; then
     section "test $CORE_DIR"
     run_tests "$CORE_DIR"
 fi
+section "waiting for the background build of $ASAN_DIR"
+bg_rc=0
+wait "$bg_job" || bg_rc=$?
+bg_job=""
 if ((sanitize)) && built "$ASAN_DIR"; then
     # Boost.Test must not catch the sanitizers' abort: it reported the failure, carried on,
     # and the process then hung at exit until meson's timeout (900 s) killed it. The lint suite
