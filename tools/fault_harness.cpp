@@ -71,7 +71,9 @@
 // whose acks go nowhere), while it purges inbox records older than --dedup-window (20 s) every
 // 250 ms: the inbox must absorb every copy. The window is raised to the longest redelivery path
 // the run's plan makes (clock jumps add up; printed when it is), as a service must keep its
-// records longer than that path.
+// records longer than that path; and, as the run goes, by how much longer than planned the
+// server faults kept a server away (their commands' real time, which load stretches: seen
+// 7 to 25 s for a node-restart planned at most 4.5 s).
 //
 // Soak (--soak SECONDS): events for that long at --rate, and at least a relay fault per 5 s, a
 // consumer fault per 15 s, a storm per 60 s (and a database kill per 20 s when --db-kills > 0).
@@ -447,6 +449,9 @@ std::string duplicates_log(const args& a) { return a.dir + "/duplicates.log"; }
 /// The writer's retries: a line `retry` per failed attempt retried, `landed` per failed attempt
 /// that had committed after all (found by its business rows; not retried).
 std::string writer_log(const args& a) { return a.dir + "/writer.log"; }
+/// How much longer than planned the servers were away so far (ms, a number; absent: none): the
+/// consumers keep their inbox records that much longer (see server_fault_driver::overrun).
+std::string window_extra_file(const args& a) { return a.dir + "/window-extra-ms"; }
 
 long long count_lines_with(const std::string& path, const std::string& word) {
   FILE* f = std::fopen(path.c_str(), "r");
@@ -1307,6 +1312,21 @@ int run_relay(const args& a) {
            },
        .on_batch =
            [&a](const outbox::batch_report& b) {
+             if (tracing()) {  // the events that will come again, to follow a late copy back
+               for (std::size_t i = 0; i < b.fates.size(); ++i) {
+                 if (b.fates[i].what == outbox::settlement::kind::retry)
+                   trace("relay " + std::to_string(a.index) + " retry " +
+                         b.messages[i].payload.substr(0, 40) + " attempt " +
+                         std::to_string(b.messages[i].attempts) + " in " +
+                         std::to_string((b.fates[i].retry_at - jumping_clock{}.now()) / 1ms) +
+                         " ms: " + b.fates[i].error);
+                 else if (b.fates[i].what == outbox::settlement::kind::published &&
+                          b.messages[i].attempts > 1)
+                   trace("relay " + std::to_string(a.index) + " published " +
+                         b.messages[i].payload.substr(0, 40) + " at attempt " +
+                         std::to_string(b.messages[i].attempts));
+               }
+             }
              if (b.claim + b.publish + b.settle > 500ms)
                trace("relay " + std::to_string(a.index) + " slow batch of " +
                      std::to_string(b.messages.size()) + ": claim " +
@@ -1407,7 +1427,8 @@ int run_consumer(const args& a) {
   if (log < 0) throw std::runtime_error("cannot open " + duplicates_log(a));
   const auto window = a.plant == "forget-window" ? 0s : std::chrono::seconds(a.dedup_window_s);
   auto next_purge = steady::now();
-  std::string last_error;  // traced when it changes
+  std::chrono::milliseconds extra{0};  // the servers' overrun (window_extra_file)
+  std::string last_error;              // traced when it changes
   outbox::consumer consumer(
       store, wire,
       [ack_early](soci::session& s, const outbox::message& m) {
@@ -1449,7 +1470,12 @@ int run_consumer(const args& a) {
           throw std::runtime_error("cannot log a duplicate");
       if (steady::now() >= next_purge) {
         next_purge = steady::now() + 250ms;
-        store.purge_inbox(outbox::system_clock{}.now() - window, 1000);
+        if (window > 0s) {
+          std::ifstream in(window_extra_file(a));
+          long long ms = 0;
+          if (in >> ms) extra = std::max(extra, std::chrono::milliseconds(ms));
+        }
+        store.purge_inbox(outbox::system_clock{}.now() - window - extra, 1000);
       }
     } catch (const outbox::error& e) {
       // What consumer::run does: back off from all but a misconfiguration.
@@ -2172,7 +2198,11 @@ struct server_fault_driver {
   /// leaders-down without commands: takes the brokers down (true) or brings them up (false)
   /// (the run's own Kafka mock cluster); returns what went wrong, empty when nothing did.
   std::function<std::string(bool)> power{};
-  double longest_s = 0;           ///< The longest time a server (or the consumer) was away.
+  double longest_s = 0;        ///< The longest time a server (or the consumer) was away.
+  steady::time_point began{};  ///< The running one's first command started (or the kill).
+  /// How much longer than planned the faults that ended kept the servers away, each from its
+  /// first command's start to its last command's end (see `overrun`).
+  std::chrono::milliseconds overrun_done{0};
   steady::time_point last_end{};  ///< When the last one ended (back up).
   std::string failure{};
   std::uintmax_t log_shown = 0;  ///< How much of log() is on our stderr.
@@ -2211,9 +2241,24 @@ struct server_fault_driver {
     }
     return false;
   }
+  /// How much longer than planned the servers have been away so far, the running fault
+  /// included. The plan's window counts each fault's `down`; a server really takes longer: its
+  /// commands run under load (rabbitmqctl stop_app/start_app: 7 to 25 s on a loaded 2-core
+  /// machine, for 0.2 to 4.5 s planned), and redeliveries wait that long. close-connections
+  /// keeps nothing away. The consumers widen their window by this, as it grows.
+  [[nodiscard]] std::chrono::milliseconds overrun(steady::time_point now) const {
+    auto total = overrun_done;
+    if (busy() && !finished() && plan[next].kind != "close-connections")
+      total += std::max(
+          std::chrono::milliseconds(0),
+          std::chrono::duration_cast<std::chrono::milliseconds>(now - began) - plan[next].down);
+    return total;
+  }
+
   void end(steady::time_point away_since, steady::time_point back) {
     const server_fault& f = plan[next];
     trace("server fault " + f.kind + " over");
+    overrun_done = overrun(back);
     ++done[f.kind];
     if (f.kind != "close-connections")
       longest_s = std::max(longest_s, std::chrono::duration<double>(back - away_since).count());
@@ -2234,6 +2279,7 @@ struct server_fault_driver {
         if (applied < f.threshold) return;
         if (due == steady::time_point{}) due = now;
         if (now - due < f.delay) return;
+        began = now;
         if (f.kind == "consumer-away") {
           // Not while a consumer is down or armed for a fault of its own: a little later.
           for (const part& c : consumers)
@@ -2520,6 +2566,9 @@ int run_orchestrator(args a) {
       a.dedup_window_s = needed;
     }
   }
+  // The window above counts each server fault's planned down time; the consumers add how much
+  // longer the servers were really away (server_fault_driver::overrun), as it happens.
+  std::chrono::milliseconds window_extra{0};
   std::size_t next_db_kill = 0;
   steady::time_point db_kill_due{};      ///< The next one's threshold reached then (or none).
   std::map<std::string, int> db_killed;  ///< Database kills done, by target.
@@ -2699,6 +2748,13 @@ int run_orchestrator(args a) {
   while (failure.empty()) {
     // Server faults first: a restart that just ended is seen by the count below (reconnects).
     server.drive(last_applied, consumers);
+    if (const auto extra = server.overrun(steady::now()); extra >= window_extra + 100ms) {
+      // Written whole, then renamed: a consumer never reads half a number.
+      window_extra = extra;
+      const std::string file = window_extra_file(a);
+      std::ofstream(file + ".new") << extra.count() << '\n';
+      std::filesystem::rename(file + ".new", file);
+    }
     if (server.last_end > last_fault) last_fault = server.last_end;
     if (!server.failure.empty()) failure = server.failure;
     bool db_answered = false;
