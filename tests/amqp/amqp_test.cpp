@@ -27,6 +27,7 @@
 
 #include "../support/amqp_fixture.hpp"
 #include "../support/sqlite_fixture.hpp"
+#include "../support/tcp_proxy.hpp"
 
 namespace {
 
@@ -600,6 +601,55 @@ BOOST_AUTO_TEST_CASE(a_broker_that_stops_answering_is_noticed_by_every_kind_of_c
   BOOST_TEST(got == batch.size());  // at least the batch published after the thaw
   BOOST_TEST(rcv.connections() >= 2u);
   outbox::test::amqp_admin(amqp_fixture::url()).delete_queue(fx.queue() + "-frozen");
+}
+
+// A broker whose handshake is answered only after the publish deadline (slow to start, under
+// load): nothing of the batch goes on the wire then. Sent, it was a copy of a batch another
+// relay had taken over and published meanwhile (the fault harness: late copies, applied twice).
+BOOST_AUTO_TEST_CASE(a_connect_that_ends_past_the_deadline_sends_nothing) {
+  amqp_fixture fx;
+  const std::string url = amqp_fixture::url();
+  const auto host = url.rfind('@') == std::string::npos ? url.find("://") + 3 : url.rfind('@');
+  const auto colon = url.find(':', host);
+  const auto end = url.find('/', colon);
+  BOOST_TEST_REQUIRE(colon != std::string::npos);
+  outbox::test::tcp_proxy proxy(std::stoi(url.substr(colon + 1, end - colon - 1)));
+  const std::string proxied = url.substr(0, colon + 1) + std::to_string(proxy.port()) +
+                              (end == std::string::npos ? "" : url.substr(end));
+  outbox::amqp::publisher pub(
+      {.connection = {.url = proxied, .connect_timeout = 60s}, .exchange = fx.exchange()});
+  const auto batch = std::vector<outbox::message>{sample("late-1"), sample("late-2")};
+  proxy.freeze();  // the TCP connect succeeds, the handshake waits
+  const auto until = std::chrono::steady_clock::now() + 200ms;
+  std::thread thaw([&] {
+    while (std::chrono::steady_clock::now() <= until) std::this_thread::sleep_for(10ms);
+    proxy.thaw();
+  });
+  try {
+    const auto results = pub.publish(batch, until);
+    for (const auto& r : results) BOOST_TEST(!r.confirmed);
+    BOOST_ERROR("a publish whose connect ended past its deadline must throw");
+  } catch (const outbox::error& e) {
+    BOOST_TEST((e.kind() == outbox::errc::transient), e.what());
+  }
+  thaw.join();
+  BOOST_TEST(pub.native_handle() != nullptr);  // the connection stays for the next call
+  // A marker on the same channel: whatever of the batch was sent arrives before it.
+  const auto marker = sample("marker");
+  const auto r = pub.publish(std::span(&marker, 1), std::chrono::steady_clock::now() + 60s);
+  BOOST_TEST_REQUIRE((r.size() == 1 && r[0].confirmed));
+  std::vector<std::string> seen;
+  bool marked = false;
+  for (const auto bound = std::chrono::steady_clock::now() + 60s;
+       !marked && std::chrono::steady_clock::now() < bound;) {
+    auto d = fx.receiver().receive(200ms);
+    if (!d) continue;
+    fx.receiver().ack(*d);
+    marked = d->msg.id == marker.id;
+    if (!marked) seen.push_back(d->msg.aggregate_id);
+  }
+  BOOST_TEST_REQUIRE(marked);
+  BOOST_TEST(seen.empty(), "sent past the deadline: " << seen.size() << " messages");
 }
 
 BOOST_AUTO_TEST_CASE(with_the_defaults_a_retried_delivery_is_not_overtaken_by_its_aggregate) {

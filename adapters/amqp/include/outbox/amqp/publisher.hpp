@@ -53,7 +53,8 @@ struct publisher_options {
 /// messages still unconfirmed (`transient`); the next `publish` reconnects. A message that AMQP
 /// cannot carry (a routing key, `type` or header name over 255 bytes, headers that do not fit in
 /// a frame, see `unsendable`) is that message's `permanent` failure, found before any byte of it
-/// is written: the rest of the batch goes out on the same connection.
+/// is written: the rest of the batch goes out on the same connection. A connect that ends past
+/// `until` sends nothing (`transient`): a late batch would be a copy of what another relay sent.
 ///
 /// Threading: one connection, not thread-safe; use it from one thread (or behind a lock).
 /// Move-only (see the move constructor).
@@ -98,6 +99,13 @@ class publisher {
     std::vector<publish_result> results;
     if (batch.empty()) return results;
     ensure();
+    // A (re)connect that ended past the deadline (a broker slow to answer its handshake) sends
+    // nothing: the caller's claim may have run out meanwhile, and another relay published the
+    // batch; sent now, it would arrive as late copies. The connection stays for the next call.
+    if (std::chrono::steady_clock::now() >= until)
+      throw error(
+          errc::transient, "amqp", {},
+          "connected only after the publish deadline; nothing sent (" + conn_.where() + ")");
     results.resize(batch.size());
     pending_.clear();
     by_id_.clear();
