@@ -4,8 +4,9 @@
 #
 #  1. installs the build packages and the servers (apt-get, only what is missing);
 #  2. starts throwaway PostgreSQL, MariaDB and RabbitMQ servers (scripts/services.sh), two
-#     sets of them on different ports (OUTBOX_CI_SERVER_SETS=1: one), while the project builds, in build-ci (-Dwerror=true, debugoptimized, with the benchmarks and
-#     the consumer projects of tests/consumers/, installed into build-ci/prefix);
+#     sets of them on different ports (OUTBOX_CI_SERVER_SETS=1: one), while the project
+#     builds, in build-ci (-Dwerror=true, debugoptimized, with the benchmarks and the consumer
+#     projects of tests/consumers/, installed into build-ci/prefix);
 #  3. runs the tests with OUTBOX_REQUIRE_SERVICES=1, so a test whose server is missing fails
 #     instead of skipping;
 #  4. builds build-core (the core alone) and, unless OUTBOX_CI_SANITIZE=0, build-asan (ASan +

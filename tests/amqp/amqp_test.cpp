@@ -608,14 +608,12 @@ BOOST_AUTO_TEST_CASE(a_broker_that_stops_answering_is_noticed_by_every_kind_of_c
 // relay had taken over and published meanwhile (the fault harness: late copies, applied twice).
 BOOST_AUTO_TEST_CASE(a_connect_that_ends_past_the_deadline_sends_nothing) {
   amqp_fixture fx;
-  const std::string url = amqp_fixture::url();
-  const auto host = url.rfind('@') == std::string::npos ? url.find("://") + 3 : url.rfind('@');
-  const auto colon = url.find(':', host);
-  const auto end = url.find('/', colon);
-  BOOST_TEST_REQUIRE(colon != std::string::npos);
-  outbox::test::tcp_proxy proxy(std::stoi(url.substr(colon + 1, end - colon - 1)));
-  const std::string proxied = url.substr(0, colon + 1) + std::to_string(proxy.port()) +
-                              (end == std::string::npos ? "" : url.substr(end));
+  // The fixture's broker behind a proxy: the same credentials and vhost, the proxy's port.
+  const auto broker = outbox::amqp::parse_url(amqp_fixture::url());
+  outbox::test::tcp_proxy proxy(broker.port);
+  const std::string proxied = "amqp://" + broker.user + ":" + broker.password +
+                              "@127.0.0.1:" + std::to_string(proxy.port()) +
+                              (broker.vhost == "/" ? "" : "/" + broker.vhost);
   outbox::amqp::publisher pub(
       {.connection = {.url = proxied, .connect_timeout = 60s}, .exchange = fx.exchange()});
   const auto batch = std::vector<outbox::message>{sample("late-1"), sample("late-2")};
