@@ -26,32 +26,32 @@ fail() {
 }
 
 # The live processes (zombies are gone: pid 1 here may never reap them) whose command line
-# mentions $1.
+# mentions $1 (a run directory: letters, digits, dots and slashes; the dots escaped for pgrep).
+# One pgrep, not a grep per process of the machine: that took seconds a call on a loaded one.
 run_pids() {
     local pid state
-    for d in /proc/[0-9]*; do
-        pid=${d#/proc/}
+    for pid in $(pgrep -f -- "${1//./\\.}"); do
         [[ $pid == "$$" || $pid == "$BASHPID" ]] && continue
-        grep -qaF -- "$1" "$d/cmdline" 2>/dev/null || continue
-        state=$(sed 's/.*) //' "$d/stat" 2>/dev/null | cut -d' ' -f1) || continue
+        state=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1) || continue
         [[ $state == [ZX] || -z $state ]] || echo "$pid"
     done
 }
 
-# Waits up to $2 seconds for `run_pids $1` to list at least $3 processes.
+# Waits up to $2 seconds (by the clock, however long a look takes) for `run_pids $1` to list
+# at least $3 processes.
 wait_for_parts() {
-    local n
-    for _ in $(seq $(($2 * 10))); do
-        n=$(run_pids "$1" | wc -l)
-        ((n >= $3)) && return 0
+    local -r end=$((SECONDS + $2))
+    while ((SECONDS < end)); do
+        (($(run_pids "$1" | wc -l) >= $3)) && return 0
         sleep 0.1
     done
     return 1
 }
 
-# Waits up to $2 seconds until no process of run dir $1 is left.
+# Waits up to $2 seconds (by the clock) until no process of run dir $1 is left.
 wait_none_left() {
-    for _ in $(seq $(($2 * 10))); do
+    local -r end=$((SECONDS + $2))
+    while ((SECONDS < end)); do
         [[ -z $(run_pids "$1") ]] && return 0
         sleep 0.1
     done
