@@ -553,7 +553,7 @@ BOOST_AUTO_TEST_CASE(statements_are_split_by_their_size_as_sent) {
   BOOST_TEST(
       mysql_locking_fixture::count(
           *check, "SELECT count(*) FROM outbox WHERE LENGTH(payload) = " + std::to_string(size) +
-                      " AND LENGTH(REPLACE(payload, X'00', '')) = 0") == 4);
+                      " AND payload = REPEAT(X'00', " + std::to_string(size) + ")") == 4);
 }
 
 // A row that cannot fit the packet on its own is refused before anything is sent, so the
