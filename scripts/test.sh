@@ -51,7 +51,15 @@ readonly BUILD_PACKAGES=(
     libpq-dev libmariadb-dev kcat libcli11-dev libtomlplusplus-dev procps
 )
 
-section() { printf '\n=== %s (at %ds) ===\n' "$*" "$SECONDS"; }
+# CPU time the machine spent busy (every core: user, nice, system, irq, softirq, steal), in
+# seconds since boot (/proc/stat counts in USER_HZ, 100 a second): the sections print it, so
+# that a log shows where the CPU went.
+cpu_busy() { awk '/^cpu / {print int(($2 + $3 + $4 + $7 + $8 + $9) / 100)}' /proc/stat; }
+CPU_BUSY_AT_START=$(cpu_busy)
+readonly CPU_BUSY_AT_START
+section() {
+    printf '\n=== %s (at %ds, %d CPU-s busy) ===\n' "$*" "$SECONDS" $(($(cpu_busy) - CPU_BUSY_AT_START))
+}
 
 # --- cleanup and the closing summary line ----------------------------------------------------
 # Until the tests have run and been counted, the summary says one failure: whatever stops the
