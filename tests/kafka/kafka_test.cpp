@@ -647,6 +647,43 @@ BOOST_AUTO_TEST_CASE(an_offset_is_committed_only_once_every_earlier_one_was_acke
   BOOST_TEST(net.outstanding() == 0u);
 }
 
+BOOST_AUTO_TEST_CASE(a_delivery_tells_its_record_position_until_it_is_settled) {
+  outbox::test::kafka_fixture net;  // one partition
+  std::vector<outbox::message> batch(2);
+  for (auto& m : batch) {
+    m.id = outbox::make_uuid_v7();
+    m.aggregate_type = "order";
+    m.aggregate_id = "where";
+    m.event_type = "placed";
+    m.payload = "{}";
+  }
+  for (const auto& r : net.publisher().publish(batch, std::chrono::steady_clock::now() + 10s))
+    BOOST_TEST(r.confirmed);
+  auto& rcv = net.receiver();
+  auto first = rcv.receive(60s);
+  auto second = rcv.receive(60s);
+  BOOST_TEST_REQUIRE(first.has_value());
+  BOOST_TEST_REQUIRE(second.has_value());
+  const auto at = rcv.position(*first);
+  BOOST_TEST_REQUIRE(at.has_value());
+  BOOST_TEST(at->topic == net.topic());
+  BOOST_TEST(at->partition == 0);
+  const auto next = rcv.position(*second);
+  BOOST_TEST_REQUIRE(next.has_value());
+  BOOST_TEST(next->offset == at->offset + 1);
+  // Requeued: the same record again, at the same position (a relay's second publish is not).
+  rcv.nack(*first, true);
+  BOOST_TEST(!rcv.position(*first).has_value());
+  auto again = rcv.receive(60s);
+  BOOST_TEST_REQUIRE(again.has_value());
+  BOOST_TEST(again->msg.id == batch[0].id);
+  BOOST_TEST((rcv.position(*again) == at));
+  rcv.ack(*again);
+  rcv.ack(*second);
+  BOOST_TEST(!rcv.position(*again).has_value());
+  BOOST_TEST(!rcv.position(*second).has_value());
+}
+
 BOOST_AUTO_TEST_CASE(a_delivery_retried_past_max_poll_interval_keeps_its_member_in_the_group) {
   outbox::test::kafka_fixture net;
   auto options = net.receiver_options();

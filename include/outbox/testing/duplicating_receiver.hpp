@@ -66,6 +66,8 @@ class duplicating_receiver {
   [[nodiscard]] static bool is_copy(const delivery& d) noexcept { return d.tag >= copy_tags; }
   /// Whether the last delivery `receive` handed out was a copy.
   [[nodiscard]] bool last_was_copy() const noexcept { return last_was_copy_; }
+  /// Deliveries kept to copy in a storm (none before the first real one).
+  [[nodiscard]] std::size_t kept() const noexcept { return recent_.size(); }
   /// Copies handed out so far.
   [[nodiscard]] std::uint64_t copies() const noexcept { return copies_; }
 

@@ -69,6 +69,14 @@ struct receiver_stats {
   std::uint64_t dropped = 0;  ///< Deliveries held when their partition was revoked (redelivered).
 };
 
+/// Where a record sits in Kafka.
+struct record_position {
+  std::string topic{};
+  std::int32_t partition = -1;
+  std::int64_t offset = -1;
+  friend bool operator==(const record_position&, const record_position&) = default;
+};
+
 namespace detail {
 /// The offsets of one assigned partition this member has seen.
 struct partition_offsets {
@@ -454,6 +462,15 @@ class receiver {
   /// Deliveries handed out and not yet acked, plus those requeued here.
   [[nodiscard]] std::size_t held() const noexcept {
     return state_->tags.size() + state_->requeued.size();
+  }
+  /// The record `d` came from, while `d` is handed out (neither acked nor nacked, its partition
+  /// not revoked); nullopt otherwise. A redelivery of the same record (its offset was not
+  /// committed when its partition moved) has the same position; the relay's second publish of
+  /// a message has another. For logs and diagnostics.
+  [[nodiscard]] std::optional<record_position> position(const delivery& d) const {
+    const auto it = state_->tags.find(d.tag);
+    if (it == state_->tags.end()) return std::nullopt;
+    return record_position{it->second.tp.first, it->second.tp.second, it->second.offset};
   }
   /// Partitions assigned to this member now.
   [[nodiscard]] std::size_t assigned() const noexcept { return state_->assigned; }
