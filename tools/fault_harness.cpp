@@ -18,7 +18,8 @@
 //                 [--relays N] [--poison K] [--uncarriable K] [--storms K] [--dedup-window S]
 //                 [--soak SECONDS]
 //                 [--plant mark-before-confirm|skip-inbox|blind-retry|forget-window|
-//                          writer-drop|drop-confirm|publish-twice|ack-before-commit]
+//                          writer-drop|drop-confirm|publish-twice|ack-before-commit|
+//                          stuck-commit]
 //                 [--drain-bound SECONDS]
 //       the orchestrator: prepares DIR (a temp dir by default), starts the consumer, the relay
 //       and the writer as child processes (fork/exec of itself), kills the relay and the
@@ -115,7 +116,10 @@
 //                        wire duplicates over their bound;
 //   publish-twice        the relay puts every third batch on the wire twice: the same;
 //   ack-before-commit    the consumer acks each delivery before its transaction (with in-tx
-//                        consumer faults: lost).
+//                        consumer faults: lost);
+//   stuck-commit         the consumer never acks every 100th delivery (Kafka: its partition's
+//                        committed offset stays behind it; the group's committed offsets short
+//                        of the partitions' ends after the drain).
 //
 // Exit codes: 0 the ledger holds; 3 a ledger violation (lost, applied twice, order violations,
 // rolled-back events seen, dead letters other than the poison and uncarriable events or not
@@ -289,7 +293,7 @@ struct args {
          "       [--events N] [--seed S] [--relay-kills K] "
          "[--consumer-kills K] [--db-kills K] [--aggregates A] [--rate R] [--dir DIR] [--keep] "
          "[--plant mark-before-confirm|skip-inbox|blind-retry|forget-window|writer-drop|"
-         "drop-confirm|publish-twice|ack-before-commit] [--drain-bound S]\n"
+         "drop-confirm|publish-twice|ack-before-commit|stuck-commit] [--drain-bound S]\n"
          "       [--relays N] [--poison K] [--uncarriable K] [--storms K] [--dedup-window S] "
          "[--soak SECONDS]\n"
          "       [--relay-faults kill,before-publish,after-confirm,pause,clock-jump] "
@@ -404,7 +408,8 @@ args parse(int argc, char** argv) {
     usage("unknown role " + a.role);
   if (!a.plant.empty() && a.plant != "mark-before-confirm" && a.plant != "skip-inbox" &&
       a.plant != "blind-retry" && a.plant != "forget-window" && a.plant != "writer-drop" &&
-      a.plant != "drop-confirm" && a.plant != "publish-twice" && a.plant != "ack-before-commit")
+      a.plant != "drop-confirm" && a.plant != "publish-twice" && a.plant != "ack-before-commit" &&
+      a.plant != "stuck-commit")
     usage("unknown defect to plant: " + a.plant);
   if (a.soak_s > 0 && a.role == "orchestrator") {
     // A long run: the events the writer commits in that time, and at least a relay fault every
@@ -1417,8 +1422,9 @@ class harness_store : public S::store_type {
 template <class Inner>
 class harness_receiver {
  public:
-  harness_receiver(Inner& real, outbox::testing::duplicating_receiver<Inner>& inner, bool ack_early)
-      : real_(&real), inner_(&inner), ack_early_(ack_early) {}
+  harness_receiver(Inner& real, outbox::testing::duplicating_receiver<Inner>& inner, bool ack_early,
+                   bool stuck)
+      : real_(&real), inner_(&inner), ack_early_(ack_early), stuck_(stuck) {}
   std::optional<outbox::delivery> receive(std::chrono::milliseconds timeout) {
     // A storm armed before this consumer received anything would copy nothing: it waits.
     if (armed_storm != 0 && inner_->kept() > 0) {
@@ -1432,6 +1438,8 @@ class harness_receiver {
   }
   void ack(const outbox::delivery& d) {
     if (armed_usr1 != 0 && !inner_->is_copy(d)) die_here();  // committed, not acked
+    // The defect (stuck-commit): every 100th delivery is never acked.
+    if (stuck_ && !inner_->is_copy(d) && ++acks_ % 100 == 0) return;
     if (!ack_early_) inner_->ack(d);
   }
   void nack(const outbox::delivery& d, bool requeue) { inner_->nack(d, requeue); }
@@ -1464,6 +1472,8 @@ class harness_receiver {
   Inner* real_;
   outbox::testing::duplicating_receiver<Inner>* inner_;
   bool ack_early_ = false;
+  bool stuck_ = false;
+  long acks_ = 0;
   std::string last_id_{};
   std::string last_position_{};
   std::map<std::string, std::string> positions_{};
@@ -1514,7 +1524,7 @@ int run_consumer(const args& a) {
   auto rcv = T::receiver(a);
   outbox::testing::duplicating_receiver storming(rcv);
   const bool ack_early = a.plant == "ack-before-commit";
-  harness_receiver wire(rcv, storming, ack_early);
+  harness_receiver wire(rcv, storming, ack_early, a.plant == "stuck-commit");
   const int log = ::open(duplicates_log(a).c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
   if (log < 0) throw std::runtime_error("cannot open " + duplicates_log(a));
   const auto window = a.plant == "forget-window" ? 0s : std::chrono::seconds(a.dedup_window_s);
