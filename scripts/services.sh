@@ -36,8 +36,8 @@
 #   OUTBOX_AMQPS_PORT (27671, RabbitMQ's TLS listener)
 #   OUTBOX_AMQP_DIST_PORT (27673)  OUTBOX_EPMD_PORT (24369)
 #   OUTBOX_AMQP_CTL_PORT_MIN..OUTBOX_AMQP_CTL_PORT_MAX (27674..27683, used by rabbitmqctl)
-# or run another set of servers beside the first with OUTBOX_SERVICES_SET=N (2-5): every
-# default port + 20 * (N - 1).
+# or run another set of servers beside the first with OUTBOX_SERVICES_SET=N (2-5): every port
+# above (default or given) + 20 * (N - 1).
 #
 # For rabbitmqctl against the test node: (. DIR/rabbitmq/ctl-env.sh && rabbitmqctl list_queues)
 #
@@ -56,19 +56,23 @@ readonly DB_PASS=outbox
 # The broker's password is distinctive, so that tests can check it never shows in error texts.
 readonly AMQP_PASS=amqp-secret-d41c
 
-# Set N of servers (OUTBOX_SERVICES_SET, 1-5) has every default port + 20 * (N - 1), so that
-# several sets run side by side (scripts/test.sh runs two).
+# Set N of servers (OUTBOX_SERVICES_SET, 1-5) has every port + 20 * (N - 1), the given ones
+# too, so that several sets run side by side (scripts/test.sh runs two) whatever the base.
 readonly SET=${OUTBOX_SERVICES_SET:-1}
 [[ $SET =~ ^[1-5]$ ]] || { echo "${0##*/}: OUTBOX_SERVICES_SET must be 1-5, not '$SET'" >&2; exit 2; }
 readonly SHIFT=$((20 * (SET - 1)))
-readonly PG_PORT=${OUTBOX_PG_PORT:-$((25432 + SHIFT))}
-readonly MYSQL_PORT=${OUTBOX_MYSQL_PORT:-$((23306 + SHIFT))}
-readonly AMQP_PORT=${OUTBOX_AMQP_PORT:-$((27672 + SHIFT))}
-readonly AMQPS_PORT=${OUTBOX_AMQPS_PORT:-$((27671 + SHIFT))}
-readonly AMQP_DIST_PORT=${OUTBOX_AMQP_DIST_PORT:-$((27673 + SHIFT))}
-readonly EPMD_PORT=${OUTBOX_EPMD_PORT:-$((24369 + SHIFT))}
-readonly AMQP_CTL_PORT_MIN=${OUTBOX_AMQP_CTL_PORT_MIN:-$((27674 + SHIFT))}
-readonly AMQP_CTL_PORT_MAX=${OUTBOX_AMQP_CTL_PORT_MAX:-$((27683 + SHIFT))}
+for v in OUTBOX_PG_PORT OUTBOX_MYSQL_PORT OUTBOX_AMQP_PORT OUTBOX_AMQPS_PORT OUTBOX_AMQP_DIST_PORT \
+    OUTBOX_EPMD_PORT OUTBOX_AMQP_CTL_PORT_MIN OUTBOX_AMQP_CTL_PORT_MAX; do
+    [[ ${!v:-0} =~ ^[0-9]+$ ]] || { echo "${0##*/}: $v must be a port number, not '${!v}'" >&2; exit 2; }
+done
+readonly PG_PORT=$((${OUTBOX_PG_PORT:-25432} + SHIFT))
+readonly MYSQL_PORT=$((${OUTBOX_MYSQL_PORT:-23306} + SHIFT))
+readonly AMQP_PORT=$((${OUTBOX_AMQP_PORT:-27672} + SHIFT))
+readonly AMQPS_PORT=$((${OUTBOX_AMQPS_PORT:-27671} + SHIFT))
+readonly AMQP_DIST_PORT=$((${OUTBOX_AMQP_DIST_PORT:-27673} + SHIFT))
+readonly EPMD_PORT=$((${OUTBOX_EPMD_PORT:-24369} + SHIFT))
+readonly AMQP_CTL_PORT_MIN=$((${OUTBOX_AMQP_CTL_PORT_MIN:-27674} + SHIFT))
+readonly AMQP_CTL_PORT_MAX=$((${OUTBOX_AMQP_CTL_PORT_MAX:-27683} + SHIFT))
 
 # Erlang node name of the test broker (the host part must resolve: localhost always does).
 readonly AMQP_NODE=outbox_test@localhost
