@@ -39,6 +39,19 @@ using world4 =
     e2e::world<e2e::combo<outbox::test::sqlite_fixture, outbox::test::kafka_partitions_fixture>>;
 using outbox::kafka::mock_cluster;
 
+/// `n` "placed" events of order `aggregate_id` (payload `{}`), each with a fresh id.
+std::vector<outbox::message> orders_placed(const std::string& aggregate_id, std::size_t n = 1) {
+  std::vector<outbox::message> batch(n);
+  for (auto& m : batch) {
+    m.id = outbox::make_uuid_v7();
+    m.aggregate_type = "order";
+    m.aggregate_id = aggregate_id;
+    m.event_type = "placed";
+    m.payload = "{}";
+  }
+  return batch;
+}
+
 /// Kafka's own murmur2 (the Java client's `Utils.murmur2`), for the partition a Java producer
 /// picks for a key: `(murmur2(key) & 0x7fffffff) % partitions`.
 std::int32_t java_murmur2(std::string_view data) {
@@ -579,12 +592,7 @@ BOOST_AUTO_TEST_CASE(a_refused_request_fails_for_good_only_the_records_refused_a
 
 BOOST_AUTO_TEST_CASE(a_fatal_producer_error_recreates_the_producer_and_the_batch_is_retried) {
   outbox::test::kafka_fixture net;
-  outbox::message m;
-  m.id = outbox::make_uuid_v7();
-  m.aggregate_type = "order";
-  m.aggregate_id = "fatal";
-  m.event_type = "placed";
-  m.payload = "{}";
+  auto m = orders_placed("fatal").front();
   rd_kafka_test_fatal_error(net.publisher().handle(),
                             RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
                             "a fatal error of the test");
@@ -607,14 +615,7 @@ BOOST_AUTO_TEST_SUITE(kafka_receiver)
 
 BOOST_AUTO_TEST_CASE(an_offset_is_committed_only_once_every_earlier_one_was_acked) {
   outbox::test::kafka_fixture net;  // one partition
-  std::vector<outbox::message> batch(3);
-  for (auto& m : batch) {
-    m.id = outbox::make_uuid_v7();
-    m.aggregate_type = "order";
-    m.aggregate_id = "same";
-    m.event_type = "placed";
-    m.payload = "{}";
-  }
+  const auto batch = orders_placed("same", 3);
   for (const auto& r : net.publisher().publish(batch, std::chrono::steady_clock::now() + 10s))
     BOOST_TEST(r.confirmed);
   std::vector<outbox::delivery> got;
@@ -649,14 +650,7 @@ BOOST_AUTO_TEST_CASE(an_offset_is_committed_only_once_every_earlier_one_was_acke
 
 BOOST_AUTO_TEST_CASE(a_delivery_tells_its_record_position_until_it_is_settled) {
   outbox::test::kafka_fixture net;  // one partition
-  std::vector<outbox::message> batch(2);
-  for (auto& m : batch) {
-    m.id = outbox::make_uuid_v7();
-    m.aggregate_type = "order";
-    m.aggregate_id = "where";
-    m.event_type = "placed";
-    m.payload = "{}";
-  }
+  const auto batch = orders_placed("where", 2);
   for (const auto& r : net.publisher().publish(batch, std::chrono::steady_clock::now() + 10s))
     BOOST_TEST(r.confirmed);
   auto& rcv = net.receiver();
@@ -691,12 +685,7 @@ BOOST_AUTO_TEST_CASE(a_delivery_retried_past_max_poll_interval_keeps_its_member_
   options.config.insert_or_assign("max.poll.interval.ms", "7000");
   outbox::kafka::receiver r(options);
   BOOST_TEST_REQUIRE(r.wait_for_assignment(30s));
-  outbox::message m;
-  m.id = outbox::make_uuid_v7();
-  m.aggregate_type = "order";
-  m.aggregate_id = "slow";
-  m.event_type = "placed";
-  m.payload = "{}";
+  auto m = orders_placed("slow").front();
   BOOST_TEST_REQUIRE(net.publisher()
                          .publish(std::span(&m, 1), std::chrono::steady_clock::now() + 10s)[0]
                          .confirmed);
@@ -744,12 +733,7 @@ BOOST_AUTO_TEST_CASE(a_record_that_is_not_an_event_is_skipped_counted_and_passed
                          .flags(RD_KAFKA_MSG_F_COPY)
                          .produce(raw.get()) == 0);
   BOOST_TEST_REQUIRE(rd_kafka_flush(raw.get(), 10'000) == 0);
-  outbox::message m;
-  m.id = outbox::make_uuid_v7();
-  m.aggregate_type = "order";
-  m.aggregate_id = "good";
-  m.event_type = "placed";
-  m.payload = "{}";
+  auto m = orders_placed("good").front();
   BOOST_TEST_REQUIRE(net.publisher()
                          .publish(std::span(&m, 1), std::chrono::steady_clock::now() + 10s)[0]
                          .confirmed);
@@ -778,12 +762,7 @@ BOOST_AUTO_TEST_CASE(a_cluster_away_reaches_receive_and_the_destructor_keeps_its
   BOOST_TEST_REQUIRE(r.wait_for_assignment(30s));
   outbox::kafka::publisher pub({.bootstrap_servers = cluster.bootstrap_servers(),
                                 .topic = [](const auto&) { return std::string("away"); }});
-  outbox::message m;
-  m.id = outbox::make_uuid_v7();
-  m.aggregate_type = "order";
-  m.aggregate_id = "away";
-  m.event_type = "placed";
-  m.payload = "{}";
+  auto m = orders_placed("away").front();
   BOOST_TEST_REQUIRE(
       pub.publish(std::span(&m, 1), std::chrono::steady_clock::now() + 10s)[0].confirmed);
   auto d = r.receive(60s);

@@ -17,18 +17,12 @@ cleanup() {
     rm -rf "$dir"
 }
 trap cleanup EXIT
-# Runs "$@" until it succeeds, for at most 60 s by the clock (a loaded machine starts the
-# cluster and logs its outage late); its last status.
-wait_until() {
-    local -r end=$((SECONDS + 60))
-    until "$@"; do
-        ((SECONDS < end)) || return 1
-        sleep 0.05
-    done
-}
+# A loaded machine starts the cluster and logs its outage late: waits are by the clock, 60 s.
+# shellcheck source=tests/support/wait_until.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../support/wait_until.sh"
 "$tool" --brokers 1 --topic demo:1 >"$dir/addr" 2>"$dir/log" &
 pid=$!
-wait_until test -s "$dir/addr" || true
+wait_until 60 test -s "$dir/addr" || true
 addr=$(head -n 1 "$dir/addr")
 [[ $addr =~ ^127\.0\.0\.1:[0-9]+$ ]] || { echo "no bootstrap address: '$addr'" >&2; exit 1; }
 
@@ -41,10 +35,10 @@ got=$(read_back)
 [[ $got == $'k1=one\nk2=two' ]] || { echo "read back: '$got'" >&2; exit 1; }
 
 kill -USR1 "$pid"
-wait_until grep -q 'every broker down' "$dir/log" || { echo "no outage logged" >&2; exit 1; }
+wait_until 60 grep -q 'every broker down' "$dir/log" || { echo "no outage logged" >&2; exit 1; }
 if timeout 10 kcat -b "$addr" -L -m 2 >/dev/null 2>&1; then echo "the cluster answered while down" >&2; exit 1; fi
 kill -USR2 "$pid"
-wait_until grep -q 'every broker up' "$dir/log" || { echo "no end of outage logged" >&2; exit 1; }
+wait_until 60 grep -q 'every broker up' "$dir/log" || { echo "no end of outage logged" >&2; exit 1; }
 got=$(read_back)
 [[ $got == $'k1=one\nk2=two' ]] || { echo "read back after the outage: '$got'" >&2; exit 1; }
 

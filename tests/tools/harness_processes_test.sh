@@ -37,26 +37,11 @@ run_pids() {
     done
 }
 
-# Waits up to $2 seconds (by the clock, however long a look takes) for `run_pids $1` to list
-# at least $3 processes.
-wait_for_parts() {
-    local -r end=$((SECONDS + $2))
-    while ((SECONDS < end)); do
-        (($(run_pids "$1" | wc -l) >= $3)) && return 0
-        sleep 0.1
-    done
-    return 1
-}
-
-# Waits up to $2 seconds (by the clock) until no process of run dir $1 is left.
-wait_none_left() {
-    local -r end=$((SECONDS + $2))
-    while ((SECONDS < end)); do
-        [[ -z $(run_pids "$1") ]] && return 0
-        sleep 0.1
-    done
-    return 1
-}
+# shellcheck source=tests/support/wait_until.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../support/wait_until.sh"
+# Whether run dir $1 has at least $2 live processes; whether it has none.
+has_parts() { (($(run_pids "$1" | wc -l) >= $2)); }
+none_left() { [[ -z $(run_pids "$1") ]]; }
 
 # 1. SIGKILL. A long run (the writer paces 100,000 events at 200/s), no faults of its own.
 for transport in zeromq kafka; do
@@ -69,12 +54,12 @@ for transport in zeromq kafka; do
         2>"$top/kill-$transport.err" &
     orchestrator=$!
     # Its children name the run's directory on their command lines (the orchestrator too).
-    wait_for_parts "$run" 60 $((want + 1)) ||
+    wait_until 60 has_parts "$run" $((want + 1)) ||
         fail "$transport: the run's $want parts did not start: $(run_pids "$run" | wc -l) processes"
     kill -KILL "$orchestrator"
     wait "$orchestrator" 2>/dev/null || true
     orchestrator=""
-    if ! wait_none_left "$run" 10; then
+    if ! wait_until 10 none_left "$run"; then
         ps -o pid,ppid,stat,args -p "$(run_pids "$run" | paste -sd,)" >&2 || true
         fail "$transport: processes of the run outlived the orchestrator killed with SIGKILL"
     fi
@@ -93,6 +78,6 @@ grep -q 'Kafka mock cluster' "$top/port.err" ||
     fail "--take-kafka-port: the error does not name the Kafka mock cluster"
 grep -q 'cannot bind its port again' "$top/port.err" ||
     fail "--take-kafka-port: the error does not say why the cluster ended"
-wait_none_left "$run" 10 || fail "--take-kafka-port: processes of the run outlived it"
+wait_until 10 none_left "$run" || fail "--take-kafka-port: processes of the run outlived it"
 echo "sqlite x kafka, a broker's port taken: exit 1 in ${took} s, with the reason:"
 grep 'fault_harness: ' "$top/port.err" | tail -n 3
