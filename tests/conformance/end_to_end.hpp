@@ -1,11 +1,11 @@
-#pragma once
 // End-to-end tests writer -> store -> relay -> transport -> consumer -> store, written once.
-// A test file defines `e2e_combinations`, a std::tuple of `e2e::combo<StoreFixture,
-// TransportFixture>` (tests/support/combo.hpp: `e2e::pairs_t` makes every pair of two fixture
-// lists), and includes this header inside a Boost.Test module whose main is OUTBOX_TEST_MAIN()
-// (tests/support/services.hpp). The suites are skipped when a fixture's server address is
-// missing (the precondition e2e::services_for). tests/e2e/end_to_end_test.cpp is the matrix:
-// the build compiles it once per store x transport pair it found.
+// Included once per cell of the end-to-end matrix (tests/meson.build generates a row per store
+// from tests/e2e/row.cpp.in), inside the cell's suite, which defines `e2e_combinations`: a
+// std::tuple of `e2e::combo<StoreFixture, TransportFixture>` (tests/support/combo.hpp:
+// `e2e::pairs_t` makes every pair of two fixture lists). The module's main is
+// OUTBOX_TEST_MAIN() (tests/support/services.hpp); the suites are skipped when a fixture's
+// server address is missing (the precondition e2e::services_for). No include guard: each cell
+// includes it, inside its suite, after end_to_end_world.hpp (included at file scope first).
 
 #include "end_to_end_world.hpp"
 

@@ -1,14 +1,7 @@
-#pragma once
 // End-to-end, second part: payloads are bytes with a content type (issue 10). Included after
-// end_to_end.hpp by the matrix (tests/e2e/end_to_end_test.cpp), so every store x transport
-// runs it.
-
-#include <map>
-#include <mutex>
-#include <string>
-#include <vector>
-
-#include <boost/test/unit_test.hpp>
+// end_to_end.hpp in every cell of the matrix (tests/e2e/row.cpp.in), so every store x
+// transport runs it. No include guard: each cell includes it, after end_to_end_world.hpp
+// (which has what it needs: it is included inside the cell's suite).
 
 BOOST_AUTO_TEST_SUITE(end_to_end_bytes,
                       *boost::unit_test::precondition(e2e::services_for<e2e_combinations>))
