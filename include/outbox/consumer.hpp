@@ -279,7 +279,7 @@ class consumer {
   /// released from here and is being retried (`blocked_`), if any.
   [[nodiscard]] std::optional<uuid> earlier_held(const message& m) const {
     if (held_.empty() && blocked_.empty()) return std::nullopt;
-    const auto key = aggregate_key(m);
+    const auto key = detail::aggregate_key(m);
     std::optional<uuid> latest;
     const auto consider = [&](const uuid& id) {
       if (id < m.id && (!latest || *latest < id)) latest = id;
@@ -294,10 +294,6 @@ class consumer {
 
   static bool finished(outcome o) noexcept {
     return o == outcome::applied || o == outcome::duplicate || o == outcome::dead_lettered;
-  }
-
-  static std::string aggregate_key(const message& m) {
-    return detail::aggregate_key(m.aggregate_type, m.aggregate_id);
   }
 
   /// How many may be held: fewer than the receiver hands out unacknowledged.
@@ -332,7 +328,7 @@ class consumer {
                                    [&](const held_delivery& h) { return h.d.msg.id == d.msg.id; });
     if (same == held_.end()) {
       held_.push_back({d, predecessor, std::chrono::steady_clock::now() + options_.predecessor_wait,
-                       false, aggregate_key(d.msg)});
+                       false, detail::aggregate_key(d.msg)});
       deferred_.fetch_add(1, std::memory_order_relaxed);
       return;
     }
@@ -537,10 +533,11 @@ class consumer {
       // Bounded (an outage fails every aggregate's delivery): at worst, a later one goes early.
       if (blocked_.size() >= options_.max_deferred) {
         std::erase_if(blocked_, [&](const auto& e) { return e.second.until <= now; });
-        if (blocked_.size() >= options_.max_deferred && !blocked_.contains(aggregate_key(d.msg)))
+        if (blocked_.size() >= options_.max_deferred &&
+            !blocked_.contains(detail::aggregate_key(d.msg)))
           return;
       }
-      const std::string key = aggregate_key(d.msg);
+      const std::string key = detail::aggregate_key(d.msg);
       auto [it, fresh] = blocked_.try_emplace(key, b);
       if (!fresh && (d.msg.id <= it->second.id || it->second.until <= now)) it->second = b;
       if (it->second.id != d.msg.id || held_.empty()) return;

@@ -68,6 +68,10 @@ namespace detail {
   k.append(id);
   return k;
 }
+/// `m`'s aggregate key.
+[[nodiscard]] inline std::string aggregate_key(const message& m) {
+  return aggregate_key(m.aggregate_type, m.aggregate_id);
+}
 }  // namespace detail
 
 /// An attempt count read back from a store, made safe for `int` arithmetic: a row written by

@@ -17,7 +17,6 @@
 #include <span>
 #include <stop_token>
 #include <string>
-#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -28,156 +27,14 @@
 #include <outbox/concepts/transport.hpp>
 #include <outbox/error.hpp>
 #include <outbox/message.hpp>
+#include <outbox/relay/options.hpp>
+#include <outbox/relay/order.hpp>
+#include <outbox/relay/worker.hpp>
 #include <outbox/retry.hpp>
 #include <outbox/uuid.hpp>
 #include <outbox/validate.hpp>
 
 namespace outbox {
-
-/// What one settled batch came to (`relay_options::on_batch`).
-struct batch_report {
-  std::size_t unreadable = 0;  ///< Rows the claim could not read (dead-lettered by the store).
-  settle_result settled{};     ///< What the settle did with `messages`.
-  /// How long the claim, the publish (from the first send to the last confirm or the deadline)
-  /// and the settle took. A pipelined relay runs a batch's claim while the batch before it is
-  /// in flight: the three add up to the batch's own work, not its time from claim to settle.
-  std::chrono::nanoseconds claim{0}, publish{0}, settle{0};
-  std::span<const message> messages{};  ///< The batch (in publish order).
-  std::span<const settlement> fates{};  ///< What became of each of `messages` (same order).
-};
-
-/// Options of a relay. Fill with designated initialisers: `relay_options{.batch_size = 1000}`.
-struct relay_options {
-  /// The largest `batch_size` accepted: a batch is held in memory and published as one unit.
-  static constexpr std::size_t max_batch_size = 100'000;
-
-  std::size_t batch_size = 500;             ///< Messages claimed per batch.
-  std::chrono::milliseconds lease{30'000};  ///< How long a claim holds (leasing stores).
-  /// Confirms not in by then are failures. A locking claim holds its transaction about this
-  /// long (twice, pipelined): the store's `idle_in_transaction_timeout` must be at least
-  /// `relay::longest_claim_hold`, or the relay is refused.
-  std::chrono::milliseconds publish_timeout{10'000};
-  std::chrono::milliseconds idle_poll_min{5};      ///< First sleep after an empty batch.
-  std::chrono::milliseconds idle_poll_max{1'000};  ///< Idle sleeps double up to this.
-  /// The longest pause of `run` between attempts while the database or the broker is away
-  /// (its pauses follow the retry policy's delays, capped here): the relay is back at work at
-  /// most this long after they return. Not the events' retry delays (the retry policy's own).
-  std::chrono::milliseconds error_backoff_max{5'000};
-  std::string owner{};  ///< Lease owner; default "relay-<uuid>".
-  /// `run` claims the next batch, and settles the previous one, on a second thread while a
-  /// batch awaits its confirms, so the transport is not left idle during the database's steps.
-  /// Takes effect with a store whose session can hold several claims
-  /// (`concepts::overlapping_claims_store`: leasing), or with two stores (the two-store
-  /// constructor: any policy), and a `lease` of at least 2 x `publish_timeout` + 5 s (a batch
-  /// claimed ahead waits for the one in flight); otherwise `run` goes one batch at a time
-  /// (`relay::pipelines()` tells). `run_once` never pipelines. Order is kept: a claim never
-  /// takes a message whose predecessor in its aggregate is in a batch in flight (README,
-  /// "Pipelining").
-  bool pipeline = true;
-  /// Sends each batch in one publish call on a transport that does not keep publish order
-  /// (AMQP, Kafka, ZeroMQ), so a hot aggregate's run is pipelined (one confirm round trip for
-  /// the batch, instead of one wave, and one round trip, per message of the run). Each message
-  /// sent behind an earlier one of its aggregate in the same call carries that one's id in the
-  /// header `outbox::predecessor_header`. A transport that fails a message and takes a later
-  /// one of its run (a broker that nacks one message and accepts the next) puts the later one
-  /// on the wire first (`relay_stats::reordered`); the failed one follows after its retry, and
-  /// the consumer restores the order: it holds a stamped delivery back until its predecessor
-  /// was applied (`consumer_options::predecessor_wait`). For deployments where every event of an
-  /// aggregate reaches the same consumers (not routed apart by event type: a delivery whose
-  /// predecessor never comes waits out `predecessor_wait`) and receivers may hold more
-  /// deliveries than `batch_size` (AMQP `prefetch`). No effect on a transport that keeps publish
-  /// order (it needs no stamps). README, "Order per aggregate".
-  bool stamp_predecessors = false;
-  /// Called by `run` with every error it backs off from (for logs and metrics), on the relay's
-  /// thread; must not throw. Empty: errors are only counted (`relay_stats::errors`).
-  std::function<void(const error&)> on_error{};
-  /// Called after each batch is settled (`run` and `run_once`), for metrics: what the batch came
-  /// to and how long its steps took. On the thread that settled it (the relay's, or a pipelined
-  /// relay's worker); must not throw, and should be quick (it delays the next batch). Not
-  /// called for a batch whose settle failed (that is an error, see `on_error`).
-  std::function<void(const batch_report&)> on_batch{};
-};
-
-/// Counters of one relay (a snapshot; the relay updates them as it goes).
-struct relay_stats {
-  std::uint64_t batches = 0;
-  std::uint64_t published = 0;
-  std::uint64_t retried = 0;
-  std::uint64_t dead_lettered = 0;
-  std::uint64_t released = 0;
-  std::uint64_t fenced = 0;  ///< Confirmed but no longer ours to settle (lease lost).
-  std::uint64_t errors = 0;  ///< Errors the run loop backed off from (see `relay::run`).
-  /// Messages confirmed although an earlier message of their aggregate in the same call had
-  /// failed (and follows after its retry): a transport that breaks its `keeps_publish_order`
-  /// promise, or, with `stamp_predecessors`, one that does not make it (the consumer puts them
-  /// back in order); 0 otherwise.
-  std::uint64_t reordered = 0;
-  /// Errors in a row since `run`'s last step that went through (0 when it did): a database or
-  /// broker that has been away for a while, for health checks.
-  std::uint64_t consecutive_errors = 0;
-  /// Steps of `run` that went through (a claim, empty or not, and what followed): with
-  /// `errors`, a measure of progress. Neither moving for long means the relay is stuck (a
-  /// database or broker that holds a connection open and never answers), for health checks.
-  std::uint64_t steps = 0;
-};
-
-namespace detail {
-
-/// The second thread of a pipelined `relay::run`: runs one job at a time (the database's side of
-/// a batch) while the relay's thread publishes. `wait` returns the job's exception, if any.
-class pipeline_worker {
- public:
-  pipeline_worker() : thread_([this](std::stop_token stop) { loop(stop); }) {}
-  pipeline_worker(const pipeline_worker&) = delete;
-  pipeline_worker& operator=(const pipeline_worker&) = delete;
-  ~pipeline_worker() = default;  // thread_ (declared last) stops and joins first
-
-  /// Hands over a job; the previous one must have been waited for.
-  void submit(std::function<void()> job) {
-    {
-      std::lock_guard lock(mutex_);
-      job_ = std::move(job);
-      busy_ = true;
-    }
-    cv_.notify_all();
-  }
-
-  /// Waits until the job handed over (if any) is done.
-  std::exception_ptr wait() {
-    std::unique_lock lock(mutex_);
-    done_cv_.wait(lock, [&] { return !busy_; });
-    return std::exchange(failure_, nullptr);
-  }
-
- private:
-  void loop(const std::stop_token& stop) {
-    std::unique_lock lock(mutex_);
-    while (cv_.wait(lock, stop, [&] { return static_cast<bool>(job_); })) {
-      std::function<void()> job = std::exchange(job_, nullptr);
-      lock.unlock();
-      std::exception_ptr failure;
-      try {
-        job();
-      } catch (...) {
-        failure = std::current_exception();
-      }
-      lock.lock();
-      failure_ = failure;
-      busy_ = false;
-      done_cv_.notify_all();
-    }
-  }
-
-  std::mutex mutex_;
-  std::condition_variable_any cv_;
-  std::condition_variable_any done_cv_;
-  std::function<void()> job_;
-  bool busy_ = false;
-  std::exception_ptr failure_;
-  std::jthread thread_;
-};
-
-}  // namespace detail
 
 /// Claims batches from `Store`, publishes them through `Transport`, and settles each message by
 /// its confirm: published, retried with backoff, or dead-lettered.
@@ -612,11 +469,11 @@ class relay {
     }
     constexpr bool keeps_order = concepts::order_keeping_transport<Transport>;
     const bool one_call = keeps_order || options_.stamp_predecessors;
-    if (!keeps_order && options_.stamp_predecessors) stamp_predecessors(batch.messages, sendable);
+    if (!keeps_order && options_.stamp_predecessors)
+      ordering::stamp_predecessors(std::span(batch.messages).first(sendable));
     const auto waves = [&] {
-      if (!one_call) return arrange_waves(batch.messages, sendable);
-      return sendable == 0 ? std::vector<std::pair<std::size_t, std::size_t>>{}
-                           : std::vector<std::pair<std::size_t, std::size_t>>{{0, sendable}};
+      if (!one_call) return ordering::arrange_waves(std::span(batch.messages).first(sendable));
+      return sendable == 0 ? ordering::wave_ranges{} : ordering::wave_ranges{{0, sendable}};
     }();
     const auto until = publish_deadline(batch);
     std::unordered_set<std::string> failed_aggregates;
@@ -629,14 +486,8 @@ class relay {
       const auto wave_start = std::chrono::steady_clock::now();
       if (stop.stop_requested() || wave_start >= until || wave_start + last_wave > until) break;
       auto [begin, end] = waves[w];
-      if (!failed_aggregates.empty()) {
-        // Messages whose aggregate failed in an earlier wave must not overtake it: move them
-        // to the end of the wave; they stay `release`.
-        auto mid = std::stable_partition(
-            batch.messages.begin() + begin, batch.messages.begin() + end,
-            [&](const message& m) { return !failed_aggregates.contains(aggregate_key(m)); });
-        end = static_cast<std::size_t>(mid - batch.messages.begin());
-      }
+      end = begin + ordering::defer_behind_failed(
+                        std::span(batch.messages).subspan(begin, end - begin), failed_aggregates);
       if (begin == end) continue;
       const std::span<const message> wave(batch.messages.data() + begin, end - begin);
       std::vector<publish_result> results;
@@ -657,8 +508,10 @@ class relay {
     }
 
     if (one_call)
-      reordered_.fetch_add(hold_back_after_failures(batch.messages, fates, sendable),
-                           std::memory_order_relaxed);
+      reordered_.fetch_add(
+          ordering::hold_back_after_failures(std::span(batch.messages).first(sendable),
+                                             std::span(fates).first(sendable)),
+          std::memory_order_relaxed);
     // Nothing but releases (the publish deadline had passed before the first wave: a claim
     // slower than its lease): `run` sleeps before the next claim, not at once.
     released_only_ = batch.unreadable == 0 &&
@@ -711,96 +564,6 @@ class relay {
     }
   }
 
-  static std::string aggregate_key(const message& m) {
-    return detail::aggregate_key(m.aggregate_type, m.aggregate_id);
-  }
-
-  /// Orders the batch into waves: wave k holds the k-th message of each aggregate. Waves are
-  /// published one after another, so a later message of an aggregate is sent only after the
-  /// earlier one was confirmed. Almost every batch is a single wave.
-  static std::vector<std::pair<std::size_t, std::size_t>> arrange_waves(std::vector<message>& all,
-                                                                        std::size_t count) {
-    const std::span<message> msgs(all.data(), count);
-    if (count == 0) return {};
-    std::vector<std::uint32_t> wave(msgs.size());
-    // Keys view the messages' own strings: no allocation per message on this hot path.
-    struct key_hash {
-      std::size_t operator()(
-          const std::pair<std::string_view, std::string_view>& k) const noexcept {
-        const std::hash<std::string_view> h;
-        return h(k.first) * 31 + h(k.second);
-      }
-    };
-    std::unordered_map<std::pair<std::string_view, std::string_view>, std::uint32_t, key_hash> seen;
-    seen.reserve(msgs.size());
-    std::uint32_t max_wave = 0;
-    for (std::size_t i = 0; i < msgs.size(); ++i) {
-      auto [it, fresh] = seen.try_emplace({msgs[i].aggregate_type, msgs[i].aggregate_id}, 0);
-      if (!fresh) max_wave = std::max(max_wave, ++it->second);
-      wave[i] = it->second;
-    }
-    if (max_wave == 0) return {{0, msgs.size()}};
-    std::vector<std::size_t> order(msgs.size());
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(),
-                     [&](std::size_t a, std::size_t b) { return wave[a] < wave[b]; });
-    std::vector<message> sorted;
-    sorted.reserve(msgs.size());
-    for (auto i : order) sorted.push_back(std::move(msgs[i]));
-    std::move(sorted.begin(), sorted.end(), msgs.begin());
-    std::vector<std::pair<std::size_t, std::size_t>> ranges;
-    std::size_t start = 0;
-    for (std::size_t i = 1; i <= order.size(); ++i) {
-      if (i == order.size() || wave[order[i]] != wave[order[start]]) {
-        ranges.emplace_back(start, i);
-        start = i;
-      }
-    }
-    return ranges;
-  }
-
-  /// Stamps each of the first `count` messages that has an earlier one of its aggregate among
-  /// them with that one's id (`predecessor_header`); the first of each aggregate carries none
-  /// (its predecessor was confirmed before it was claimed).
-  static void stamp_predecessors(std::vector<message>& all, std::size_t count) {
-    std::unordered_map<std::string, std::size_t> last;
-    last.reserve(count);
-    for (std::size_t i = 0; i < count; ++i) {
-      message& m = all[i];
-      auto [it, fresh] = last.try_emplace(aggregate_key(m), i);
-      if (fresh) {
-        if (auto h = m.headers.find(predecessor_header); h != m.headers.end()) m.headers.erase(h);
-        continue;
-      }
-      m.headers.insert_or_assign(std::string(predecessor_header), all[it->second].id.to_string());
-      it->second = i;
-    }
-  }
-
-  /// Of a batch sent in one call: after the first message of an aggregate that failed and will
-  /// be retried, its later messages that were not confirmed are released (they follow after
-  /// the retry, their attempt given back: they did not fail on their own account), as the
-  /// waves do. Returns how many later messages were confirmed all the same (a transport that
-  /// broke its keeps_publish_order promise; a dead letter does not hold its aggregate back).
-  static std::size_t hold_back_after_failures(const std::vector<message>& msgs,
-                                              std::span<settlement> fates, std::size_t count) {
-    std::unordered_set<std::string> failed;
-    std::size_t reordered = 0;
-    for (std::size_t i = 0; i < count; ++i) {
-      auto& fate = fates[i];
-      if (fate.what == settlement::kind::dead) continue;
-      const bool behind = !failed.empty() && failed.contains(aggregate_key(msgs[i]));
-      if (fate.what == settlement::kind::published) {
-        reordered += behind ? 1 : 0;
-      } else if (behind) {
-        fate = settlement{};  // release
-      } else {
-        failed.insert(aggregate_key(msgs[i]));
-      }
-    }
-    return reordered;
-  }
-
   void apply_results(std::span<const message> wave, std::size_t offset,
                      const std::vector<publish_result>& results, std::vector<settlement>& fates,
                      std::unordered_set<std::string>* failed_aggregates) {
@@ -843,7 +606,7 @@ class relay {
         fate.what = settlement::kind::retry;
         fate.retry_at = now + retry_.delay(attempt, rng_);
       }
-      if (failed_aggregates) failed_aggregates->insert(aggregate_key(wave[i]));
+      if (failed_aggregates) failed_aggregates->insert(detail::aggregate_key(wave[i]));
     }
   }
 

@@ -1,0 +1,104 @@
+#pragma once
+/// @file
+/// What a relay is told (`relay_options`) and what it reports (`relay_stats`, `batch_report`).
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+
+#include <outbox/error.hpp>
+#include <outbox/message.hpp>
+
+namespace outbox {
+
+/// What one settled batch came to (`relay_options::on_batch`).
+struct batch_report {
+  std::size_t unreadable = 0;  ///< Rows the claim could not read (dead-lettered by the store).
+  settle_result settled{};     ///< What the settle did with `messages`.
+  /// How long the claim, the publish (from the first send to the last confirm or the deadline)
+  /// and the settle took. A pipelined relay runs a batch's claim while the batch before it is
+  /// in flight: the three add up to the batch's own work, not its time from claim to settle.
+  std::chrono::nanoseconds claim{0}, publish{0}, settle{0};
+  std::span<const message> messages{};  ///< The batch (in publish order).
+  std::span<const settlement> fates{};  ///< What became of each of `messages` (same order).
+};
+
+/// Options of a relay. Fill with designated initialisers: `relay_options{.batch_size = 1000}`.
+struct relay_options {
+  /// The largest `batch_size` accepted: a batch is held in memory and published as one unit.
+  static constexpr std::size_t max_batch_size = 100'000;
+
+  std::size_t batch_size = 500;             ///< Messages claimed per batch.
+  std::chrono::milliseconds lease{30'000};  ///< How long a claim holds (leasing stores).
+  /// Confirms not in by then are failures. A locking claim holds its transaction about this
+  /// long (twice, pipelined): the store's `idle_in_transaction_timeout` must be at least
+  /// `relay::longest_claim_hold`, or the relay is refused.
+  std::chrono::milliseconds publish_timeout{10'000};
+  std::chrono::milliseconds idle_poll_min{5};      ///< First sleep after an empty batch.
+  std::chrono::milliseconds idle_poll_max{1'000};  ///< Idle sleeps double up to this.
+  /// The longest pause of `run` between attempts while the database or the broker is away
+  /// (its pauses follow the retry policy's delays, capped here): the relay is back at work at
+  /// most this long after they return. Not the events' retry delays (the retry policy's own).
+  std::chrono::milliseconds error_backoff_max{5'000};
+  std::string owner{};  ///< Lease owner; default "relay-<uuid>".
+  /// `run` claims the next batch, and settles the previous one, on a second thread while a
+  /// batch awaits its confirms, so the transport is not left idle during the database's steps.
+  /// Takes effect with a store whose session can hold several claims
+  /// (`concepts::overlapping_claims_store`: leasing), or with two stores (the two-store
+  /// constructor: any policy), and a `lease` of at least 2 x `publish_timeout` + 5 s (a batch
+  /// claimed ahead waits for the one in flight); otherwise `run` goes one batch at a time
+  /// (`relay::pipelines()` tells). `run_once` never pipelines. Order is kept: a claim never
+  /// takes a message whose predecessor in its aggregate is in a batch in flight (README,
+  /// "Pipelining").
+  bool pipeline = true;
+  /// Sends each batch in one publish call on a transport that does not keep publish order
+  /// (AMQP, Kafka, ZeroMQ), so a hot aggregate's run is pipelined (one confirm round trip for
+  /// the batch, instead of one wave, and one round trip, per message of the run). Each message
+  /// sent behind an earlier one of its aggregate in the same call carries that one's id in the
+  /// header `outbox::predecessor_header`. A transport that fails a message and takes a later
+  /// one of its run (a broker that nacks one message and accepts the next) puts the later one
+  /// on the wire first (`relay_stats::reordered`); the failed one follows after its retry, and
+  /// the consumer restores the order: it holds a stamped delivery back until its predecessor
+  /// was applied (`consumer_options::predecessor_wait`). For deployments where every event of an
+  /// aggregate reaches the same consumers (not routed apart by event type: a delivery whose
+  /// predecessor never comes waits out `predecessor_wait`) and receivers may hold more
+  /// deliveries than `batch_size` (AMQP `prefetch`). No effect on a transport that keeps publish
+  /// order (it needs no stamps). README, "Order per aggregate".
+  bool stamp_predecessors = false;
+  /// Called by `run` with every error it backs off from (for logs and metrics), on the relay's
+  /// thread; must not throw. Empty: errors are only counted (`relay_stats::errors`).
+  std::function<void(const error&)> on_error{};
+  /// Called after each batch is settled (`run` and `run_once`), for metrics: what the batch came
+  /// to and how long its steps took. On the thread that settled it (the relay's, or a pipelined
+  /// relay's worker); must not throw, and should be quick (it delays the next batch). Not
+  /// called for a batch whose settle failed (that is an error, see `on_error`).
+  std::function<void(const batch_report&)> on_batch{};
+};
+
+/// Counters of one relay (a snapshot; the relay updates them as it goes).
+struct relay_stats {
+  std::uint64_t batches = 0;
+  std::uint64_t published = 0;
+  std::uint64_t retried = 0;
+  std::uint64_t dead_lettered = 0;
+  std::uint64_t released = 0;
+  std::uint64_t fenced = 0;  ///< Confirmed but no longer ours to settle (lease lost).
+  std::uint64_t errors = 0;  ///< Errors the run loop backed off from (see `relay::run`).
+  /// Messages confirmed although an earlier message of their aggregate in the same call had
+  /// failed (and follows after its retry): a transport that breaks its `keeps_publish_order`
+  /// promise, or, with `stamp_predecessors`, one that does not make it (the consumer puts them
+  /// back in order); 0 otherwise.
+  std::uint64_t reordered = 0;
+  /// Errors in a row since `run`'s last step that went through (0 when it did): a database or
+  /// broker that has been away for a while, for health checks.
+  std::uint64_t consecutive_errors = 0;
+  /// Steps of `run` that went through (a claim, empty or not, and what followed): with
+  /// `errors`, a measure of progress. Neither moving for long means the relay is stuck (a
+  /// database or broker that holds a connection open and never answers), for health checks.
+  std::uint64_t steps = 0;
+};
+
+}  // namespace outbox
