@@ -9,7 +9,8 @@
 #     projects of tests/consumers/, installed into build-ci/prefix);
 #  3. runs the tests with OUTBOX_REQUIRE_SERVICES=1, so a test whose server is missing fails
 #     instead of skipping;
-#  4. builds build-core (the core alone) and, unless OUTBOX_CI_SANITIZE=0, build-asan (ASan +
+#  4. builds build-core (the core alone, with clang-tidy over it: suite tidy) and, unless
+#     OUTBOX_CI_SANITIZE=0, build-tsan (the core under ThreadSanitizer) and build-asan (ASan +
 #     UBSan) in the background while build-ci's tests run, then runs their tests;
 #  5. stops the servers and prints, as its very last line, the summary of every test log:
 #         tests: N passed, M failed[, K skipped]
@@ -37,6 +38,7 @@ export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-2G}
 export BOOST_TEST_COLOR_OUTPUT=${BOOST_TEST_COLOR_OUTPUT:-no}
 # Sanitizer runs stop at the first report, with a stack trace (only the asan build uses them).
 export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:abort_on_error=1:detect_leaks=1:print_summary=1}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:second_deadlock_stack=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_stacktrace=1:print_summary=1}
 # A leak of SOCI's, not ours, suppressed (the file says which and why).
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/scripts/lsan.supp:print_suppressions=0}
@@ -44,11 +46,12 @@ export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/scripts/lsan.supp:print_su
 readonly BUILD_DIR=build-ci
 readonly ASAN_DIR=build-asan
 readonly CORE_DIR=build-core
+readonly TSAN_DIR=build-tsan
 readonly BUILD_PACKAGES=(
     meson ninja-build pkg-config cmake g++ clang-14 libclang-rt-14-dev ccache python3 git clang-format
     libsoci-dev libboost-test-dev nlohmann-json3-dev
     libsqlite3-dev libzmq3-dev cppzmq-dev librdkafka-dev librabbitmq-dev libssl-dev openssl
-    libpq-dev libmariadb-dev kcat libcli11-dev libtomlplusplus-dev procps
+    libpq-dev libmariadb-dev kcat libcli11-dev libtomlplusplus-dev procps clang-tidy
 )
 
 # CPU time the machine spent busy (every core: user, nice, system, irq, softirq, steal), in
@@ -183,7 +186,7 @@ fi
 # line), and a tenth of each unit's compile time less than full -g.
 sanitize=0
 [[ ${OUTBOX_CI_SANITIZE:-1} == 1 ]] && sanitize=1
-rm -f "$CORE_DIR.rc" "$ASAN_DIR.rc"
+rm -f "$CORE_DIR.rc" "$TSAN_DIR.rc" "$ASAN_DIR.rc"
 set -m # the background job gets a process group of its own (finish ends it as a whole)
 (
     set +e
@@ -193,6 +196,17 @@ set -m # the background job gets a process group of its own (finish ends it as a
         >"$CORE_DIR.log" 2>&1 &&
         nice -n 10 ninja -C "$CORE_DIR" >>"$CORE_DIR.log" 2>&1
     echo $? >"$CORE_DIR.rc.part" && mv "$CORE_DIR.rc.part" "$CORE_DIR.rc" # whole, once seen
+    if ((sanitize)); then
+        # The core alone under ThreadSanitizer (the relay's pipeline worker, the consumer's
+        # threads in the memory store's tests): clang 14, line tables for the reports.
+        rm -rf "$TSAN_DIR"
+        CC=clang-14 CXX=clang++-14 nice -n 10 meson setup "$TSAN_DIR" -Dwerror=true \
+            --buildtype=debug -Dauto_features=disabled -Dtests=enabled -Dexamples=false \
+            -Dbench=false -Db_sanitize=thread -Db_lundef=false \
+            -Dcpp_args=-gline-tables-only >"$TSAN_DIR.log" 2>&1 &&
+            nice -n 10 ninja -C "$TSAN_DIR" >>"$TSAN_DIR.log" 2>&1
+        echo $? >"$TSAN_DIR.rc.part" && mv "$TSAN_DIR.rc.part" "$TSAN_DIR.rc"
+    fi
     if ((sanitize)); then
         rm -rf "$ASAN_DIR"
         CC=clang-14 CXX=clang++-14 nice -n 10 meson setup "$ASAN_DIR" -Dwerror=true \
@@ -264,6 +278,15 @@ if built "$CORE_DIR"; then
     section "test $CORE_DIR"
     run_tests "$CORE_DIR" --no-suite lint # the formatting check: build-ci ran it
 fi
+if ((sanitize)); then
+    section "waiting for the background build of $TSAN_DIR"
+    while [[ ! -e $TSAN_DIR.rc ]] && kill -0 "$bg_job" 2>/dev/null; do sleep 1; done
+    if built "$TSAN_DIR"; then
+        section "test $TSAN_DIR"
+        BOOST_TEST_CATCH_SYSTEM_ERRORS=no run_tests "$TSAN_DIR" --timeout-multiplier 3 \
+            --no-suite lint --no-suite tidy
+    fi
+fi
 section "waiting for the background build of $ASAN_DIR"
 bg_rc=0
 wait "$bg_job" || bg_rc=$?
@@ -275,7 +298,7 @@ if ((sanitize)) && built "$ASAN_DIR"; then
     # test the harness, not the library: build-ci ran them.
     section "test $ASAN_DIR"
     BOOST_TEST_CATCH_SYSTEM_ERRORS=no run_tests "$ASAN_DIR" --timeout-multiplier 3 \
-        --no-suite lint --no-suite faults_planted
+        --no-suite lint --no-suite tidy --no-suite faults_planted
 fi
 ((bg_rc == 0)) || echo "note: the background build job exited $bg_rc"
 

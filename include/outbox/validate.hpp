@@ -17,9 +17,9 @@ namespace outbox {
 
 /// Limits applied to every enqueued event. Defaults fit the column types of every dialect.
 struct validation_limits {
-  std::size_t max_name_bytes = 255;          ///< aggregate_type, aggregate_id, event_type.
-  std::size_t max_payload_bytes = 1 << 20;   ///< 1 MiB of payload (JSON text or bytes).
-  std::size_t max_header_bytes = 64 * 1024;  ///< All header names and values together.
+  std::size_t max_name_bytes = 255;         ///< aggregate_type, aggregate_id, event_type.
+  std::size_t max_payload_bytes = 1 << 20;  ///< 1 MiB of payload (JSON text or bytes).
+  std::size_t max_header_bytes = std::size_t{64} * 1024;  ///< All header names and values together.
   /// Deepest nesting of arrays and objects a payload may have. 100 is what MySQL's JSON type
   /// accepts; the limit also keeps a consumer's recursive JSON code safe from hostile depth.
   std::size_t max_json_depth = 100;

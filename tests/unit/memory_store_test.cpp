@@ -435,6 +435,7 @@ std::vector<outbox::uuid> enqueue(memory_database& db, int n, AggregateOf aggreg
   memory_store store(app);
   outbox::writer writer(store);
   std::vector<outbox::uuid> ids;
+  ids.reserve(static_cast<std::size_t>(n));
   memory_session::transaction tx(app);
   for (int i = 0; i < n; ++i) ids.push_back(writer.enqueue(app, order_event(aggregate_of(i))));
   tx.commit();
@@ -467,6 +468,7 @@ void drain(Relay& relay, memory_store<>& store) {
 
 std::vector<outbox::uuid> ids_of(const std::vector<outbox::message>& wire) {
   std::vector<outbox::uuid> ids;
+  ids.reserve(wire.size());
   for (const auto& m : wire) ids.push_back(m.id);
   return ids;
 }

@@ -19,6 +19,7 @@ using outbox::settlement;
 /// name has a type: "t:<id>/<n>".
 std::vector<message> batch(std::initializer_list<std::string> names) {
   std::vector<message> out;
+  out.reserve(names.size());
   for (const auto& name : names) {
     message m;
     m.id = outbox::make_uuid_v7();
@@ -35,6 +36,7 @@ std::vector<message> batch(std::initializer_list<std::string> names) {
 
 std::vector<std::string> names(const std::vector<message>& msgs) {
   std::vector<std::string> out;
+  out.reserve(msgs.size());
   for (const auto& m : msgs) out.push_back(m.event_type);
   return out;
 }
