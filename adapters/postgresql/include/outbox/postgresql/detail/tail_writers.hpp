@@ -1,0 +1,68 @@
+#pragma once
+/// @file
+/// The log-tailing store's writers (`tailing_store::appender`, `tailing_store::table_mode`): the
+/// events of the caller's transaction as logical decoding messages, or as outbox rows the relay
+/// reads from the WAL.
+
+#include <algorithm>
+#include <cstddef>
+#include <span>
+#include <string>
+
+#include <outbox/message.hpp>
+#include <outbox/postgresql/detail/connection.hpp>
+#include <outbox/postgresql/detail/wal.hpp>
+#include <outbox/postgresql/schema.hpp>
+#include <outbox/postgresql/store.hpp>
+
+namespace outbox::postgresql::detail {
+
+/// The table-free writer (`tailing_store::appender`).
+class tail_appender {
+ public:
+  using session_type = ::soci::session;
+  /// Emits `rows` on `sql` inside the caller's open transaction: one statement per 500 rows,
+  /// each event bound in binary (never spliced into the SQL text), in the order given. One
+  /// event goes as a statement prepared once per connection (sql/postgresql/emit.sql),
+  /// unless `o.prepare_statements` is false (poolers in transaction mode).
+  void append(session_type& sql, std::span<const outgoing> rows, const writer_options& o = {}) {
+    PGconn* c = handle(sql);
+    if (rows.size() == 1) {
+      params p;
+      p.add_bytes(wal::encode_event(rows.front()));
+      if (o.prepare_statements)
+        exec_prepared_once<emit_statement>(c, statements::emit, p, "append");
+      else
+        exec(c, std::string(statements::emit), p, "append");
+      return;
+    }
+    for (std::size_t off = 0; off < rows.size(); off += 500) {
+      const auto part = rows.subspan(off, std::min<std::size_t>(500, rows.size() - off));
+      // emit.sql's function over a VALUES list; the select list runs after the ORDER BY (a
+      // volatile function), so the messages go in the order given.
+      std::string text =
+          "SELECT pg_catalog.pg_logical_emit_message(true, 'outbox', e.v) FROM (VALUES ";
+      for (std::size_t i = 0; i < part.size(); ++i) {
+        if (i > 0) text += ", ";
+        text += "($" + std::to_string(i + 1) + "::bytea, " + std::to_string(i) + ")";
+      }
+      text += ") AS e(v, o) ORDER BY e.o";
+      params p;
+      for (const outgoing& r : part) p.add_bytes(wal::encode_event(r));
+      exec(c, text, p, "append (logical decoding messages)");
+    }
+  }
+};
+
+/// The table-mode writer (`tailing_store::table_mode::appender`).
+class tail_table_appender {
+ public:
+  using session_type = ::soci::session;
+  /// Inserts `rows` on `sql` inside the caller's open transaction, as `store::appender`
+  /// does (one prepared statement for one event, else multi-row INSERTs of 500).
+  void append(session_type& sql, std::span<const outgoing> rows, const writer_options& o = {}) {
+    store::appender::insert<append_streamed_statement>(sql, rows, o, statements::append_streamed);
+  }
+};
+
+}  // namespace outbox::postgresql::detail
