@@ -10,7 +10,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
-#include <functional>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -18,7 +17,6 @@
 #include <stop_token>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -27,12 +25,12 @@
 #include <outbox/concepts/transport.hpp>
 #include <outbox/error.hpp>
 #include <outbox/message.hpp>
+#include <outbox/relay/fates.hpp>
 #include <outbox/relay/options.hpp>
 #include <outbox/relay/order.hpp>
 #include <outbox/relay/worker.hpp>
 #include <outbox/retry.hpp>
 #include <outbox/uuid.hpp>
-#include <outbox/validate.hpp>
 
 namespace outbox {
 
@@ -308,17 +306,11 @@ class relay {
   }
 
   /// How far the claim made ahead looks (claim_request::scan_limit), with `in_flight` messages
-  /// in the batch being published. It runs while that batch holds its aggregates' later rows
-  /// back, so behind one hot aggregate an unbounded claim walked the aggregate's whole backlog
-  /// for nothing, once per batch (PostgreSQL leasing, 20,000 events of one aggregate: 1,700
-  /// events/s). So it looks at a window of claimable rows, plus the batch in flight, which a
-  /// locking store still counts (its rows are locked, not stamped; a leasing store's are not
-  /// claimable). The window starts at one batch (2 and 4 measured slower on a hot aggregate and
-  /// no faster over many) and doubles, up to `max_ahead_window` batches, while the claims ahead
-  /// come back short (the window mostly held back, e.g. behind a row waiting for its retry:
-  /// else the relay would publish a few rows per batch for as long as the retry waits). When a
-  /// claim ahead finds nothing, the next batch is claimed after the settle, unbounded, so no
-  /// row is left behind, and the window starts again at one batch.
+  /// in the batch being published: a window of claimable rows (plus the batch in flight, which
+  /// a locking store still counts), so behind a hot aggregate the claim does not walk its whole
+  /// backlog once per batch. It starts at one batch and doubles, up to `max_ahead_window`,
+  /// while the claims ahead come back short; a claim ahead that finds nothing sends the next
+  /// claim after the settle, unbounded, so no row is left behind.
   std::size_t ahead_scan_limit(std::size_t in_flight) const noexcept {
     return ahead_window_ * options_.batch_size + in_flight;
   }
@@ -452,21 +444,9 @@ class relay {
     const auto publish_start = std::chrono::steady_clock::now();
     outcome out{std::vector<settlement>(n), nullptr};
     std::vector<settlement>& fates = out.fates;
-    // A message whose earlier attempts never settled (the relay died, or was killed, while
-    // publishing it: a message that crashes the relay looks exactly like that) has used up its
-    // attempts without a publish result. It is dead-lettered before it is sent again, or it
-    // would take down every relay that claims it, forever. Such messages go to the end of the
-    // batch and out of the waves; a dead letter does not hold its aggregate back.
-    const auto spent =
-        std::stable_partition(batch.messages.begin(), batch.messages.end(),
-                              [&](const message& m) { return !retry_.exhausted(m.attempts - 1); });
-    const auto sendable = static_cast<std::size_t>(spent - batch.messages.begin());
-    for (std::size_t i = sendable; i < n; ++i) {
-      fates[i].what = settlement::kind::dead;
-      fates[i].error = "gave up after " + std::to_string(batch.messages[i].attempts - 1) +
-                       " attempts that never settled (a relay stopped or crashed while "
-                       "publishing it)";
-    }
+    // Spent messages (attempts that never settled) go to the end, dead, out of the waves; a
+    // dead letter does not hold its aggregate back.
+    const std::size_t sendable = outbox::fates::set_aside_spent(batch.messages, fates, retry_);
     constexpr bool keeps_order = concepts::order_keeping_transport<Transport>;
     const bool one_call = keeps_order || options_.stamp_predecessors;
     if (!keeps_order && options_.stamp_predecessors)
@@ -499,7 +479,8 @@ class relay {
       }
       last_wave = std::chrono::steady_clock::now() - wave_start;
       try {
-        apply_results(wave, begin, results, fates, waves.size() > 1 ? &failed_aggregates : nullptr);
+        outbox::fates::decide(wave, results, std::span(fates).subspan(begin, wave.size()), retry_,
+                              rng_, clock_.now(), waves.size() > 1 ? &failed_aggregates : nullptr);
       } catch (...) {  // a misconfigured transport: stop here, do not dead-letter the backlog
         out.failure = std::current_exception();
         for (std::size_t i = begin; i < end; ++i)
@@ -564,52 +545,6 @@ class relay {
     }
   }
 
-  void apply_results(std::span<const message> wave, std::size_t offset,
-                     const std::vector<publish_result>& results, std::vector<settlement>& fates,
-                     std::unordered_set<std::string>* failed_aggregates) {
-    std::vector<const publish_result*> by_pos(wave.size(), nullptr);
-    bool in_order = results.size() == wave.size();
-    for (std::size_t i = 0; in_order && i < wave.size(); ++i) {
-      if (results[i].id != wave[i].id)
-        in_order = false;
-      else
-        by_pos[i] = &results[i];
-    }
-    if (!in_order) {  // confirms came back in another order, or some are missing
-      std::fill(by_pos.begin(), by_pos.end(), nullptr);
-      std::unordered_map<uuid, std::size_t> index;
-      index.reserve(wave.size());
-      for (std::size_t i = 0; i < wave.size(); ++i) index.emplace(wave[i].id, i);
-      for (const auto& r : results) {
-        auto it = index.find(r.id);
-        if (it != index.end() && by_pos[it->second] == nullptr) by_pos[it->second] = &r;
-      }
-    }
-    const auto now = clock_.now();
-    for (std::size_t i = 0; i < wave.size(); ++i) {
-      settlement& fate = fates[offset + i];
-      const publish_result* r = by_pos[i];
-      // The broker already has it (e.g. an idempotent producer's duplicate): that is a confirm.
-      if (r != nullptr && (r->confirmed || r->error_class == errc::duplicate)) {
-        fate.what = settlement::kind::published;
-        continue;
-      }
-      const errc cls = r ? r->error_class : errc::transient;
-      if (cls == errc::misconfigured)
-        throw error(errc::misconfigured, "core", {},
-                    "the transport reports a configuration error: " + (r ? r->error : ""));
-      fate.error = r ? sanitize_text(r->error) : "no confirm before the publish timeout";
-      const int attempt = wave[i].attempts;
-      if (cls == errc::permanent || retry_.exhausted(attempt)) {
-        fate.what = settlement::kind::dead;
-      } else {
-        fate.what = settlement::kind::retry;
-        fate.retry_at = now + retry_.delay(attempt, rng_);
-      }
-      if (failed_aggregates) failed_aggregates->insert(detail::aggregate_key(wave[i]));
-    }
-  }
-
   /// Sleeps up to `d`: on the store's own wake-up channel when it has one (LISTEN/NOTIFY), else
   /// on a condition variable. `wake()` and a stop request cut it short.
   void sleep_for(std::stop_token& stop, std::chrono::milliseconds d) {
@@ -629,12 +564,9 @@ class relay {
     }
   }
 
-  /// The pause after a failed step: all of `d`, unless a stop request cuts it short. Not the
-  /// store's wake-up channel, and not `wake()`: work waiting (events a store holds, a commit's
-  /// notification) is what the failed step could not do, so they would make the relay retry
-  /// at once, as often as they come (seen: a log-tailing relay holding events while its table
-  /// claim was refused retried 4,000-6,000 times a second). A wake during the pause is kept
-  /// for the sleep after the next step.
+  /// The pause after a failed step: all of `d`, unless a stop request cuts it short. Neither
+  /// the store's wake-up channel nor `wake()` ends it: the work they announce is what the step
+  /// could not do. A wake during the pause is kept for the sleep after the next step.
   void back_off(std::stop_token& stop, std::chrono::milliseconds d) {
     std::unique_lock lock(wake_mutex_);
     (void)wake_cv_.wait_for(lock, stop, d, [] { return false; });

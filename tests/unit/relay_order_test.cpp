@@ -1,12 +1,16 @@
 // Unit tests of the relay's ordering policy (outbox/relay/order.hpp): waves, the deferral behind
-// a failed aggregate, predecessor stamps and the hold-back after a failure. No relay, no store.
+// a failed aggregate, predecessor stamps and the hold-back after a failure; and of its fates
+// (outbox/relay/fates.hpp): what the transport said, made a settlement. No relay, no store.
 #define BOOST_TEST_MODULE outbox relay ordering
 #include <boost/test/unit_test.hpp>
 
+#include <chrono>
+#include <random>
 #include <string>
 #include <unordered_set>
 #include <vector>
 
+#include <outbox/relay/fates.hpp>
 #include <outbox/relay/order.hpp>
 #include <outbox/uuid.hpp>
 
@@ -149,6 +153,103 @@ BOOST_AUTO_TEST_CASE(a_dead_letter_does_not_hold_its_aggregate_back) {
   BOOST_TEST(outbox::ordering::hold_back_after_failures(b, fates) == 0U);
   BOOST_TEST((fates[0].what == k::dead));
   BOOST_TEST((fates[1].what == k::retry));  // the next event's own failure, retried on its own
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---- the fates (outbox/relay/fates.hpp) --------------------------------------------------------
+
+BOOST_AUTO_TEST_SUITE(relay_fates)
+
+namespace {
+
+using outbox::errc;
+using outbox::publish_result;
+using kind = outbox::settlement::kind;
+
+publish_result confirmed(const message& m) { return {m.id, true, errc::transient, {}}; }
+publish_result failed(const message& m, errc cls, std::string why = "refused") {
+  return {m.id, false, cls, std::move(why)};
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(results_match_by_id_in_any_order_and_a_missing_one_is_a_retry) {
+  auto msgs = batch({"a/1", "b/1", "c/1", "d/1"});
+  for (auto& m : msgs) m.attempts = 1;
+  const outbox::exponential_backoff retry{.initial = std::chrono::milliseconds(100), .jitter = 0.0};
+  std::mt19937_64 rng(1);
+  const outbox::time_point now{std::chrono::seconds(1'000)};
+  // Out of order, one duplicate confirm (ignored), one missing (c).
+  const std::vector<publish_result> results{failed(msgs[3], errc::duplicate), confirmed(msgs[1]),
+                                            confirmed(msgs[0]), failed(msgs[1], errc::permanent)};
+  std::vector<settlement> fates(msgs.size());
+  std::unordered_set<std::string> failed_aggregates;
+  outbox::fates::decide(msgs, results, fates, retry, rng, now, &failed_aggregates);
+  BOOST_TEST((fates[0].what == kind::published));
+  BOOST_TEST((fates[1].what == kind::published));  // its first result counts
+  BOOST_TEST((fates[2].what == kind::retry));
+  BOOST_TEST(fates[2].error == "no confirm before the publish timeout");
+  BOOST_TEST((fates[2].retry_at == now + std::chrono::milliseconds(100)));
+  BOOST_TEST((fates[3].what == kind::published));  // the broker had it already
+  BOOST_TEST(failed_aggregates.size() == 1U);
+  BOOST_TEST(failed_aggregates.contains(outbox::detail::aggregate_key(msgs[2])));
+}
+
+BOOST_AUTO_TEST_CASE(permanent_and_spent_failures_are_dead_others_retry_with_the_delay) {
+  auto msgs = batch({"a/1", "b/1", "c/1"});
+  const outbox::exponential_backoff retry{.initial = std::chrono::milliseconds(100),
+                                          .multiplier = 2.0,
+                                          .jitter = 0.0,
+                                          .max_attempts = 3};
+  msgs[0].attempts = 1;
+  msgs[1].attempts = 3;  // the policy's last
+  msgs[2].attempts = 2;
+  std::mt19937_64 rng(1);
+  const outbox::time_point now{};
+  const std::vector<publish_result> results{failed(msgs[0], errc::permanent, "bad\xff"),
+                                            failed(msgs[1], errc::transient),
+                                            failed(msgs[2], errc::transient)};
+  std::vector<settlement> fates(msgs.size());
+  outbox::fates::decide(msgs, results, fates, retry, rng, now);
+  BOOST_TEST((fates[0].what == kind::dead));
+  BOOST_TEST(fates[0].error.find('\xff') == std::string::npos);  // made storable
+  BOOST_TEST((fates[1].what == kind::dead));
+  BOOST_TEST((fates[2].what == kind::retry));
+  BOOST_TEST((fates[2].retry_at == now + std::chrono::milliseconds(200)));
+}
+
+BOOST_AUTO_TEST_CASE(a_configuration_error_of_the_transport_is_thrown_not_dead_lettered) {
+  auto msgs = batch({"a/1", "b/1"});
+  std::mt19937_64 rng(1);
+  std::vector<settlement> fates(msgs.size());
+  const std::vector<publish_result> results{confirmed(msgs[0]),
+                                            failed(msgs[1], errc::misconfigured, "no such queue")};
+  BOOST_CHECK_EXCEPTION(
+      outbox::fates::decide(msgs, results, fates, outbox::exponential_backoff{}, rng, {}),
+      outbox::error, [](const outbox::error& e) {
+        return e.code() == errc::misconfigured &&
+               std::string(e.what()).find("no such queue") != std::string::npos;
+      });
+  BOOST_TEST((fates[1].what != kind::dead));
+}
+
+BOOST_AUTO_TEST_CASE(spent_messages_go_last_dead_and_the_rest_keep_their_order) {
+  auto msgs = batch({"a/1", "b/1", "a/2", "c/1"});
+  const outbox::exponential_backoff retry{.max_attempts = 2};
+  msgs[0].attempts = 1;
+  msgs[1].attempts = 3;  // two attempts that never settled: spent
+  msgs[2].attempts = 2;  // one: may go again
+  msgs[3].attempts = 5;
+  std::vector<settlement> fates(msgs.size());
+  const std::size_t sendable = outbox::fates::set_aside_spent(msgs, fates, retry);
+  BOOST_TEST(sendable == 2U);
+  BOOST_TEST(names(msgs) == (std::vector<std::string>{"a/1", "a/2", "b/1", "c/1"}),
+             boost::test_tools::per_element());
+  BOOST_TEST((fates[0].what == kind::release));
+  BOOST_TEST((fates[2].what == kind::dead));
+  BOOST_TEST(fates[2].error.find("gave up after 2 attempts") != std::string::npos);
+  BOOST_TEST((fates[3].what == kind::dead));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
