@@ -1,0 +1,237 @@
+// The core's tests (test_core, module in ../core_test.cpp): event validation.
+#include <boost/test/unit_test.hpp>
+
+#include <atomic>
+#include <cctype>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include <outbox/outbox.hpp>
+#include <outbox/store/options.hpp>
+#include <outbox/store/statements.hpp>
+#include <outbox/testing/duplicating_receiver.hpp>
+#include <outbox/testing/faulty_transport.hpp>
+#include <outbox/testing/manual_clock.hpp>
+#include <outbox/testing/memory_transport.hpp>
+
+#include "../../support/errors.hpp"
+
+using namespace std::chrono_literals;
+
+// ---- validation --------------------------------------------------------------------------------
+
+namespace {
+outbox::event good() { return {"order", "42", "order_placed", R"({"total":1})", {{"k", "v"}}}; }
+
+std::string refused_field(const outbox::event& e, const outbox::validation_limits& l = {}) {
+  try {
+    outbox::validate(e, l);
+  } catch (const outbox::error& err) {
+    BOOST_TEST((err.kind() == outbox::errc::invalid_input));
+    BOOST_TEST((err.code() == outbox::errc::invalid_input));
+    return err.field();
+  }
+  return "";
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(validation)
+
+BOOST_AUTO_TEST_CASE(accepts_a_well_formed_event) { BOOST_TEST(refused_field(good()).empty()); }
+
+BOOST_AUTO_TEST_CASE(refuses_empty_or_oversized_names_naming_the_field) {
+  auto e = good();
+  e.aggregate_type.clear();
+  BOOST_TEST(refused_field(e) == "aggregate_type");
+  e = good();
+  e.aggregate_id = std::string(256, 'x');
+  BOOST_TEST(refused_field(e) == "aggregate_id");
+  e = good();
+  e.event_type = "";
+  BOOST_TEST(refused_field(e) == "event_type");
+  e = good();
+  e.aggregate_id = std::string(255, 'x');
+  BOOST_TEST(refused_field(e).empty());
+  e.event_type = "bad\xff";
+  BOOST_TEST(refused_field(e) == "event_type");
+  e = good();
+  e.aggregate_type = std::string("ord\0er", 6);
+  BOOST_TEST(refused_field(e) == "aggregate_type");
+}
+
+BOOST_AUTO_TEST_CASE(refuses_invalid_json_and_payloads_over_the_limit) {
+  for (const char* bad :
+       {"", "{", "{\"a\":}", "not json", "{\"a\":1} trailing", "{'a':1}", "{\"s\":\"\xc3\x28\"}"}) {
+    auto e = good();
+    e.payload = bad;
+    BOOST_TEST(refused_field(e) == "payload", "payload " << bad);
+  }
+  auto e = good();
+  e.payload = "\"" + std::string(100, 'x') + "\"";
+  BOOST_TEST(refused_field(e, {.max_payload_bytes = 50}) == "payload");
+  BOOST_TEST(refused_field(e, {.max_payload_bytes = 102}).empty());
+  e.payload = "[1, 2, {\"nested\": null}, \"caf\xc3\xa9\"]";
+  BOOST_TEST(refused_field(e).empty());
+  e.payload = R"({"s":"a\u0000b"})";  // valid JSON, not storable
+  BOOST_TEST(refused_field(e) == "payload");
+  e.payload = R"({"k":[{"a\u0000":1}]})";
+  BOOST_TEST(refused_field(e) == "payload");
+  e.payload = R"({"s":"\\u0000 is only text here"})";  // an escaped backslash, then text
+  BOOST_TEST(refused_field(e).empty());
+}
+
+BOOST_AUTO_TEST_CASE(a_payload_of_another_content_type_is_bytes_and_the_type_is_checked) {
+  auto e = good();
+  BOOST_TEST(e.content_type == "application/json");
+  e.content_type = "application/avro";
+  e.payload = std::string("\0\x01\xff not json \xc3\x28", 15);
+  BOOST_TEST(refused_field(e).empty());  // opaque bytes, NUL and invalid UTF-8 included
+  e.payload = std::string(60, '\xff');
+  BOOST_TEST(refused_field(e, {.max_payload_bytes = 50}) == "payload");  // the size still counts
+  e = good();
+  e.payload = "not json";
+  for (const char* json_type :
+       {"application/json", "Application/JSON; charset=utf-8", "application/cloudevents+json"}) {
+    e.content_type = json_type;
+    BOOST_TEST(refused_field(e) == "payload", json_type);
+    BOOST_TEST(outbox::is_json_content_type(json_type));
+  }
+  for (const char* other : {"application/avro", "application/x-protobuf", "text/plain",
+                            "application/jsonx", "application/json-seq"})
+    BOOST_TEST(!outbox::is_json_content_type(other), other);
+  for (const std::string& bad :
+       {std::string(), std::string("json"), std::string("/json"), std::string("application/"),
+        std::string("a/b\n"), std::string("caf\xc3\xa9/x"), std::string(256, 'a') + "/b"}) {
+    e = good();
+    e.content_type = bad;
+    BOOST_TEST(refused_field(e) == "content_type", bad);
+  }
+  outbox::message m;
+  m.id = outbox::make_uuid_v7();
+  m.aggregate_type = m.aggregate_id = m.event_type = "x";
+  m.payload = std::string("\0\xff", 2);
+  m.content_type = "application/octet-stream";
+  BOOST_TEST(outbox::unpublishable_reason(m).empty());
+  m.content_type = "application/json";
+  BOOST_TEST(!outbox::unpublishable_reason(m).empty());
+  m.content_type = "";
+  BOOST_TEST(outbox::unpublishable_reason(m).find("content_type") != std::string::npos);
+  m.content_type = "application/x;\tq=1";  // a tab between parameters is a media type
+  BOOST_TEST(outbox::unpublishable_reason(m).empty());
+  m.aggregate_id = std::string("a\0b", 3);  // another program's row: a NUL in a name
+  BOOST_TEST(outbox::unpublishable_reason(m).find("NUL") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(refuses_a_payload_nested_past_the_depth_limit_without_recursing) {
+  // 30,000 levels in 60 KB, well under the size limit: the old NUL check recursed once per
+  // level and overflowed the stack (SIGSEGV inside enqueue).
+  auto e = good();
+  constexpr int deep = 30'000;
+  e.payload = std::string(deep, '[') + R"("\u0000")" + std::string(deep, ']');
+  BOOST_TEST(refused_field(e) == "payload");
+  e.payload = std::string(deep, '[') + std::string(deep, ']');
+  BOOST_TEST(refused_field(e) == "payload");
+  // The limit is exact and configurable; objects count like arrays.
+  const outbox::validation_limits limits{.max_json_depth = 5};
+  e.payload = std::string(5, '[') + std::string(5, ']');
+  BOOST_TEST(refused_field(e, limits).empty());
+  e.payload = std::string(6, '[') + std::string(6, ']');
+  BOOST_TEST(refused_field(e, limits) == "payload");
+  e.payload = R"({"a":{"b":{"c":{"d":{"e":1}}}}})";
+  BOOST_TEST(refused_field(e, limits).empty());
+  e.payload = R"({"a":{"b":{"c":{"d":{"e":[1]}}}}})";
+  BOOST_TEST(refused_field(e, limits) == "payload");
+  // The default (100, what MySQL's JSON type takes) accepts 100 levels and refuses 101.
+  e.payload = std::string(100, '[') + std::string(100, ']');
+  BOOST_TEST(refused_field(e).empty());
+  e.payload = std::string(101, '[') + std::string(101, ']');
+  BOOST_TEST(refused_field(e) == "payload");
+  try {
+    outbox::validate(e);
+  } catch (const outbox::error& err) {
+    BOOST_TEST(std::string(err.what()).find("max_json_depth") != std::string::npos);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(refuses_a_nul_byte_anywhere_in_the_payload) {
+  // nlohmann's parser stops at a NUL byte as if the input ended there: {"a":1}\0garbage was
+  // accepted, then stored and published as bytes that are not JSON (or cut at the NUL).
+  auto e = good();
+  for (const std::string& bad :
+       {std::string("{\"a\":1}\0garbage", 15), std::string("{\"a\":1}\0", 8),
+        std::string("\0{\"a\":1}", 8), std::string("{\"s\":\"a\0b\"}", 11)}) {
+    e.payload = bad;
+    BOOST_TEST(refused_field(e) == "payload", "payload of " << bad.size() << " bytes");
+  }
+  e.payload =
+      "\xEF\xBB\xBF{\"a\":1}";  // a byte order mark: nlohmann skipped it, PostgreSQL refused
+  BOOST_TEST(refused_field(e) == "payload");
+  e.payload = "{\"a\":1}  \n";  // trailing white space is JSON
+  BOOST_TEST(refused_field(e).empty());
+}
+
+BOOST_AUTO_TEST_CASE(refuses_headers_that_are_not_utf8_or_too_large) {
+  auto e = good();
+  e.headers = {{"ok", "caf\xc3\xa9"}};
+  BOOST_TEST(refused_field(e).empty());
+  e.headers = {{"bad\xc0\xaf", "v"}};  // overlong encoding of '/'
+  BOOST_TEST(refused_field(e) == "headers");
+  e.headers = {{"k", "\xed\xa0\x80"}};  // UTF-16 surrogate
+  BOOST_TEST(refused_field(e) == "headers");
+  e.headers = {{"", "v"}};
+  BOOST_TEST(refused_field(e) == "headers");
+  e.headers = {{"k", std::string(100, 'v')}};
+  BOOST_TEST(refused_field(e, {.max_header_bytes = 50}) == "headers");
+  // The relay's predecessor stamp is reserved: an event carrying it would be held back by
+  // consumers waiting for a predecessor that never comes.
+  e.headers = {{std::string(outbox::predecessor_header), outbox::make_uuid_v7().to_string()}};
+  BOOST_TEST(refused_field(e) == "headers");
+}
+
+BOOST_AUTO_TEST_CASE(utf8_checker_follows_the_standard) {
+  BOOST_TEST(outbox::is_valid_utf8(""));
+  BOOST_TEST(outbox::is_valid_utf8("plain ascii"));
+  BOOST_TEST(outbox::is_valid_utf8("\xf0\x9f\x98\x80"));   // U+1F600
+  BOOST_TEST(outbox::is_valid_utf8("\xf4\x8f\xbf\xbf"));   // U+10FFFF
+  BOOST_TEST(!outbox::is_valid_utf8("\xf4\x90\x80\x80"));  // above U+10FFFF
+  BOOST_TEST(!outbox::is_valid_utf8("\xe0\x80\xaf"));      // overlong
+  BOOST_TEST(!outbox::is_valid_utf8("\xc3"));              // truncated
+  BOOST_TEST(!outbox::is_valid_utf8("\x80"));              // lone continuation
+}
+
+BOOST_AUTO_TEST_CASE(sanitize_text_makes_any_bytes_storable) {
+  BOOST_TEST(outbox::sanitize_text("plain") == "plain");
+  BOOST_TEST(outbox::sanitize_text("caf\xc3\xa9") == "caf\xc3\xa9");
+  BOOST_TEST(outbox::sanitize_text(std::string("a\0b", 3)) == "ab");
+  BOOST_TEST(outbox::sanitize_text("bad\xff!") == "bad\xef\xbf\xbd!");
+  BOOST_TEST(outbox::sanitize_text("cut\xc3") == "cut\xef\xbf\xbd");
+  BOOST_TEST(outbox::is_valid_utf8(outbox::sanitize_text("\xed\xa0\x80\xc0\xaf")));
+  BOOST_TEST(outbox::sanitize_text(std::string(5000, 'x')).size() == 2048u);
+  BOOST_TEST(outbox::sanitize_text("\xc3\xa9\xc3\xa9", 3) == "\xc3\xa9");  // on a boundary
+}
+
+BOOST_AUTO_TEST_CASE(headers_that_are_not_utf8_render_without_throwing) {
+  // The dead-letter path renders headers a peer sent (AMQP header values may be bytes): it
+  // must not fail on what it keeps.
+  const outbox::header_map h{{"ok", "v"}, {"bad", "caf\xe9 \xff"}, {"k\xc0", "x"}};
+  std::string text;
+  BOOST_CHECK_NO_THROW(text = outbox::headers_to_json(h));
+  BOOST_TEST(outbox::is_valid_utf8(text));
+  const auto back = outbox::headers_from_json(text);
+  BOOST_TEST(back.at("ok") == "v");
+  BOOST_TEST(back.size() == 3u);
+}
+
+BOOST_AUTO_TEST_CASE(headers_round_trip_through_json) {
+  const outbox::header_map h{{"a", "1"}, {"quote", "\"'\\"}, {"u", "caf\xc3\xa9"}};
+  BOOST_TEST((outbox::headers_from_json(outbox::headers_to_json(h)) == h));
+  BOOST_TEST(outbox::headers_to_json({}) == "{}");
+  BOOST_CHECK_THROW((void)outbox::headers_from_json("[1]"), outbox::error);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
