@@ -158,8 +158,10 @@ section "build $BUILD_DIR"
 # No debug information (-Ddebug=false): it was a quarter of each test's compile time, and the
 # sanitizer build, whose reports need it, has its own. The tests of the core alone (suite unit,
 # e2e_memory_memory) are left to build-core (-Dcore_tests=false), which compiles them with the
-# same compiler and flags: once, not twice (about 130 CPU-s).
-if ! build "$BUILD_DIR" -Doptimization=2 -Ddebug=false -Dbench=true \
+# same compiler and flags: once, not twice (about 130 CPU-s). Every adapter is required
+# (-Dauto_features=enabled): a library missing from BUILD_PACKAGES is a configure error naming
+# it, not an adapter left out with its tests while the run stays green.
+if ! build "$BUILD_DIR" -Doptimization=2 -Ddebug=false -Dbench=true -Dauto_features=enabled \
     -Dconsumer_tests=true -Dtest_optimization=0 -Dcore_tests=false \
     --prefix="$PWD/$BUILD_DIR/prefix"; then
     echo "error: the build in $BUILD_DIR failed" >&2
@@ -211,7 +213,7 @@ set -m # the background job gets a process group of its own (finish ends it as a
         rm -rf "$ASAN_DIR"
         CC=clang-14 CXX=clang++-14 nice -n 10 meson setup "$ASAN_DIR" -Dwerror=true \
             --buildtype=debug -De2e_pairs=with_memory -Dexamples=false \
-            -Dfault_pairs=each_once \
+            -Dfault_pairs=each_once -Dauto_features=enabled \
             -Db_sanitize=address,undefined -Db_lundef=false \
             -Dcpp_args='-fno-sanitize=vptr -gline-tables-only' \
             -Dcpp_link_args=-fno-sanitize=vptr >"$ASAN_DIR.log" 2>&1 &&
