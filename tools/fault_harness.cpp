@@ -823,6 +823,8 @@ struct amqp_kind {
   static constexpr bool confirm_is_applied = false;
   /// What --broker-outages can do (rabbitmqctl, or the commands given).
   static constexpr const char* outages = "close-connections,node-restart";
+  /// The scripts/services.sh node whose rabbitmqctl the default outage commands use.
+  static constexpr bool services_rabbitmq = true;
   static const char* missing(const args& a) {
     return a.amqp.empty() ? "AMQP (--amqp or OUTBOX_TEST_AMQP)" : nullptr;
   }
@@ -2228,13 +2230,15 @@ std::vector<server_fault> schedule_server_faults(std::mt19937_64& rng, const arg
 }
 
 /// The commands of the server faults: the flags, else derived from OUTBOX_SERVICES_DIR (the
-/// servers of scripts/services.sh: rabbitmqctl in the node's environment, DIR/restart). Returns
-/// what is missing for the faults asked for (empty: nothing).
-std::string server_commands(args& a, bool broker, const char* db_server) {
+/// servers of scripts/services.sh: rabbitmqctl in the node's environment when the transport's
+/// broker is that node (`rabbitmq`), DIR/restart). Returns what is missing for the faults asked
+/// for (empty: nothing).
+std::string server_commands(args& a, bool broker, bool rabbitmq, const char* db_server) {
   const char* env = std::getenv("OUTBOX_SERVICES_DIR");
   const std::string dir = env != nullptr ? env : "";
   const std::string ctl = "'" + dir + "/rabbitmq/ctl-env.sh'";
-  const bool have_ctl = !dir.empty() && std::filesystem::exists(dir + "/rabbitmq/ctl-env.sh");
+  const bool have_ctl =
+      rabbitmq && !dir.empty() && std::filesystem::exists(dir + "/rabbitmq/ctl-env.sh");
   const auto rabbitmqctl = [&](const std::string& what) {
     return ". " + ctl + " && rabbitmqctl -q " + what;
   };
@@ -2560,7 +2564,9 @@ int run_orchestrator(args a) {
     const bool broker_cmds =
         a.broker_outages > 0 && (listed(a.broker_outage_kinds, "close-connections") ||
                                  listed(a.broker_outage_kinds, "node-restart"));
-    const std::string no_way = server_commands(a, broker_cmds, db_server);
+    bool rabbitmq = false;  // another broker's outages never default to RabbitMQ's commands
+    if constexpr (requires { T::services_rabbitmq; }) rabbitmq = T::services_rabbitmq;
+    const std::string no_way = server_commands(a, broker_cmds, rabbitmq, db_server);
     if (!no_way.empty()) return missing_service(no_way.c_str(), "");
   }
   bool made_dir = false;
