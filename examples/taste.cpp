@@ -1,6 +1,6 @@
 // README "A taste", compiled and run: the README's snippet is the regions of this file between
-// the markers "README: begin" and "README: end", joined (scripts/check_readme_snippet.py checks
-// that they are the same text, as the meson test readme_taste). Outside the markers: what the
+// the markers "README: begin" and "README: end", joined (scripts/check_docs.py checks that
+// they are the same text, as the meson test docs_check). Outside the markers: what the
 // README leaves to the reader (its own table, logging, shutdown) and the checks that the program
 // did what the snippet says.
 //

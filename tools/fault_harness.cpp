@@ -2655,7 +2655,7 @@ int run_orchestrator(args a) {
   server_fault_driver server{
       .plan = schedule_server_faults(rng, a, outage_kinds), .a = &a, .power = broker_power};
   // The inbox keeps records for the dedup window, and exactly-once holds only for copies that
-  // come within it (README "Guarantees": longer than the longest redelivery path). The faults
+  // come within it (docs/guarantees.md: longer than the longest redelivery path). The faults
   // planned here make that path long: a relay whose clock jumped stamps leases and retry times
   // that far ahead (the jumps add up, and a killed relay comes back at offset 0 while its rows
   // keep those stamps), plus a lease, a publish timeout, a retry delay, a pause and the outages

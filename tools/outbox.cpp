@@ -649,7 +649,7 @@ int main(int argc, char** argv) {
                   "flight, on a second connection)");
   relay->add_flag("--stamp-predecessors", ro.stamp_predecessors,
                   "send a hot aggregate's run in one call, stamped for the consumers to keep "
-                  "order (README, \"Hot aggregates\")");
+                  "order (docs/running.md, \"Hot aggregates\")");
   relay->add_option("--metrics-address", ro.metrics_address,
                     "host:port of /metrics and /healthz (default 127.0.0.1:9464; port 0: any "
                     "free port, logged; off: none)");

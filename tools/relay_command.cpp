@@ -1,6 +1,6 @@
 // `outbox relay`: relays from a store URL to a transport URL until SIGTERM or SIGINT, with
-// Prometheus metrics and a health check over HTTP. See relay_command.hpp and the README
-// ("Operating an outbox").
+// Prometheus metrics and a health check over HTTP. See relay_command.hpp and
+// docs/operations.md.
 
 #include "relay_command.hpp"
 

@@ -64,7 +64,8 @@ struct amqp_fixture {
   /// Capability: one queue, one consumer: the whole batch arrives in publish order.
   static constexpr bool keeps_batch_order = true;
   /// The broker requeues a nacked delivery at its place in the queue, but the later ones are
-  /// out already under the receiver's prefetch: they come first (README, Order per aggregate).
+  /// out already under the receiver's prefetch: they come first (docs/guarantees.md, Order per
+  /// aggregate).
   static constexpr bool redelivers_in_place = false;
 
   static std::string url() { return service_address("OUTBOX_TEST_AMQP"); }

@@ -51,8 +51,8 @@ struct relay_options {
   /// constructor: any policy), and a `lease` of at least 2 x `publish_timeout` + 5 s (a batch
   /// claimed ahead waits for the one in flight); otherwise `run` goes one batch at a time
   /// (`relay::pipelines()` tells). `run_once` never pipelines. Order is kept: a claim never
-  /// takes a message whose predecessor in its aggregate is in a batch in flight (README,
-  /// "Pipelining").
+  /// takes a message whose predecessor in its aggregate is in a batch in flight
+  /// (docs/running.md, "Pipelining").
   bool pipeline = true;
   /// Sends each batch in one publish call on a transport that does not keep publish order
   /// (AMQP, Kafka, ZeroMQ), so a hot aggregate's run is pipelined (one confirm round trip for
@@ -66,7 +66,7 @@ struct relay_options {
   /// aggregate reaches the same consumers (not routed apart by event type: a delivery whose
   /// predecessor never comes waits out `predecessor_wait`) and receivers may hold more
   /// deliveries than `batch_size` (AMQP `prefetch`). No effect on a transport that keeps publish
-  /// order (it needs no stamps). README, "Order per aggregate".
+  /// order (it needs no stamps). docs/guarantees.md, "Order per aggregate".
   bool stamp_predecessors = false;
   /// Called by `run` with every error it backs off from (for logs and metrics), on the relay's
   /// thread; must not throw. Empty: errors are only counted (`relay_stats::errors`).

@@ -13,9 +13,10 @@
 ///   short transaction; the batch is published with no transaction open; `settle` touches only
 ///   rows still held under that token.
 ///
-/// Layout (README "Store kit"): the SQL is in sql/mysql/ (embedded as `schema.hpp`), the
-/// connection layer in `detail/connection.hpp` and `detail/link.hpp`, what every store shares in
-/// `include/outbox/store/`; this file maps the store concepts onto those statements.
+/// Layout (docs/writing-an-adapter.md, "Store kit"): the SQL is in sql/mysql/ (embedded as
+/// `schema.hpp`), the connection layer in `detail/connection.hpp` and `detail/link.hpp`, what every
+/// store shares in `include/outbox/store/`; this file maps the store concepts onto those
+/// statements.
 
 #include <algorithm>
 #include <chrono>

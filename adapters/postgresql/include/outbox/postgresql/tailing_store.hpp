@@ -526,7 +526,8 @@ class tailing_store {
 
   /// The head batch (the first since the stream opened) starts where the slot stands: its
   /// claims are counted in the table, and its messages carry the count as their attempts, so a
-  /// message that keeps crashing relays is dead-lettered unsent (README, "Crash loops").
+  /// message that keeps crashing relays is dead-lettered unsent (docs/log-tailing.md, "Crash
+  /// loops").
   void count_head_attempt(claimed_batch& batch, detail::stream_batch& sb,
                           std::pair<std::int64_t, std::int64_t> head) {
     const int claims = detail::tail::count_attempt(table_, options_.slot, head.first, head.second);

@@ -10,8 +10,8 @@
 /// Several relays on one file serialize on the write lock (the busy timeout makes them wait, not
 /// fail) and never share a row while its lease holds.
 ///
-/// Layout (README "Store kit"): the SQL is in sql/sqlite/ (embedded as `schema.hpp`), the
-/// connection layer in `detail/connection.hpp`, what every store shares in
+/// Layout (docs/writing-an-adapter.md, "Store kit"): the SQL is in sql/sqlite/ (embedded as
+/// `schema.hpp`), the connection layer in `detail/connection.hpp`, what every store shares in
 /// `include/outbox/store/`; this file maps the store concepts onto those statements.
 
 #include <algorithm>
