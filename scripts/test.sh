@@ -51,7 +51,7 @@ readonly BUILD_PACKAGES=(
     meson ninja-build pkg-config cmake g++ clang-14 libclang-rt-14-dev ccache python3 git clang-format
     libsoci-dev libboost-test-dev nlohmann-json3-dev
     libsqlite3-dev libzmq3-dev cppzmq-dev librdkafka-dev librabbitmq-dev libssl-dev openssl
-    libpq-dev libmariadb-dev kcat libcli11-dev libtomlplusplus-dev procps clang-tidy
+    libpq-dev libmariadb-dev kcat libcli11-dev libtomlplusplus-dev procps clang-tidy doxygen
 )
 
 # CPU time the machine spent busy (every core: user, nice, system, irq, softirq, steal), in

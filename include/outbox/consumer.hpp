@@ -98,6 +98,7 @@ struct consumer_stats {
   std::uint64_t dead_lettered = 0;       ///< Failed `max_attempts` times; dead-lettered.
   std::uint64_t errors = 0;              ///< Errors the run loop backed off from.
   std::uint64_t deferred = 0;  ///< Held back until their predecessor was applied (see below).
+
   /// Applied although their stamped predecessor was not applied here: the wait ran out, or no
   /// room was left to hold them (`consumer_options::predecessor_wait`, `max_deferred`).
   std::uint64_t out_of_order = 0;
@@ -121,6 +122,7 @@ template <concepts::inbox_store Store, concepts::receiver Receiver,
           concepts::retry_policy Retry = exponential_backoff, concepts::clock Clock = system_clock>
 class consumer {
  public:
+  /// The connection type of the store, on which the handler writes (`Store::session_type`).
   using session_type = typename Store::session_type;
   /// The business effect; runs inside the inbox transaction, writes on the given session.
   using handler_type = std::function<void(session_type&, const message&)>;
@@ -130,6 +132,11 @@ class consumer {
   /// (`consumer_options::predecessor_wait`).
   enum class outcome { idle, applied, duplicate, retrying, dead_lettered, deferred };
 
+  /// Reads deliveries from `receiver` and applies them with `handler` in transactions of
+  /// `store`; `store` and `receiver` must outlive the consumer.
+  /// @throws outbox::error `misconfigured` for an empty handler, a name that
+  ///         `consumer_options::name` refuses, or `dead_letter_route::transport` on a receiver
+  ///         that has no dead-letter route.
   consumer(Store& store, Receiver& receiver, handler_type handler, consumer_options options = {},
            Retry retry = consumer_retry, Clock clock = {})
       : store_(&store),
@@ -247,10 +254,12 @@ class consumer {
     }
   }
 
+  /// A snapshot of the counters; callable from any thread while the consumer runs.
   [[nodiscard]] consumer_stats stats() const noexcept {
     return {applied_.load(), duplicates_.load(), retried_.load(),     dead_.load(),
             errors_.load(),  deferred_.load(),   out_of_order_.load()};
   }
+  /// The options the consumer was built with.
   [[nodiscard]] const consumer_options& options() const noexcept { return options_; }
 
  private:

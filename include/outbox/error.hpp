@@ -60,6 +60,9 @@ inline std::error_code make_error_code(errc e) noexcept {
 /// `invalid_input`, the name of the offending field.
 class error : public std::system_error {
  public:
+  /// An error of class `kind` raised by `adapter`, whose `what()` reads
+  /// "adapter [native_code]: what" (no brackets when `native_code` is empty); `field`: see
+  /// `field()`.
   error(errc kind, std::string adapter, std::string native_code, const std::string& what,
         std::string field = {})
       : std::system_error(make_error_code(kind), compose(adapter, native_code, what)),
@@ -101,5 +104,10 @@ class error : public std::system_error {
 
 }  // namespace outbox
 
+/// @namespace std
+/// The standard library, where outbox adds only `std::is_error_code_enum<outbox::errc>` and
+/// `std::hash<outbox::uuid>` (uuid.hpp).
+
+/// Makes `outbox::errc` convertible to `std::error_code` (through `outbox::make_error_code`).
 template <>
 struct std::is_error_code_enum<outbox::errc> : std::true_type {};

@@ -47,11 +47,13 @@ struct event {
 
 /// A stored event, as the relay publishes it and the consumer receives it.
 struct message {
-  uuid id{};  ///< UUIDv7, assigned by the writer, the deduplication key.
-  std::string aggregate_type{};
-  std::string aggregate_id{};
-  std::string event_type{};
-  std::string payload{};  ///< Exactly the bytes the writer was given.
+  uuid id{};                     ///< UUIDv7, assigned by the writer, the deduplication key.
+  std::string aggregate_type{};  ///< As the event gave it (`event::aggregate_type`).
+  std::string aggregate_id{};    ///< As the event gave it; order is kept per aggregate.
+  std::string event_type{};      ///< As the event gave it (`event::event_type`).
+  std::string payload{};         ///< Exactly the bytes the writer was given.
+  /// The headers of the event; a relay with `relay_options::stamp_predecessors` may add
+  /// `predecessor_header` to the copy it publishes.
   header_map headers{};
   std::string content_type{json_content_type};  ///< As the writer was given it.
   int attempts = 0;                             ///< Publish attempts, counting the current one.
@@ -84,17 +86,17 @@ namespace detail {
 /// One row the writer hands to an appending store: a validated event, its id and its headers
 /// already rendered as a JSON object.
 struct outgoing {
-  uuid id{};
+  uuid id{};                      ///< The UUIDv7 of the event, assigned by the writer.
   const event* source = nullptr;  ///< Non-owning; valid for the duration of `append`.
   std::string headers_json{};     ///< "{}" when there are none.
-  time_point created_at{};
+  time_point created_at{};        ///< The time of the `enqueue` call, by the writer clock.
 };
 
 /// How long a name a store keeps whole (`concepts::consumer_name_limited_store`): at most `max`
 /// bytes, or `max` UTF-8 characters when `characters`.
 struct name_limit {
-  std::size_t max = 0;
-  bool characters = false;
+  std::size_t max = 0;      ///< The longest name kept whole, in the unit `characters` says.
+  bool characters = false;  ///< True: `max` counts UTF-8 characters; false: bytes.
 };
 
 /// What the relay asks of a claiming store.
@@ -112,15 +114,18 @@ struct claim_request {
 
 /// A claimed batch. `token` is the fencing token: only the claim that stamped it can settle.
 struct claimed_batch {
+  /// The fencing token of the claim; a settle applies only to rows still held under it.
   std::int64_t token = 0;
-  time_point lease_until{};
+  time_point lease_until{};         ///< When the lease ends: `claim_request::now` plus its `lease`.
   std::vector<message> messages{};  ///< In store order (sequence), oldest first.
   /// Rows the claim could not read (e.g. headers written by another program that are not a JSON
   /// object of strings): the store dead-lettered them with the reason instead of returning
   /// them, so one bad row never stops the rest of the batch. Counted by the relay as dead.
   std::size_t unreadable = 0;
 
+  /// True when the claim returned no message (`unreadable` rows are not counted).
   [[nodiscard]] bool empty() const noexcept { return messages.empty(); }
+  /// How many messages the claim returned (`unreadable` rows are not counted).
   [[nodiscard]] std::size_t size() const noexcept { return messages.size(); }
 
   /// Puts `messages` in store order (by sequence), for a store whose claim returns its rows in
@@ -139,32 +144,33 @@ struct claimed_batch {
 
 /// The fate of one claimed message, index-aligned with `claimed_batch::messages` in `settle`.
 struct settlement {
+  /// What to do with the row of the message.
   enum class kind : std::uint8_t {
     published,  ///< The transport confirmed it.
     retry,      ///< Failed; claimable again at `retry_at`.
     dead,       ///< Failed for good; kept as a dead letter with `error`.
     release,    ///< Not attempted (stopping, or an earlier event of its aggregate failed).
   };
-  kind what = kind::release;
-  time_point retry_at{};
-  std::string error{};
+  kind what = kind::release;  ///< The fate; a default settlement releases the message.
+  time_point retry_at{};      ///< For `retry`: when the row is claimable again.
+  std::string error{};  ///< For `retry` and `dead`: the reason, kept as the last error of the row.
 };
 
 /// What `settle` did. `fenced` counts rows that were no longer held under the batch's token
 /// (the lease expired and another relay took them): those rows were left untouched.
 struct settle_result {
-  std::size_t published = 0;
-  std::size_t retried = 0;
-  std::size_t dead = 0;
-  std::size_t released = 0;
-  std::size_t fenced = 0;
+  std::size_t published = 0;  ///< Rows marked published (or deleted, `delete_on_publish`).
+  std::size_t retried = 0;    ///< Rows left to wait for their retry time.
+  std::size_t dead = 0;       ///< Rows dead-lettered.
+  std::size_t released = 0;   ///< Rows returned to pending, their attempt given back.
+  std::size_t fenced = 0;     ///< Fates not applied: the row was no longer under the token.
 };
 
 /// A dead-lettered event with its last error, as listed for operators.
 struct dead_letter {
-  message msg{};
-  std::string last_error{};
-  time_point dead_at{};
+  message msg{};             ///< The event as stored, with its attempt count.
+  std::string last_error{};  ///< The reason it was dead-lettered (empty if none was stored).
+  time_point dead_at{};      ///< When it was dead-lettered (by the clock of the settling relay).
 };
 
 /// Backlog signals for monitoring.
@@ -202,22 +208,22 @@ struct backlog_stats {
 
 /// The backlog of one aggregate type (`concepts::aggregate_stats_store`).
 struct aggregate_type_stats {
-  std::string aggregate_type{};
-  backlog_stats stats{};  ///< Only the rows of `aggregate_type`.
+  std::string aggregate_type{};  ///< The aggregate type the entry counts.
+  backlog_stats stats{};         ///< Only the rows of `aggregate_type`.
 };
 
 /// One transport confirm or failure, matched to its message by id (confirms may arrive in any
 /// order; a message with no result by the deadline counts as a transient timeout).
 struct publish_result {
-  uuid id{};
-  bool confirmed = false;
+  uuid id{};                           ///< The id of the message this result is for.
+  bool confirmed = false;              ///< True when the transport confirmed the message.
   errc error_class = errc::transient;  ///< Meaningful when not confirmed.
   std::string error{};                 ///< Human-readable reason when not confirmed.
 };
 
 /// A message received by a consumer's receiver, with the handle needed to ack or nack it.
 struct delivery {
-  message msg{};
+  message msg{};             ///< The message as the receiver decoded it.
   std::uint64_t tag = 0;     ///< Receiver-specific delivery handle.
   bool redelivered = false;  ///< The transport knows it delivered this before.
 };

@@ -233,12 +233,14 @@ class relay {
     if constexpr (concepts::waking_store<Store>) stores_[0]->interrupt();
   }
 
+  /// A snapshot of the counters; callable from any thread while the relay runs.
   [[nodiscard]] relay_stats stats() const noexcept {
     return {batches_.load(), published_.load(), retried_.load(),
             dead_.load(),    released_.load(),  fenced_.load(),
             errors_.load(),  reordered_.load(), consecutive_errors_.load(),
             steps_.load()};
   }
+  /// The options the relay runs with (`owner` filled in when it was given empty).
   [[nodiscard]] const relay_options& options() const noexcept { return options_; }
 
  private:

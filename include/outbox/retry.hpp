@@ -18,10 +18,10 @@ namespace outbox {
 /// then reduced by a random fraction up to `jitter` (0 = none, 1 = "full jitter"), so relays that
 /// failed together do not retry together.
 struct exponential_backoff {
-  std::chrono::milliseconds initial{100};
-  double multiplier = 2.0;
-  std::chrono::milliseconds max_delay{60'000};
-  double jitter = 0.2;
+  std::chrono::milliseconds initial{100};       ///< The delay after the first failed attempt.
+  double multiplier = 2.0;                      ///< The factor from one delay to the next.
+  std::chrono::milliseconds max_delay{60'000};  ///< The cap on a delay, before the jitter.
+  double jitter = 0.2;    ///< The largest fraction cut from a delay at random (clamped to 0..1).
   int max_attempts = 10;  ///< After this many failed attempts the event is dead-lettered.
 
   /// Delay before the attempt that follows failed attempt `attempt` (1-based).
@@ -69,6 +69,7 @@ concept clock = std::copy_constructible<C> && requires(const C& c) {
 
 /// The default clock policy.
 struct system_clock {
+  /// `std::chrono::system_clock::now()`.
   [[nodiscard]] time_point now() const { return std::chrono::system_clock::now(); }
 };
 

@@ -22,9 +22,12 @@ namespace outbox {
 /// A 128-bit UUID, compared bytewise (so UUIDv7 values compare in time order).
 class uuid {
  public:
+  /// The 16 bytes, in the order of the text form (most significant first).
   using bytes_type = std::array<std::uint8_t, 16>;
 
+  /// The nil UUID (all bytes zero).
   constexpr uuid() noexcept = default;
+  /// The UUID of bytes `b`, taken as they are (version and variant are not checked).
   constexpr explicit uuid(const bytes_type& b) noexcept : bytes_(b) {}
 
   /// Parses the canonical 8-4-4-4-12 form (either case). Returns `nullopt` on anything else.
@@ -60,10 +63,13 @@ class uuid {
     return s;
   }
 
+  /// The 16 bytes.
   [[nodiscard]] constexpr const bytes_type& bytes() const noexcept { return bytes_; }
+  /// The version field (the high nibble of byte 6): 7 for a UUIDv7, 0 for the nil UUID.
   [[nodiscard]] constexpr int version() const noexcept { return bytes_[6] >> 4; }
   /// True for the RFC 9562 variant (bits 10xx).
   [[nodiscard]] constexpr bool rfc_variant() const noexcept { return (bytes_[8] & 0xC0) == 0x80; }
+  /// True for the nil UUID (all bytes zero, the default).
   [[nodiscard]] constexpr bool is_nil() const noexcept { return *this == uuid{}; }
 
   /// For a UUIDv7: the Unix time in milliseconds it carries.
@@ -73,8 +79,11 @@ class uuid {
     return ms;
   }
 
+  /// Bytewise order: UUIDv7 values compare in time order.
   friend constexpr auto operator<=>(const uuid&, const uuid&) noexcept = default;
+  /// Writes the canonical text form (`to_string`).
   friend std::ostream& operator<<(std::ostream& os, const uuid& u) { return os << u.to_string(); }
+  /// Bytewise equality.
   friend constexpr bool operator==(const uuid&, const uuid&) noexcept = default;
 
  private:
@@ -95,6 +104,7 @@ class uuid_v7_generator {
  public:
   uuid_v7_generator() : rng_(seed()) {}
 
+  /// The next id, for the current `std::chrono::system_clock` millisecond (see `next`).
   [[nodiscard]] uuid operator()() { return next(now_ms()); }
 
   /// Deterministic entry point for tests: the id for a given millisecond.
@@ -151,8 +161,11 @@ class uuid_v7_generator {
 
 }  // namespace outbox
 
+/// Hashes an `outbox::uuid` (its random last 8 bytes mixed with its timestamp), so ids can key
+/// unordered containers.
 template <>
 struct std::hash<outbox::uuid> {
+  /// The hash of `u`.
   std::size_t operator()(const outbox::uuid& u) const noexcept {
     // The last 8 bytes of a UUIDv7 are random: a fine hash on their own.
     std::uint64_t h = 0;

@@ -40,6 +40,7 @@ struct writer_options {
 template <concepts::appending_store Store, concepts::clock Clock = system_clock>
 class writer {
  public:
+  /// The connection type of the application, on which `enqueue` writes (`Store::session_type`).
   using session_type = typename Store::session_type;
 
   /// Appends through `store`, which must outlive the writer.
@@ -84,6 +85,7 @@ class writer {
     return ids;
   }
 
+  /// The options the writer was built with.
   [[nodiscard]] const writer_options& options() const noexcept { return options_; }
 
  private:

@@ -18,10 +18,14 @@ namespace outbox {
 struct batch_report {
   std::size_t unreadable = 0;  ///< Rows the claim could not read (dead-lettered by the store).
   settle_result settled{};     ///< What the settle did with `messages`.
-  /// How long the claim, the publish (from the first send to the last confirm or the deadline)
-  /// and the settle took. A pipelined relay runs a batch's claim while the batch before it is
-  /// in flight: the three add up to the batch's own work, not its time from claim to settle.
+  /// How long the claim took. A pipelined relay runs a batch's claim while the batch before it
+  /// is in flight: `claim`, `publish` and `settle` add up to the batch's own work, not its time
+  /// from claim to settle.
   std::chrono::nanoseconds claim{0}, publish{0}, settle{0};
+  /// @var publish
+  /// How long the publish took, from the first send to the last confirm or the deadline.
+  /// @var settle
+  /// How long the settle took.
   std::span<const message> messages{};  ///< The batch (in publish order).
   std::span<const settlement> fates{};  ///< What became of each of `messages` (same order).
 };
@@ -33,9 +37,11 @@ struct relay_options {
 
   std::size_t batch_size = 500;             ///< Messages claimed per batch.
   std::chrono::milliseconds lease{30'000};  ///< How long a claim holds (leasing stores).
-  /// Confirms not in by then are failures. A locking claim holds its transaction about this
-  /// long (twice, pipelined): the store's `idle_in_transaction_timeout` must be at least
-  /// `relay::longest_claim_hold`, or the relay is refused.
+
+  /// How long the publish of a batch may take (never past its lease): confirms not in by then are
+  /// failures. A locking claim holds its transaction about this long (twice, pipelined): the
+  /// store's `idle_in_transaction_timeout` must be at least `relay::longest_claim_hold`, or the
+  /// relay is refused.
   std::chrono::milliseconds publish_timeout{10'000};
   std::chrono::milliseconds idle_poll_min{5};      ///< First sleep after an empty batch.
   std::chrono::milliseconds idle_poll_max{1'000};  ///< Idle sleeps double up to this.
@@ -44,6 +50,7 @@ struct relay_options {
   /// most this long after they return. Not the events' retry delays (the retry policy's own).
   std::chrono::milliseconds error_backoff_max{5'000};
   std::string owner{};  ///< Lease owner; default "relay-<uuid>".
+
   /// `run` claims the next batch, and settles the previous one, on a second thread while a
   /// batch awaits its confirms, so the transport is not left idle during the database's steps.
   /// Takes effect with a store whose session can hold several claims
@@ -80,13 +87,13 @@ struct relay_options {
 
 /// Counters of one relay (a snapshot; the relay updates them as it goes).
 struct relay_stats {
-  std::uint64_t batches = 0;
-  std::uint64_t published = 0;
-  std::uint64_t retried = 0;
-  std::uint64_t dead_lettered = 0;
-  std::uint64_t released = 0;
-  std::uint64_t fenced = 0;  ///< Confirmed but no longer ours to settle (lease lost).
-  std::uint64_t errors = 0;  ///< Errors the run loop backed off from (see `relay::run`).
+  std::uint64_t batches = 0;        ///< Batches settled (an empty claim is not a batch).
+  std::uint64_t published = 0;      ///< Messages settled as published.
+  std::uint64_t retried = 0;        ///< Messages settled to wait for a retry.
+  std::uint64_t dead_lettered = 0;  ///< Messages dead-lettered, unreadable rows included.
+  std::uint64_t released = 0;       ///< Messages released: pending again, attempt given back.
+  std::uint64_t fenced = 0;         ///< Fates (any kind) that touched no row: claim lost.
+  std::uint64_t errors = 0;         ///< Errors the run loop backed off from (see `relay::run`).
   /// Messages confirmed although an earlier message of their aggregate in the same call had
   /// failed (and follows after its retry): a transport that breaks its `keeps_publish_order`
   /// promise, or, with `stamp_predecessors`, one that does not make it (the consumer puts them

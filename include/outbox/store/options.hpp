@@ -40,7 +40,9 @@ struct session_options {
 /// Options of a store: the same type for every store. A store refuses, as `misconfigured`,
 /// a setting its database cannot honour (a locking claim on SQLite).
 struct store_options {
+  /// How the relay holds a claimed batch.
   claim_policy policy = claim_policy::store_default;
+  /// What becomes of a row once its publish is confirmed.
   enum retention retention = retention::keep;
   /// Locking: the server ends a claim transaction left idle this long; keep it above the
   /// relay's publish timeout, or every batch is cut off mid-publish.
@@ -50,6 +52,7 @@ struct store_options {
   bool listen = true;
   /// Apply `session` to the store's session at construction.
   bool configure_session = true;
+  /// The settings applied to the session of the store at construction (when `configure_session`).
   session_options session{};
 };
 

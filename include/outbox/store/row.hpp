@@ -34,7 +34,7 @@ inline std::int64_t scan_limit(const claim_request& req) noexcept {
 enum class fate_code : int { retry = 2, dead = 3, release = 4 };
 
 /// The columns of a claimed or dead-lettered row, in the order every claim and dead-letter
-/// statement selects them (sql/<dialect>/claim_*.sql, dead_letters.sql).
+/// statement selects them (`sql/<dialect>/claim_*.sql`, `dead_letters.sql`).
 enum column : int {
   seq = 0,
   event_id,

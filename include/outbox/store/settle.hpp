@@ -17,7 +17,7 @@ namespace outbox::store {
 struct settle_plan {
   /// A retry or a dead letter.
   struct failure {
-    std::int64_t seq;
+    std::int64_t seq;     ///< The sequence of the row (`message::sequence`).
     fate_code code;       ///< `retry` or `dead`.
     time_point retry_at;  ///< For `retry`.
     std::string error;    ///< Storable.

@@ -31,12 +31,16 @@ class duplicating_receiver {
   /// (they count up from 1).
   static constexpr std::uint64_t copy_tags = std::uint64_t{1} << 62;
 
+  /// Wraps `inner`, which must outlive it, keeping its last `keep` deliveries (0: none, so a
+  /// storm hands out nothing).
   explicit duplicating_receiver(Inner& inner, std::size_t keep = 32)
       : inner_(&inner), keep_(keep) {}
 
   /// Arms a storm: the kept deliveries, `rounds` times each, before the next real one.
   void storm(int rounds = 10) noexcept { pending_rounds_.store(rounds, std::memory_order_relaxed); }
 
+  /// The next copy while a storm lasts; otherwise the next delivery of the inner receiver
+  /// (kept for later storms).
   std::optional<delivery> receive(std::chrono::milliseconds timeout) {
     if (const int rounds = pending_rounds_.exchange(0, std::memory_order_relaxed); rounds > 0)
       for (int r = 0; r < rounds; ++r) queue_.insert(queue_.end(), recent_.begin(), recent_.end());
@@ -56,13 +60,16 @@ class duplicating_receiver {
     }
     return d;
   }
+  /// Acks `d` on the inner receiver, unless it is a copy.
   void ack(const delivery& d) {
     if (!is_copy(d)) inner_->ack(d);
   }
+  /// Nacks `d` on the inner receiver, unless it is a copy.
   void nack(const delivery& d, bool requeue) {
     if (!is_copy(d)) inner_->nack(d, requeue);
   }
 
+  /// True when `d` is a copy this wrapper handed out (its tag is at least `copy_tags`).
   [[nodiscard]] static bool is_copy(const delivery& d) noexcept { return d.tag >= copy_tags; }
   /// Whether the last delivery `receive` handed out was a copy.
   [[nodiscard]] bool last_was_copy() const noexcept { return last_was_copy_; }

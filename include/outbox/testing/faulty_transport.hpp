@@ -31,8 +31,10 @@ namespace outbox::testing {
 template <concepts::transport Inner, bool KeepsOrder = false>
 class faulty_transport {
  public:
+  /// Capability (`concepts::order_keeping_transport`): `KeepsOrder`, whatever `Inner` declares.
   static constexpr bool keeps_publish_order = KeepsOrder;
 
+  /// Wraps `inner`, which must outlive it; no fault is set.
   explicit faulty_transport(Inner& inner) : inner_(&inner) {}
 
   /// The next `n` messages fail with `cls` (transient by default), then all is well again.
@@ -72,6 +74,9 @@ class faulty_transport {
     return injected_;
   }
 
+  /// Fails the messages the faults pick (they never reach `Inner`) and publishes the rest
+  /// through `Inner`: the results of both, reversed under `confirm_out_of_order`; none (at
+  /// `until`) under `never_confirm`.
   std::vector<publish_result> publish(std::span<const message> batch,
                                       std::chrono::steady_clock::time_point until) {
     std::vector<publish_result> failed;

@@ -19,6 +19,7 @@ class manual_clock {
   explicit manual_clock(time_point start = std::chrono::system_clock::now())
       : t_(std::make_shared<std::atomic<rep>>(start.time_since_epoch().count())) {}
 
+  /// The manual time, the same for every copy.
   [[nodiscard]] time_point now() const {
     return time_point(time_point::duration(t_->load(std::memory_order_acquire)));
   }

@@ -59,11 +59,13 @@ enum class memory_operation : std::uint32_t {
   any = ~0U,
 };
 
+/// The union of two masks: `memory_operation::claim | memory_operation::settle`, say.
 [[nodiscard]] constexpr memory_operation operator|(memory_operation a,
                                                    memory_operation b) noexcept {
   return static_cast<memory_operation>(static_cast<std::uint32_t>(a) |
                                        static_cast<std::uint32_t>(b));
 }
+/// True when the masks `a` and `b` share an operation.
 [[nodiscard]] constexpr bool overlaps(memory_operation a, memory_operation b) noexcept {
   return (static_cast<std::uint32_t>(a) & static_cast<std::uint32_t>(b)) != 0;
 }
@@ -75,9 +77,12 @@ class memory_statement_error : public std::runtime_error {
  public:
   /// @param kind the class `memory_store::classify` reports.
   /// @param code a short native code: "duplicate_key", "aborted", "injected", ...
+  /// @param what the text of the error; `what()` reads `memory [code]: what`.
   memory_statement_error(errc kind, std::string code, const std::string& what)
       : std::runtime_error("memory [" + code + "]: " + what), kind_(kind), code_(std::move(code)) {}
+  /// The class of the failure (what `memory_store::classify` reports).
   [[nodiscard]] errc kind() const noexcept { return kind_; }
+  /// The short native code ("duplicate_key", "aborted", "injected", ...).
   [[nodiscard]] const std::string& code() const noexcept { return code_; }
 
  private:
@@ -89,40 +94,44 @@ class memory_statement_error : public std::runtime_error {
 /// Public so that a test can write a row "as another program would" (`insert_raw`) and look at
 /// what the store did (`memory_database::outbox`).
 struct memory_row {
+  /// Where a row stands: pending (claimable, held by a lease or waiting for a retry),
+  /// published (kept under `retention::keep`) or dead-lettered.
   enum class state_type : std::uint8_t { pending, published, dead };
 
-  std::int64_t sequence = 0;  ///< Assigned at commit (store order is commit order).
-  uuid id{};
-  std::string aggregate_type{};
-  std::string aggregate_id{};
-  std::string event_type{};
+  std::int64_t sequence = 0;       ///< Assigned at commit (store order is commit order).
+  uuid id{};                       ///< The event id; unique in the database.
+  std::string aggregate_type{};    ///< As appended (unchecked when written by `insert_raw`).
+  std::string aggregate_id{};      ///< As appended (unchecked when written by `insert_raw`).
+  std::string event_type{};        ///< As appended (unchecked when written by `insert_raw`).
   std::string payload{};           ///< Kept byte for byte.
   std::string headers_json{"{}"};  ///< As stored; read back (and checked) on the claim.
-  std::string content_type{json_content_type};
+  std::string content_type{json_content_type};  ///< The media type of `payload`, as appended.
   std::int64_t attempts = 0;  ///< Counted at claim; 64 bits, like the SQLite column.
-  time_point created_at{};
+  time_point created_at{};    ///< When the writer enqueued it (`outgoing::created_at`).
   time_point available_at{};  ///< Claimable from then (lease expiry, retry_at); epoch = now.
-  state_type state = state_type::pending;
-  std::string lease_owner{};
+  state_type state = state_type::pending;  ///< Pending, published or dead.
+  std::string lease_owner{};  ///< The owner of the claim that took it; cleared with `lease_token`.
+  /// The fencing token of the claim that took it; cleared when that claim settles or releases
+  /// it (an expired lease keeps it), and by a requeue.
   std::optional<std::int64_t> lease_token{};
-  std::string last_error{};
-  std::optional<time_point> published_at{};
-  std::optional<time_point> dead_at{};
+  std::string last_error{};  ///< The reason of the last failed attempt (a retry or a dead letter).
+  std::optional<time_point> published_at{};  ///< When it was published (`retention::keep`).
+  std::optional<time_point> dead_at{};       ///< When it was dead-lettered; cleared by a requeue.
 };
 
 /// One inbox record: (consumer, event id) was processed at `processed_at`.
 struct memory_inbox_record {
-  std::string consumer{};
-  uuid id{};
-  time_point processed_at{};
+  std::string consumer{};     ///< The consumer name (`consumer_options::name`).
+  uuid id{};                  ///< The event id.
+  time_point processed_at{};  ///< The `now` given to `record_delivery` or `dead_letter_delivery`.
 };
 
 /// A delivery a consumer dead-lettered (`memory_store::dead_letter_delivery`).
 struct memory_inbox_dead_record {
-  std::string consumer{};
-  message msg{};  ///< Exactly as delivered (any bytes).
-  std::string error{};
-  time_point failed_at{};
+  std::string consumer{};  ///< The consumer name (`consumer_options::name`).
+  message msg{};           ///< Exactly as delivered (any bytes).
+  std::string error{};     ///< Why it was dead-lettered (`outbox::store::storable_text`).
+  time_point failed_at{};  ///< The `now` given to `dead_letter_delivery`.
 };
 
 /// A business table: key -> value, in key order.
@@ -159,6 +168,7 @@ class memory_database {
   memory_database(const memory_database&) = delete;
   memory_database& operator=(const memory_database&) = delete;
 
+  /// The committed outbox rows, in store order (a copy).
   [[nodiscard]] std::vector<memory_row> outbox() const {
     std::lock_guard lock(mutex_);
     std::vector<memory_row> out;
@@ -167,6 +177,7 @@ class memory_database {
     return out;
   }
 
+  /// The committed inbox records, by consumer name and event id (a copy).
   [[nodiscard]] std::vector<memory_inbox_record> inbox() const {
     std::lock_guard lock(mutex_);
     std::vector<memory_inbox_record> out;
@@ -175,6 +186,7 @@ class memory_database {
     return out;
   }
 
+  /// The deliveries consumers dead-lettered, by consumer name and event id (a copy).
   [[nodiscard]] std::vector<memory_inbox_dead_record> inbox_dead() const {
     std::lock_guard lock(mutex_);
     std::vector<memory_inbox_dead_record> out;
@@ -183,6 +195,7 @@ class memory_database {
     return out;
   }
 
+  /// The committed rows of business table `name` (a copy); empty when there is no such table.
   [[nodiscard]] memory_table table(std::string_view name) const {
     std::lock_guard lock(mutex_);
     const auto it = tables_.find(name);
@@ -237,6 +250,7 @@ class memory_database {
     std::lock_guard lock(mutex_);
     faults_.clear();
   }
+  /// How many operations an injected fault failed so far.
   [[nodiscard]] std::size_t failures_injected() const {
     std::lock_guard lock(mutex_);
     return injected_;
@@ -325,6 +339,7 @@ class memory_session {
    public:
     /// Begins a transaction on `s`.
     explicit transaction(memory_session& s) : s_(&s) { s.begin(); }
+    /// Takes over the transaction of `other`, which is then over (its destructor does nothing).
     transaction(transaction&& other) noexcept : s_(std::exchange(other.s_, nullptr)) {}
     transaction& operator=(transaction&&) = delete;
     ~transaction() {
@@ -335,6 +350,7 @@ class memory_session {
       if (!s_) throw error(errc::permanent, "memory", {}, "commit: the transaction is over");
       std::exchange(s_, nullptr)->commit();
     }
+    /// Rolls the transaction back; nothing happens when it is over. Never throws.
     void rollback() {
       if (s_) std::exchange(s_, nullptr)->rollback();
     }
@@ -343,14 +359,19 @@ class memory_session {
     memory_session* s_;
   };
 
+  /// A session on `db`, which must outlive it; no transaction is open.
   explicit memory_session(memory_database& db) : db_(&db) {}
   memory_session(const memory_session&) = delete;
   memory_session& operator=(const memory_session&) = delete;
   ~memory_session() { rollback(); }
 
+  /// The database the session works on.
   [[nodiscard]] memory_database& database() const noexcept { return *db_; }
+  /// True while a transaction is open (aborted or not).
   [[nodiscard]] bool in_transaction() const noexcept { return open_; }
 
+  /// Opens a transaction.
+  /// @throws outbox::error `permanent` when one is open, or an injected fault (`begin`).
   void begin() {
     if (open_)
       throw error(errc::permanent, "memory", {},
@@ -363,6 +384,9 @@ class memory_session {
     aborted_ = false;
   }
 
+  /// Makes everything written since `begin` visible at once, then runs the `on_commit`
+  /// callbacks. @throws outbox::error as the class table says; the transaction is over either
+  /// way (rolled back, except after an injected `in_doubt`: committed).
   void commit() {
     if (!open_) throw error(errc::permanent, "memory", {}, "commit: no transaction is open");
     std::vector<std::function<void()>> callbacks;
@@ -397,6 +421,8 @@ class memory_session {
 
   // ---- business statements --------------------------------------------------------------------
 
+  /// Inserts the row `key` = `value` into business table `table`.
+  /// @throws memory_statement_error `duplicate` when `key` exists as this session sees it.
   void insert(std::string_view table, std::string_view key, std::string value) {
     run<true>(memory_operation::statement, "insert", [&] {
       if (current(table, key))
@@ -407,12 +433,14 @@ class memory_session {
     });
   }
 
+  /// Inserts or replaces the row `key` = `value` of business table `table`.
   void put(std::string_view table, std::string_view key, std::string value) {
     run<true>(memory_operation::statement, "put", [&] {
       writes_.push_back({std::string(table), std::string(key), std::move(value), false});
     });
   }
 
+  /// Removes the row `key` of business table `table`; false when there was no such row.
   bool erase(std::string_view table, std::string_view key) {
     bool found = false;
     run<true>(memory_operation::statement, "erase", [&] {
@@ -422,12 +450,16 @@ class memory_session {
     return found;
   }
 
+  /// The value of the row `key` of business table `table` as this session sees it (its own
+  /// writes included); `nullopt` when there is none.
   [[nodiscard]] std::optional<std::string> find(std::string_view table, std::string_view key) {
     std::optional<std::string> out;
     run<true>(memory_operation::statement, "find", [&] { out = current(table, key); });
     return out;
   }
 
+  /// Runs `f` once the open transaction has committed (not on rollback); with no transaction
+  /// open, at once. `f` must not throw.
   void on_commit(std::function<void()> f) {
     if (!open_) {
       f();

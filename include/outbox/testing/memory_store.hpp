@@ -73,6 +73,7 @@ using outbox::retention;
 
 /// Options of a memory store.
 struct memory_store_options {
+  /// What becomes of a row once its publish is confirmed.
   enum retention retention = retention::keep;
 };
 
@@ -84,10 +85,12 @@ struct memory_store_options {
 template <concepts::clock Clock = system_clock>
 class memory_store {
  public:
-  using session_type = memory_session;
-  using transaction = memory_session::transaction;
+  using session_type = memory_session;              ///< The connection type.
+  using transaction = memory_session::transaction;  ///< What `begin` returns.
 
   /// @param session the store's own session; it (and its database) must outlive the store.
+  /// @param options how published rows are kept.
+  /// @param clock the time the two-argument `settle` stamps.
   explicit memory_store(memory_session& session, memory_store_options options = {},
                         Clock clock = {})
       : session_(&session), db_(&session.database()), options_(options), clock_(std::move(clock)) {
@@ -97,8 +100,11 @@ class memory_store {
   memory_store(const memory_store&) = delete;
   memory_store& operator=(const memory_store&) = delete;
 
+  /// The session the store was built on.
   [[nodiscard]] session_type& session() noexcept { return *session_; }
+  /// The database behind that session.
   [[nodiscard]] memory_database& database() noexcept { return *db_; }
+  /// The options the store was built with.
   [[nodiscard]] const memory_store_options& options() const noexcept { return options_; }
 
   // ---- appending ------------------------------------------------------------------------------
@@ -139,6 +145,8 @@ class memory_store {
   /// Always (leasing), so a relay pipelines on one store (`concepts::overlapping_claims_store`).
   [[nodiscard]] static constexpr bool claims_overlap() noexcept { return true; }
 
+  /// Claims at most `req.limit` rows under a new token, as the file comment says
+  /// (`concepts::claiming_store`). @throws outbox::error an injected fault (`claim`).
   claimed_batch claim(const claim_request& req) {
     claimed_batch batch;
     std::lock_guard lock(db_->mutex_);
@@ -188,6 +196,8 @@ class memory_store {
     return settle(batch, fates, clock_.now());
   }
 
+  /// @param batch a batch this store claimed.
+  /// @param fates one per message of `batch`, in its order (else `misconfigured`).
   /// @param now stamps published_at and dead_at (the relay passes its clock's time).
   settle_result settle(const claimed_batch& batch, std::span<const settlement> fates,
                        time_point now) {
@@ -237,6 +247,8 @@ class memory_store {
     return r;
   }
 
+  /// Returns the rows of `batch` still held under its token to pending, their attempt given
+  /// back (a settle with every fate `release`).
   void release(const claimed_batch& batch) {
     std::vector<settlement> fates(batch.size());
     settle(batch, fates);
@@ -254,6 +266,8 @@ class memory_store {
     return std::nullopt;
   }
 
+  /// Records (`consumer`, `id`) in the open transaction of `session()` (on its own without
+  /// one): true the first time, false for a duplicate, which does not abort the transaction.
   bool record_delivery(std::string_view consumer, const uuid& id, time_point now) {
     bool fresh = false;
     auto& sql = *session_;
@@ -297,6 +311,7 @@ class memory_store {
 
   // ---- operations -----------------------------------------------------------------------------
 
+  /// The backlog at `now`, counted over the committed rows (`concepts::operable_store`).
   backlog_stats stats(time_point now) {
     backlog_tally all;
     std::lock_guard lock(db_->mutex_);
@@ -319,6 +334,7 @@ class memory_store {
     return out;
   }
 
+  /// At most `limit` dead letters, in store order (oldest first).
   std::vector<dead_letter> dead_letters(std::size_t limit) {
     std::vector<dead_letter> out;
     std::lock_guard lock(db_->mutex_);
@@ -336,6 +352,8 @@ class memory_store {
     return out;
   }
 
+  /// Makes the dead letter `id` pending again, its attempts reset; false when `id` is not a
+  /// dead letter.
   bool requeue(const uuid& id) {
     {
       std::lock_guard lock(db_->mutex_);
@@ -355,6 +373,8 @@ class memory_store {
     return true;
   }
 
+  /// Deletes at most `limit` rows published before `before`, in store order.
+  /// @returns how many (call again while it returns `limit`).
   std::size_t purge_published(time_point before, std::size_t limit) {
     std::size_t n = 0;
     std::lock_guard lock(db_->mutex_);
@@ -373,6 +393,8 @@ class memory_store {
     return n;
   }
 
+  /// Deletes at most `limit` inbox records processed before `before`, oldest first.
+  /// @returns how many (call again while it returns `limit`).
   std::size_t purge_inbox(time_point before, std::size_t limit) {
     std::lock_guard lock(db_->mutex_);
     db_->check_fault(memory_operation::operations, "purge_inbox");

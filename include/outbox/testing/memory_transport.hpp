@@ -40,12 +40,16 @@ struct memory_transport_options {
 /// and `crash_consumer`, put them back (marked redelivered). Thread-safe.
 class memory_transport {
  public:
+  /// A transport with `options` (by default: no latency, delivers, records nothing).
   explicit memory_transport(memory_transport_options options = {}) : options_(options) {}
 
   /// Capability (concepts::order_keeping_transport): one queue, and a call's confirms come all
   /// together or not at all.
   static constexpr bool keeps_publish_order = true;
 
+  /// Queues every message of `batch` (when `deliver`) and confirms them all after
+  /// `confirm_latency`; when that would pass `until`, returns at `until` with no result (the
+  /// messages are queued all the same).
   std::vector<publish_result> publish(std::span<const message> batch,
                                       std::chrono::steady_clock::time_point until) {
     const auto start = std::chrono::steady_clock::now();
@@ -72,6 +76,7 @@ class memory_transport {
     return results;
   }
 
+  /// The next queued delivery, unacknowledged until `ack` or `nack`; `nullopt` after `timeout`.
   std::optional<delivery> receive(std::chrono::milliseconds timeout) {
     std::unique_lock lock(mutex_);
     if (!cv_.wait_for(lock, timeout, [&] { return !queue_.empty(); })) return std::nullopt;
@@ -83,11 +88,14 @@ class memory_transport {
     return d;
   }
 
+  /// Forgets the unacknowledged delivery `d`; nothing happens for an unknown tag.
   void ack(const delivery& d) {
     std::lock_guard lock(mutex_);
     unacked_.erase(d.tag);
   }
 
+  /// With `requeue`, puts `d` back at the head of the queue, marked redelivered; otherwise drops
+  /// it (there is no dead-letter route). Nothing happens for an unknown tag.
   void nack(const delivery& d, bool requeue) {
     {
       std::lock_guard lock(mutex_);
@@ -109,14 +117,17 @@ class memory_transport {
     std::lock_guard lock(mutex_);
     return wire_;
   }
+  /// How many messages were published so far (counted whether or not they are recorded).
   [[nodiscard]] std::size_t published_count() const {
     std::lock_guard lock(mutex_);
     return published_;
   }
+  /// How many deliveries wait in the queue for `receive`.
   [[nodiscard]] std::size_t queued() const {
     std::lock_guard lock(mutex_);
     return queue_.size();
   }
+  /// How many deliveries were handed out and are neither acked nor nacked yet.
   [[nodiscard]] std::size_t unacked() const {
     std::lock_guard lock(mutex_);
     return unacked_.size();

@@ -29,12 +29,12 @@ namespace outbox::amqp {
 
 /// The parts of an amqp:// URL, and the URL without its credentials (for error texts).
 struct endpoint {
-  std::string host{};
-  int port = 5672;
-  std::string user{};
-  std::string password{};
-  std::string vhost{};
-  bool tls = false;
+  std::string host{};      ///< The broker host name or address.
+  int port = 5672;         ///< The TCP port.
+  std::string user{};      ///< The login user.
+  std::string password{};  ///< The login password (never put in an error text).
+  std::string vhost{};     ///< The virtual host ("/" when the URL names none).
+  bool tls = false;        ///< True for an amqps:// URL: the connection uses TLS.
   std::string redacted{};  ///< amqp://host:port/vhost: never holds the user or the password.
 };
 
@@ -63,7 +63,7 @@ inline endpoint parse_url(const std::string& url) {
 
 /// Connection settings shared by the publisher and the receiver.
 struct connection_options {
-  std::string url{};  ///< amqp://user:pass@host:port[/vhost], or amqps:// for TLS.
+  std::string url{};  ///< `amqp://user:pass@host:port[/vhost]`, or `amqps://` for TLS.
   /// TCP connect with TLS handshake, then the AMQP login, each.
   std::chrono::milliseconds connect_timeout{5000};
   /// Each RPC (declare, bind, qos, consume, confirm.select...): a broker that stops answering
@@ -83,7 +83,7 @@ struct connection_options {
   /// handshake, the socket is just closed (the broker logs an abrupt close).
   std::chrono::milliseconds close_timeout{1000};
   tls_options tls{};  ///< Used by amqps:// URLs only (set with an amqp:// URL: `misconfigured`).
-  int frame_max = 131072;
+  int frame_max = 131072;  ///< The largest frame asked of the broker at login, in bytes.
 };
 
 /// One connection and its channel 1. Not thread-safe: one user thread. After any failure it is
@@ -94,6 +94,7 @@ struct connection_options {
 /// connection closes it first (politely, as the destructor does).
 class connection {
  public:
+  /// The one channel the connection opens and uses.
   static constexpr amqp_channel_t channel = 1;
 
   /// @throws outbox::error `misconfigured` for a bad URL or one without a host, TLS options that
@@ -115,12 +116,14 @@ class connection {
   ~connection() { close(); }
   connection(const connection&) = delete;
   connection& operator=(const connection&) = delete;
+  /// Takes over the connection of `other`, which is left closed (see above).
   connection(connection&& other) noexcept
       : options_(std::move(other.options_)),
         endpoint_(std::move(other.endpoint_)),
         verdict_(std::move(other.verdict_)),
         state_(std::exchange(other.state_, nullptr)),
         generation_(other.generation_) {}
+  /// Closes this connection politely, then takes over that of `other` (see above).
   connection& operator=(connection&& other) noexcept {
     if (this != &other) {
       close();
@@ -133,8 +136,11 @@ class connection {
     return *this;
   }
 
+  /// True while a connection is open (false after any failure, until the next `ensure`).
   [[nodiscard]] bool open() const noexcept { return state_ != nullptr; }
+  /// The rabbitmq-c connection state; null while closed.
   [[nodiscard]] amqp_connection_state_t state() const noexcept { return state_; }
+  /// The URL without its credentials (`endpoint::redacted`), for error texts.
   [[nodiscard]] const std::string& where() const noexcept { return endpoint_.redacted; }
   /// Counts the connections opened so far (1 after the first; more after reconnects).
   [[nodiscard]] std::uint64_t generation() const noexcept { return generation_; }

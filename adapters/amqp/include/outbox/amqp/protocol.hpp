@@ -43,6 +43,8 @@ inline std::string to_string(amqp_bytes_t b) {
 
 /// Header names the transport itself uses in the AMQP headers table.
 inline constexpr std::string_view aggregate_type_header = "aggregate_type";
+/// The header that carries `message::aggregate_id` (an event header of that name is refused,
+/// as one named `aggregate_type_header` is).
 inline constexpr std::string_view aggregate_id_header = "aggregate_id";
 
 /// The longest AMQP short string: routing keys, exchange and queue names, the `type`,
@@ -78,9 +80,9 @@ inline errc classify_reply(std::uint16_t code) noexcept {
 
 /// A channel.close or connection.close from the broker, decoded.
 struct broker_close {
-  bool channel = false;  ///< channel.close (else connection.close).
-  std::uint16_t code = 0;
-  std::string text{};
+  bool channel = false;    ///< channel.close (else connection.close).
+  std::uint16_t code = 0;  ///< The AMQP reply code (404 NOT_FOUND, 406 PRECONDITION_FAILED, ...).
+  std::string text{};      ///< The reply text of the broker.
 
   /// "channel closed by the broker: 404 NOT_FOUND - ..." (for error texts).
   [[nodiscard]] std::string describe() const {
@@ -116,7 +118,7 @@ struct broker_close {
 struct encoded_message {
   std::string id{};                         ///< message_id: the UUID as text.
   std::vector<amqp_table_entry_t> entries;  ///< The headers table.
-  amqp_basic_properties_t properties{};
+  amqp_basic_properties_t properties{};     ///< What basic.publish sends; points into the above.
 };
 
 namespace detail {

@@ -28,9 +28,9 @@ namespace outbox::amqp {
 
 /// Options of a publisher. Fill with designated initialisers.
 struct publisher_options {
-  connection_options connection{};  ///< URL, timeouts, TLS.
-  std::string exchange = "outbox";  ///< Where events are published.
-  std::string exchange_type = "topic";
+  connection_options connection{};      ///< URL, timeouts, TLS.
+  std::string exchange = "outbox";      ///< Where events are published.
+  std::string exchange_type = "topic";  ///< The type `declare_exchange` declares it with.
   /// true: declare the exchange (durable, not auto-deleted) on connect; false: require that it
   /// exists (a passive declare; missing = `misconfigured`).
   bool declare_exchange = true;
@@ -78,6 +78,7 @@ class publisher {
   /// closes its own connection first. A moved-from publisher may only be destroyed or assigned
   /// to. Nothing (no thread, no callback) keeps the address of a publisher.
   publisher(publisher&&) = default;
+  /// Moves the publisher, as the move constructor does.
   publisher& operator=(publisher&&) = default;
 
   /// Opens the connection now (declares the exchange, enters confirm mode).

@@ -77,6 +77,7 @@ class receiver {
   /// tags stay valid for it); moving into a receiver closes its own connection first (the broker
   /// requeues what it held). A moved-from receiver may only be destroyed or assigned to.
   receiver(receiver&&) = default;
+  /// Moves the receiver, as the move constructor does.
   receiver& operator=(receiver&&) = default;
 
   /// Connects now: declares and binds the queue, starts consuming.

@@ -41,10 +41,13 @@ class mock_cluster {
   }
   mock_cluster(const mock_cluster&) = delete;
   mock_cluster& operator=(const mock_cluster&) = delete;
+  /// Takes over the cluster of `o`, which may then only be destroyed or assigned to.
   mock_cluster(mock_cluster&& o) noexcept
       : host_(std::move(o.host_)),
         cluster_(std::exchange(o.cluster_, nullptr)),
         bootstraps_(std::move(o.bootstraps_)) {}
+  /// Destroys this cluster, then takes over that of `o`, which may then only be destroyed or
+  /// assigned to.
   mock_cluster& operator=(mock_cluster&& o) noexcept {
     if (this != &o) {
       destroy();
@@ -80,15 +83,16 @@ class mock_cluster {
   void set_broker_down(std::int32_t id) {
     check(rd_kafka_mock_broker_set_down(cluster_, id), "broker down");
   }
+  /// Brings broker `id` up again after `set_broker_down`.
   void set_broker_up(std::int32_t id) {
     check(rd_kafka_mock_broker_set_up(cluster_, id), "broker up");
   }
 
   /// Kafka API keys of the requests most worth failing.
   static constexpr std::int16_t produce_api = 0;
-  static constexpr std::int16_t fetch_api = 1;
-  static constexpr std::int16_t offset_commit_api = 8;
-  static constexpr std::int16_t heartbeat_api = 12;
+  static constexpr std::int16_t fetch_api = 1;          ///< Fetch: a consumer reads.
+  static constexpr std::int16_t offset_commit_api = 8;  ///< OffsetCommit: a consumer commits.
+  static constexpr std::int16_t heartbeat_api = 12;     ///< Heartbeat: a group member stays in.
 
   /// The next requests of Kafka API `api_key` (`produce_api`, `fetch_api`, ...) fail with
   /// `errors`, one each, in order.

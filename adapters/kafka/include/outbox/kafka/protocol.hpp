@@ -32,7 +32,8 @@ namespace outbox::kafka {
 /// header of one of these names is refused (`unsendable`): Kafka allows repeated names, and a
 /// consumer reading the last `id` header would read the user's.
 inline constexpr std::string_view id_header = "id";  ///< The event id, a UUID as text.
-inline constexpr std::string_view event_type_header = "event_type";
+inline constexpr std::string_view event_type_header = "event_type";  ///< The event type.
+/// The aggregate type (the aggregate id is the record key).
 inline constexpr std::string_view aggregate_type_header = "aggregate_type";
 /// The payload's media type (`application/json` unless the writer was given another).
 inline constexpr std::string_view content_type_header = "content_type";
@@ -43,15 +44,15 @@ inline constexpr std::string_view content_type_header = "content_type";
          name == content_type_header;
 }
 
-/// The default topic pattern: Debezium's outbox event router routes to
+/// The default topic pattern of `topic_router`. Debezium's outbox event router routes to
 /// `outbox.event.<aggregate type>`.
 inline constexpr std::string_view default_topic_pattern = "outbox.event.{aggregate_type}";
 
 /// The longest topic name Kafka accepts.
 inline constexpr std::size_t max_topic_length = 249;
 
-/// Why `topic` cannot be a Kafka topic name, or an empty string when it can: 1 to 249 of
-/// `[A-Za-z0-9._-]`, and not `.` or `..` (the broker's own rule).
+/// Why `topic` cannot be a Kafka topic name, or an empty string when it can. A name is 1 to
+/// 249 of `[A-Za-z0-9._-]`, and not `.` or `..` (the broker's own rule).
 [[nodiscard]] inline std::string topic_problem(std::string_view topic) {
   if (topic.empty()) return "is empty";
   if (topic.size() > max_topic_length)
@@ -70,6 +71,7 @@ inline constexpr std::size_t max_topic_length = 249;
 /// placeholders (parsed once), or a function of the whole message.
 class topic_router {
  public:
+  /// A function of the whole message that returns its topic (used instead of a pattern).
   using function = std::function<std::string(const message&)>;
 
   /// @throws outbox::error `misconfigured` for a pattern with an unknown `{...}` placeholder or

@@ -156,6 +156,7 @@ class publisher {
   /// Moves the producer and its state; a moved-from publisher may only be destroyed or
   /// assigned to.
   publisher(publisher&&) noexcept = default;
+  /// Ends this producer as the destructor does, then takes over that of `other`.
   publisher& operator=(publisher&& other) noexcept {
     if (this != &other) {
       close();
@@ -369,6 +370,7 @@ class publisher {
 
   /// The largest record (payload, key and headers) this producer takes: its `message.max.bytes`.
   [[nodiscard]] std::size_t max_record_bytes() const noexcept { return max_record_bytes_; }
+  /// The counters so far (a copy; not synchronized: read on the thread that publishes).
   [[nodiscard]] publisher_stats stats() const noexcept { return stats_; }
   /// The librdkafka producer, for what this class does not wrap (metadata, statistics). Do not
   /// produce on it, nor serve its callbacks (`rd_kafka_poll`) outside `publish`.

@@ -71,9 +71,10 @@ struct receiver_stats {
 
 /// Where a record sits in Kafka.
 struct record_position {
-  std::string topic{};
-  std::int32_t partition = -1;
-  std::int64_t offset = -1;
+  std::string topic{};          ///< The topic.
+  std::int32_t partition = -1;  ///< The partition (-1 until set).
+  std::int64_t offset = -1;     ///< The offset in that partition (-1 until set).
+  /// Equal when topic, partition and offset are.
   friend bool operator==(const record_position&, const record_position&) = default;
 };
 
@@ -318,6 +319,7 @@ class receiver {
   /// Moves the consumer and its state; a moved-from receiver may only be destroyed or assigned
   /// to.
   receiver(receiver&&) noexcept = default;
+  /// Closes this consumer as the destructor does, then takes over that of `other`.
   receiver& operator=(receiver&& other) noexcept {
     if (this != &other) {
       close();
@@ -474,6 +476,7 @@ class receiver {
   }
   /// Partitions assigned to this member now.
   [[nodiscard]] std::size_t assigned() const noexcept { return state_->assigned; }
+  /// The counters so far (a copy; not synchronized: read on the thread that receives).
   [[nodiscard]] receiver_stats stats() const noexcept { return state_->stats; }
   /// The librdkafka consumer, for what this class does not wrap. Do not poll it.
   [[nodiscard]] rd_kafka_t* handle() const noexcept { return rk_.get(); }

@@ -162,6 +162,7 @@ class migration_host {
 /// session (SOCI `reconnect`) and sets it up again.
 class store {
  public:
+  /// The connection type: a SOCI session with the mysql backend.
   using session_type = ::soci::session;
 
   /// A transaction on the store's session, bound to the connection that began it.
@@ -170,7 +171,7 @@ class store {
   /// What the writer needs: an append on the application's session, nothing else.
   class appender {
    public:
-    using session_type = ::soci::session;
+    using session_type = ::soci::session;  ///< The connection type of the application.
     /// Inserts `rows` on `sql` inside the caller's open transaction: one multi-row INSERT per
     /// 500 rows, every value bound, payloads as bytes. A statement is sized as it is sent
     /// (values quoted and escaped: a binary payload may take twice its bytes): at most 4 MiB,
@@ -304,8 +305,7 @@ class store {
   /// Opens `sql`, a session not yet open, with the store's SOCI backend on `connect_string`:
   /// `soci::session::open`, its failure classified as the store's statements' are.
   /// @throws outbox::error `transient` for a server away (2002, 2003), `misconfigured` for a
-  /// refused login
-  ///         (1045) or database (1044, 1049).
+  ///         refused login (1045) or database (1044, 1049).
   static void connect(session_type& sql, const std::string& connect_string) {
     try {
       sql.open(soci_backend, connect_string);
@@ -328,6 +328,9 @@ class store {
 
   /// @param sql the store's own connection (mysql backend); it must outlive the store. Not
   ///            migrated here: call `migrate` once. `claim_policy::store_default` is locking.
+  /// @param options the store options.
+  /// @throws outbox::error `misconfigured` for an `idle_in_transaction_timeout` outside
+  ///         1 ms .. 1 year.
   explicit store(session_type& sql, store_options options = {}) : options_(std::move(options)) {
     if (options_.policy == claim_policy::store_default) options_.policy = claim_policy::locking;
     const auto idle = options_.idle_in_transaction_timeout.count();
@@ -343,10 +346,14 @@ class store {
                               .locking = options_.policy == claim_policy::locking},
         schema_version);
   }
+  /// Moves the store; the moved-from store may only be destroyed or assigned to.
   store(store&&) noexcept = default;
+  /// Moves the store; the moved-from store may only be destroyed or assigned to.
   store& operator=(store&&) noexcept = default;
 
+  /// The connection the store was built on.
   [[nodiscard]] session_type& session() noexcept { return link_->session(); }
+  /// The options in effect (`store_default` resolved to `locking`).
   [[nodiscard]] const store_options& options() const noexcept { return options_; }
   /// Leasing: several claims may be in flight on the session
   /// (`concepts::overlapping_claims_store`); locking: a claim holds the session's transaction until
@@ -528,6 +535,8 @@ class store {
   }
 
  public:
+  /// @param batch a batch this store claimed.
+  /// @param fates one per message of `batch`, in its order (else `misconfigured`).
   /// @param now stamps published_at and dead_at (the relay's clock).
   settle_result settle(const claimed_batch& batch, std::span<const settlement> fates,
                        time_point now) {
@@ -602,6 +611,8 @@ class store {
     });
   }
 
+  /// Returns the rows of `batch` to pending, their attempt given back: locking rolls the claim
+  /// transaction back; leasing settles every row still under its token as `release`.
   void release(const claimed_batch& batch) {
     if (options_.policy == claim_policy::locking) {
       // Rolling back undoes the claim and drops the row locks.
@@ -617,6 +628,8 @@ class store {
 
   // ---- inbox ----------------------------------------------------------------------------------
 
+  /// A transaction on `session()` for the consumer (`concepts::inbox_store`); its `commit`
+  /// fails, rather than commit nothing, when the connection that began it was lost.
   [[nodiscard]] transaction begin() { return transaction(*link_); }
 
   /// Classifies an error of SOCI's mysql backend (a handler's own statement) by its error
@@ -627,6 +640,8 @@ class store {
     return std::nullopt;
   }
 
+  /// Records (`consumer`, `id`) in the open transaction: true the first time, false for a
+  /// duplicate, which rolls back only its own statement (`concepts::inbox_store`).
   bool record_delivery(std::string_view consumer, const uuid& id, time_point now) {
     return link_->run("record_delivery", [&](MYSQL*) {
       std::string name(consumer), event = id.to_string();
@@ -658,6 +673,8 @@ class store {
     });
   }
 
+  /// In a transaction of its own: keeps `m` and `why` in the inbox dead letters, and records
+  /// (`consumer`, `m.id`) so that redeliveries are skipped.
   void dead_letter_delivery(std::string_view consumer, const message& m, std::string_view why,
                             time_point now) {
     link_->run("dead_letter_delivery", [&](MYSQL* c) {
@@ -716,6 +733,7 @@ class store {
     });
   }
 
+  /// At most `limit` dead letters, oldest first.
   std::vector<dead_letter> dead_letters(std::size_t limit) {
     return link_->run("dead_letters", [&](MYSQL*) {
       std::vector<dead_letter> out;
@@ -740,6 +758,8 @@ class store {
     });
   }
 
+  /// Makes the dead letter `id` pending again, its attempts reset; false when `id` is not a
+  /// dead letter.
   bool requeue(const uuid& id) {
     return link_->run("requeue", [&](MYSQL*) {
       std::string event = id.to_string();
@@ -772,6 +792,8 @@ class store {
     });
   }
 
+  /// Deletes at most `limit` inbox records processed before `before`, oldest first.
+  /// @returns how many (call again while it returns `limit`).
   std::size_t purge_inbox(time_point before, std::size_t limit) {
     return link_->run("purge_inbox", [&](MYSQL*) {
       long long at = detail::to_us(before);

@@ -110,6 +110,7 @@ class migration_host {
 /// call reconnects the session (SOCI `reconnect`) and prepares its statements again.
 class store {
  public:
+  /// The connection type: a SOCI session with the postgresql backend.
   using session_type = ::soci::session;
 
   /// A transaction on the store's session, bound to the connection that began it
@@ -120,7 +121,7 @@ class store {
   /// eventfd, no statement prepared). `outbox::writer<postgresql::store>` uses it.
   class appender {
    public:
-    using session_type = ::soci::session;
+    using session_type = ::soci::session;  ///< The connection type of the application.
     /// Inserts `rows` on `sql` inside the caller's open transaction: one multi-row INSERT per
     /// 500 rows, every value bound (never spliced into the SQL text), payloads in binary. One
     /// row (an `enqueue` of one event) goes as a statement prepared once per connection
@@ -201,6 +202,9 @@ class store {
   /// @param sql the store's own connection (postgresql backend); it must outlive the store.
   ///            Not migrated here: call `migrate` once. `claim_policy::store_default` is
   ///            locking.
+  /// @param options the store options.
+  /// @throws outbox::error `misconfigured` for an `idle_in_transaction_timeout` outside
+  ///         1 ms .. 2^31-1 ms.
   explicit store(session_type& sql, store_options options = {}) : options_(std::move(options)) {
     if (options_.policy == claim_policy::store_default) options_.policy = claim_policy::locking;
     // PostgreSQL takes 1 ms .. INT_MAX ms (0 would mean "never": a stalled relay kept forever).
@@ -220,9 +224,13 @@ class store {
   }
   /// Movable (its connection, open claim and transactions stay valid: they live in the link).
   store(store&&) noexcept = default;
+  /// Moves the store, as the move constructor does; the moved-from store may only be destroyed
+  /// or assigned to.
   store& operator=(store&&) noexcept = default;
 
+  /// The connection the store was built on.
   [[nodiscard]] session_type& session() noexcept { return link_->session(); }
+  /// The options in effect (`store_default` resolved to `locking`).
   [[nodiscard]] const store_options& options() const noexcept { return options_; }
   /// Leasing: several claims may be in flight on the session
   /// (`concepts::overlapping_claims_store`); locking: a claim holds the session's transaction until
@@ -259,6 +267,9 @@ class store {
 
   // ---- claiming -------------------------------------------------------------------------------
 
+  /// Claims at most `req.limit` rows under a new token (`concepts::claiming_store`): locking
+  /// holds their row locks in a transaction until the settle (a claim made while one is open
+  /// rolls that one back); leasing stamps them. A row it cannot read is dead-lettered.
   claimed_batch claim(const claim_request& req) {
     return link_->run("claim", [&](PGconn* c) {
       if (link_->in_claim()) link_->rollback_claim(c);  // neither settled nor released
@@ -359,6 +370,8 @@ class store {
     });
   }
 
+  /// @param batch a batch this store claimed.
+  /// @param fates one per message of `batch`, in its order (else `misconfigured`).
   /// @param now stamps published_at and dead_at (the relay's clock).
   settle_result settle(const claimed_batch& batch, std::span<const settlement> fates,
                        time_point now) {
@@ -416,6 +429,8 @@ class store {
     });
   }
 
+  /// Returns the rows of `batch` to pending, their attempt given back: locking rolls the claim
+  /// transaction back; leasing settles every row still under its token as `release`.
   void release(const claimed_batch& batch) {
     if (options_.policy == claim_policy::locking) {
       // Rolling back undoes the claim (attempts included) and drops the row locks.
@@ -469,6 +484,8 @@ class store {
 
   // ---- inbox ----------------------------------------------------------------------------------
 
+  /// A transaction on `session()` for the consumer (`concepts::inbox_store`); its `commit`
+  /// fails, rather than commit nothing, when the connection that began it was lost.
   [[nodiscard]] transaction begin() { return transaction(*link_); }
 
   /// Classifies an error of SOCI's postgresql backend (a handler's own statement) by its
@@ -480,6 +497,8 @@ class store {
     return std::nullopt;
   }
 
+  /// Records (`consumer`, `id`) in the open transaction: true the first time, false for a
+  /// duplicate, which does not abort the transaction (`concepts::inbox_store`).
   bool record_delivery(std::string_view consumer, const uuid& id, time_point now) {
     return link_->run("record_delivery", [&](PGconn* c) {
       auto r = detail::exec_prepared(
@@ -499,6 +518,8 @@ class store {
     });
   }
 
+  /// In a transaction of its own: keeps `m` and `why` in the inbox dead letters, and records
+  /// (`consumer`, `m.id`) so that redeliveries are skipped.
   void dead_letter_delivery(std::string_view consumer, const message& m, std::string_view why,
                             time_point now) {
     link_->run("dead_letter_delivery", [&](PGconn* c) {
@@ -562,6 +583,7 @@ class store {
     });
   }
 
+  /// At most `limit` dead letters, oldest first.
   std::vector<dead_letter> dead_letters(std::size_t limit) {
     return link_->run("dead_letters", [&](PGconn* c) {
       auto r = detail::exec(c, std::string(statements::dead_letters),
@@ -573,6 +595,8 @@ class store {
     });
   }
 
+  /// Makes the dead letter `id` pending again, its attempts reset; false when `id` is not a
+  /// dead letter.
   bool requeue(const uuid& id) {
     return link_->run("requeue", [&](PGconn* c) {
       return detail::exec(c, std::string(statements::requeue), detail::params().add(id.to_string()),
@@ -581,10 +605,14 @@ class store {
     });
   }
 
+  /// Deletes at most `limit` rows published before `before`, oldest first.
+  /// @returns how many (call again while it returns `limit`).
   std::size_t purge_published(time_point before, std::size_t limit) {
     return purge("purge_published", statements::purge_published, before, limit);
   }
 
+  /// Deletes at most `limit` inbox records processed before `before`, oldest first.
+  /// @returns how many (call again while it returns `limit`).
   std::size_t purge_inbox(time_point before, std::size_t limit) {
     return purge("purge_inbox", statements::purge_inbox, before, limit);
   }

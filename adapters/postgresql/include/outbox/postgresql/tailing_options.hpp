@@ -47,7 +47,7 @@ struct tailing_options {
 
 /// A log-tailing relay's replication slot, as the server sees it (`tailing_store::slot`).
 struct slot_status {
-  bool exists = false;
+  bool exists = false;               ///< The slot exists (the other fields are 0 or empty if not).
   bool active = false;               ///< A connection streams from it.
   std::int64_t lag_bytes = 0;        ///< WAL after its confirmed position.
   std::int64_t retained_bytes = 0;   ///< WAL it keeps the server from removing.

@@ -63,6 +63,7 @@ namespace outbox::postgresql {
 /// that is retired (`drop`).
 class tailing_store {
  public:
+  /// The connection type: a SOCI session with the postgresql backend.
   using session_type = ::soci::session;
 
   /// The table-free writer: each event becomes a transactional logical decoding message of
@@ -76,8 +77,9 @@ class tailing_store {
   /// row is in none of the indexes a polling claim uses, and never claimed from the table.
   /// `outbox::writer<postgresql::tailing_store::table_mode>` uses it.
   struct table_mode {
-    using session_type = ::soci::session;
-    using appender = detail::tail_table_appender;
+    using session_type = ::soci::session;          ///< The connection type of the application.
+    using appender = detail::tail_table_appender;  ///< What `append` writes with.
+    /// Writes `rows` as streamed rows of the outbox table in the open transaction of `sql`.
     void append(session_type& sql, std::span<const outgoing> rows, const writer_options& o = {}) {
       appender{}.append(sql, rows, o);
     }
@@ -108,7 +110,10 @@ class tailing_store {
   ///        the store's session; `replication=database` is added). Opened by the first claim.
   /// @param table_session the store's own connection for the outbox table (retries, dead
   ///        letters); it must outlive the store. Migrated as for `postgresql::store`.
-  /// @throws outbox::error `misconfigured` for a bad slot or publication name.
+  /// @param options the slot, the publication and the rest; the table store built from
+  ///        `options.table` always leases and never listens.
+  /// @throws outbox::error `misconfigured` for a bad slot or publication name, or a
+  ///         `read_ahead` of 0.
   tailing_store(std::string conninfo, session_type& table_session, tailing_options options = {})
       : conninfo_(std::move(conninfo)),
         options_(std::move(options)),
@@ -122,9 +127,11 @@ class tailing_store {
   tailing_store(const tailing_store&) = delete;
   tailing_store& operator=(const tailing_store&) = delete;
 
+  /// The options the store was built with.
   [[nodiscard]] const tailing_options& options() const noexcept { return options_; }
   /// The outbox table's store (retries and dead letters), on the session given.
   [[nodiscard]] store& table() noexcept { return table_; }
+  /// The connection of the outbox table store: the session given at construction.
   [[nodiscard]] session_type& session() noexcept { return table_.session(); }
   /// The position up to which every event is settled (reported to the server as the slot's
   /// confirmed position); 0 before the stream was opened.
@@ -315,6 +322,7 @@ class tailing_store {
     const auto o = wake_.wait(reader_.socket(), timeout);
     return o.interrupted || o.socket_ready;
   }
+  /// Ends a `wait_for_work` in progress, or the next one (from any thread).
   void interrupt() noexcept { wake_.interrupt(); }
 
   // ---- operations -----------------------------------------------------------------------------
@@ -357,9 +365,13 @@ class tailing_store {
   [[nodiscard]] std::uint64_t stranded_rows() const noexcept {
     return stranded_.load(std::memory_order_relaxed);
   }
+  /// At most `n` dead letters of the outbox table, oldest first (`store::dead_letters`).
   std::vector<dead_letter> dead_letters(std::size_t n) { return table_.dead_letters(n); }
+  /// Makes the dead letter `id` a pending row of the outbox table again (`store::requeue`).
   bool requeue(const uuid& id) { return table_.requeue(id); }
+  /// Deletes at most `n` rows of the outbox table published before `t` (`store::purge_published`).
   std::size_t purge_published(time_point t, std::size_t n) { return table_.purge_published(t, n); }
+  /// Deletes at most `n` inbox records processed before `t` (`store::purge_inbox`).
   std::size_t purge_inbox(time_point t, std::size_t n) { return table_.purge_inbox(t, n); }
 
  private:

@@ -46,6 +46,7 @@ namespace outbox::sqlite {
 using outbox::claim_policy;
 using outbox::retention;
 using outbox::store_options;
+/// `outbox::session_options`, under the name this namespace had before the store kit.
 using connection_options = outbox::session_options;
 
 namespace detail {
@@ -129,12 +130,16 @@ class migration_host {
 /// aggregate (its later events flow; a requeued dead letter is then out of order).
 class store {
  public:
+  /// The connection type: a SOCI session with the sqlite3 backend.
   using session_type = ::soci::session;
 
   /// A BEGIN IMMEDIATE transaction; rolls back on destruction unless committed.
   class transaction {
    public:
+    /// Begins it on `db`, waiting for the write lock up to the busy timeout.
     explicit transaction(detail::sq::sqlite3* db) : tx_(db) {}
+    /// Commits. @throws outbox::error `transient` when the commit is refused as busy (then
+    /// rolled back), `permanent` when a failed statement had already rolled it back.
     void commit() { tx_.commit(); }
 
    private:
@@ -145,7 +150,7 @@ class store {
   /// session set-up). `outbox::writer<sqlite::store>` uses it.
   class appender {
    public:
-    using session_type = ::soci::session;
+    using session_type = ::soci::session;  ///< The connection type of the application.
     /// Inserts `rows` on `sql` inside the caller's open transaction: one multi-row INSERT per
     /// 500 rows (SQLite's parameter limit), payloads as BLOBs (exact bytes).
     void append(session_type& sql, std::span<const outgoing> rows) {
@@ -228,6 +233,7 @@ class store {
   /// @param sql the store's own connection, connected with the sqlite3 backend; it must
   ///            outlive the store. Not migrated here: call `migrate` once. Configured with
   ///            `options.session` unless `options.configure_session` is false.
+  /// @param options the store options; `store_default` resolves to `leasing`.
   /// @throws outbox::error `misconfigured` for a locking claim policy (SQLite has none).
   explicit store(session_type& sql, store_options options = {})
       : sql_(&sql), db_(detail::handle(sql)), options_(options), rng_(std::random_device{}()) {
@@ -238,10 +244,14 @@ class store {
     options_.policy = claim_policy::leasing;
     if (options_.configure_session) configure(sql, options_.session);
   }
+  /// Moves the store; the moved-from store may only be destroyed or assigned to.
   store(store&&) noexcept = default;
+  /// Moves the store; the moved-from store may only be destroyed or assigned to.
   store& operator=(store&&) noexcept = default;
 
+  /// The connection the store was built on.
   [[nodiscard]] session_type& session() noexcept { return *sql_; }
+  /// The options in effect (the claim policy resolved to `leasing`).
   [[nodiscard]] const store_options& options() const noexcept { return options_; }
   /// Always (leasing: a claim is one short transaction), so a relay pipelines on one store
   /// (`concepts::overlapping_claims_store`).
@@ -254,6 +264,8 @@ class store {
 
   // ---- claiming -------------------------------------------------------------------------------
 
+  /// Claims at most `req.limit` rows under a new token in one BEGIN IMMEDIATE transaction
+  /// (`concepts::claiming_store`); a row it cannot read is dead-lettered in that transaction.
   claimed_batch claim(const claim_request& req) {
     prepare();
     claimed_batch batch;
@@ -297,6 +309,8 @@ class store {
     return batch;
   }
 
+  /// @param batch a batch this store claimed.
+  /// @param fates one per message of `batch`, in its order (else `misconfigured`).
   /// @param now stamps published_at and dead_at (the relay's clock).
   settle_result settle(const claimed_batch& batch, std::span<const settlement> fates,
                        time_point now) {
@@ -333,6 +347,8 @@ class store {
     return plan.finish(r);
   }
 
+  /// Returns the rows of `batch` still held under its token to pending, their attempt given
+  /// back (a settle with every fate `release`).
   void release(const claimed_batch& batch) {
     std::vector<settlement> fates(batch.size());
     settle(batch, fates, batch.lease_until);  // nothing is stamped by a release
@@ -340,6 +356,7 @@ class store {
 
   // ---- inbox ----------------------------------------------------------------------------------
 
+  /// A write transaction on `session()` for the consumer (`concepts::inbox_store`).
   [[nodiscard]] transaction begin() {
     prepare();
     return transaction(db_);
@@ -353,6 +370,8 @@ class store {
     return std::nullopt;
   }
 
+  /// Records (`consumer`, `id`) in the open transaction: true the first time, false for a
+  /// duplicate, which does not abort the transaction (`concepts::inbox_store`).
   bool record_delivery(std::string_view consumer, const uuid& id, time_point now) {
     prepare();
     const auto text = id.to_string();
@@ -369,6 +388,8 @@ class store {
     return found;
   }
 
+  /// In a transaction of its own: keeps `m` and `why` in the inbox dead letters, and records
+  /// (`consumer`, `m.id`) so that redeliveries are skipped.
   void dead_letter_delivery(std::string_view consumer, const message& m, std::string_view why,
                             time_point now) {
     prepare();
@@ -392,6 +413,7 @@ class store {
 
   // ---- operations -----------------------------------------------------------------------------
 
+  /// The backlog at `now`, in one statement (`concepts::operable_store`).
   backlog_stats stats(time_point now) {
     prepare();
     const auto t = detail::to_ms(now);
@@ -414,6 +436,7 @@ class store {
     return out;
   }
 
+  /// At most `limit` dead letters, oldest first.
   std::vector<dead_letter> dead_letters(std::size_t limit) {
     prepare();
     detail::statement st(db_, statements::dead_letters);
@@ -423,6 +446,8 @@ class store {
     return out;
   }
 
+  /// Makes the dead letter `id` pending again, its attempts reset; false when `id` is not a
+  /// dead letter.
   bool requeue(const uuid& id) {
     prepare();
     const auto text = id.to_string();
@@ -433,10 +458,14 @@ class store {
     return done;
   }
 
+  /// Deletes at most `limit` rows published before `before`, oldest first.
+  /// @returns how many (call again while it returns `limit`).
   std::size_t purge_published(time_point before, std::size_t limit) {
     return purge(statements::purge_published, before, limit);
   }
 
+  /// Deletes at most `limit` inbox records processed before `before`, oldest first.
+  /// @returns how many (call again while it returns `limit`).
   std::size_t purge_inbox(time_point before, std::size_t limit) {
     return purge(statements::purge_inbox, before, limit);
   }

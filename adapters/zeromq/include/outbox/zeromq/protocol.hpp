@@ -59,11 +59,11 @@ inline constexpr std::string_view limit = "LIMIT";
 inline constexpr std::size_t event_frames = 11;  ///< An EVENT of content type application/json.
 /// An EVENT of any other content type: frame 11 is the content type.
 inline constexpr std::size_t typed_event_frames = 12;
-inline constexpr std::size_t hello_frames = 4;
-inline constexpr std::size_t ack_frames = 3;
-inline constexpr std::size_t nack_frames = 4;
-inline constexpr std::size_t ping_frames = 2;
-inline constexpr std::size_t limit_frames = 3;
+inline constexpr std::size_t hello_frames = 4;  ///< A HELLO (`command::hello`).
+inline constexpr std::size_t ack_frames = 3;    ///< An ACK (`command::ack`).
+inline constexpr std::size_t nack_frames = 4;   ///< A NACK (`command::nack`).
+inline constexpr std::size_t ping_frames = 2;   ///< A PING (`command::ping`).
+inline constexpr std::size_t limit_frames = 3;  ///< A LIMIT (`command::limit`).
 
 /// The longest consumer name a HELLO may carry (bytes; an empty name is refused too).
 inline constexpr std::size_t max_name_bytes = 255;
@@ -92,8 +92,8 @@ struct wire_stats {
 
 /// A CURVE key pair in Z85 text (40 characters each).
 struct curve_keypair {
-  std::string public_key{};
-  std::string secret_key{};
+  std::string public_key{};  ///< The public key: the one given to peers.
+  std::string secret_key{};  ///< The secret key: the one kept by its owner alone.
 };
 
 /// True when libzmq was built with CURVE (Debian's is, with libsodium).

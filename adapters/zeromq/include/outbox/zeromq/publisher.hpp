@@ -27,7 +27,7 @@ namespace outbox::zeromq {
 /// CURVE server settings of a publisher (Z85 keys).
 struct curve_server {
   std::string public_key{};  ///< Given to consumers as their `server_public_key`.
-  std::string secret_key{};
+  std::string secret_key{};  ///< The secret key of the publisher, paired with `public_key`.
   /// Consumer public keys allowed in. Empty: any consumer that knows the server key.
   std::vector<std::string> allowed_clients{};
 };
@@ -108,6 +108,7 @@ class publisher {
   /// moved-from publisher may only be destroyed or assigned to. Nothing (no thread, no callback)
   /// keeps the address of a publisher: the ZAP handler is a socket served inside its calls.
   publisher(publisher&&) = default;
+  /// Closes the sockets of this publisher, then takes over those of `other` (see above).
   publisher& operator=(publisher&& other) noexcept {
     if (this != &other) {
       // Sockets before their context: terminating a context waits until its sockets are closed.
@@ -305,6 +306,7 @@ class publisher {
   [[nodiscard]] const std::string& endpoint() const noexcept { return endpoint_; }
   /// Consumers that announced themselves and were not found gone.
   [[nodiscard]] std::size_t consumers() const noexcept { return peers_.size(); }
+  /// The wire counters so far (not synchronized: read on the thread that publishes).
   [[nodiscard]] const wire_stats& stats() const noexcept { return stats_; }
 
  private:

@@ -27,7 +27,7 @@ namespace outbox::zeromq {
 struct curve_client {
   std::string server_public_key{};  ///< The publisher's public key.
   std::string public_key{};         ///< This consumer's key pair.
-  std::string secret_key{};
+  std::string secret_key{};         ///< The secret key of that pair.
 };
 
 /// Options of a receiver. Fill with designated initialisers.
@@ -99,6 +99,7 @@ class receiver {
   /// own socket first (the relay re-sends what it held, as for a consumer that died). A
   /// moved-from receiver may only be destroyed or assigned to.
   receiver(receiver&&) = default;
+  /// Closes the socket of this receiver, then takes over that of `other` (see above).
   receiver& operator=(receiver&& other) noexcept {
     if (this != &other) {
       dealer_.close();  // before its context: terminating a context waits for its sockets
@@ -178,6 +179,7 @@ class receiver {
   [[nodiscard]] std::size_t max_held() const noexcept { return options_.credit; }
   /// The endpoint, with the actual port when bound to `tcp://...:*`.
   [[nodiscard]] const std::string& endpoint() const noexcept { return endpoint_; }
+  /// The wire counters so far (not synchronized: read on the thread that receives).
   [[nodiscard]] const wire_stats& stats() const noexcept { return stats_; }
 
  private:
