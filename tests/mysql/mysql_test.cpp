@@ -400,6 +400,36 @@ BOOST_AUTO_TEST_CASE(duplicate_deliveries_and_the_dedup_purge_do_not_deadlock) {
   BOOST_TEST(purged.load() > 0u);
 }
 
+BOOST_AUTO_TEST_CASE(a_purge_larger_than_one_choice_deletes_up_to_its_limit) {
+  // purge_published chooses at most purge_select_limit rows per statement; a larger `limit` must
+  // still delete up to `limit` while rows remain, or the caller's loop ("call again while it
+  // returns `limit`") ends half-way: `outbox purge --batch 200000` stopped after 100,000.
+  mysql_locking_fixture fx;
+  constexpr std::size_t rows = outbox::mysql::store::purge_select_limit + 50;
+  auto sql = fx.open_session();
+  std::string digits = "(SELECT 0 AS d";
+  for (int d = 1; d < 10; ++d) digits += " UNION ALL SELECT " + std::to_string(d);
+  digits += ")";
+  std::string numbers =
+      "SELECT d0.d + 10 * d1.d + 100 * d2.d + 1000 * d3.d + 10000 * d4.d + "
+      "100000 * d5.d AS n FROM ";
+  for (int k = 0; k < 6; ++k) numbers += (k ? ", " : "") + digits + " AS d" + std::to_string(k);
+  const long long count = rows;
+  *sql << "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload, "
+          "headers, created_at, state, published_at) "
+          "SELECT CONCAT('00000000-0000-7000-8000-', LPAD(n, 12, '0')), 'order', n, 'placed', "
+          "'{}', '{}', 1, 1, 1 FROM (" +
+              numbers + ") AS t WHERE n < :rows",
+      soci::use(count, "rows");
+  BOOST_TEST_REQUIRE(mysql_locking_fixture::count(*sql, "SELECT count(*) FROM outbox") ==
+                     static_cast<long long>(rows));
+  outbox::mysql::store st(*sql);
+  const auto now = std::chrono::system_clock::now();
+  BOOST_TEST(st.purge_published(now, rows - 10) == rows - 10);  // more than one choice, whole
+  BOOST_TEST(st.purge_published(now, rows) == 10u);             // what was left, and no more
+  BOOST_TEST(mysql_locking_fixture::count(*sql, "SELECT count(*) FROM outbox") == 0);
+}
+
 // ---- the InnoDB traps ----------------------------------------------------------------------
 
 BOOST_AUTO_TEST_CASE(the_claim_reads_its_index_in_order_and_settles_by_primary_key) {

@@ -768,26 +768,37 @@ class store {
     });
   }
 
+  /// The most published rows `purge_published` chooses with one statement.
+  static constexpr std::size_t purge_select_limit = 100'000;
+
   /// Chooses the rows with a plain read, then deletes them by primary key in seq order (see
   /// sql/mysql/purge_published.sql), repeating a statement after a lock conflict.
   std::size_t purge_published(time_point before, std::size_t limit) {
     return link_->run("purge_published", [&](MYSQL*) {
       auto& sql = link_->session();
       long long at = detail::to_us(before);
-      // At most 100,000 per call (the contract: call again while it returns `limit`).
-      std::vector<long long> chosen(std::min<std::size_t>(limit, 100'000));
-      if (chosen.empty()) return std::size_t{0};
-      long long n = static_cast<long long>(chosen.size());
-      sql << std::string(statements::purge_published_select), ::soci::use(at, "before"),
-          ::soci::use(n, "limit"), ::soci::into(chosen);
-      std::vector<std::int64_t> seqs(chosen.begin(), chosen.end());
+      // Chosen `purge_select_limit` rows at a time (a vector of seqs in memory), until `limit`
+      // are deleted or a choice comes back short: the caller's loop ends only when it returns
+      // less than `limit`.
       std::size_t deleted = 0;
-      for_chunks(seqs, [&](std::string& list) {
-        deleted += static_cast<std::size_t>(retrying(true, [&] {
-          return detail::execute(sql, statements::purge_published, ::soci::use(list, "seqs"),
-                                 ::soci::use(at, "before"));
-        }));
-      });
+      while (deleted < limit) {
+        std::vector<long long> chosen(std::min(limit - deleted, purge_select_limit));
+        const auto wanted = chosen.size();
+        long long n = static_cast<long long>(wanted);
+        sql << std::string(statements::purge_published_select), ::soci::use(at, "before"),
+            ::soci::use(n, "limit"), ::soci::into(chosen);
+        std::vector<std::int64_t> seqs(chosen.begin(), chosen.end());
+        std::size_t round = 0;
+        for_chunks(seqs, [&](std::string& list) {
+          round += static_cast<std::size_t>(retrying(true, [&] {
+            return detail::execute(sql, statements::purge_published, ::soci::use(list, "seqs"),
+                                   ::soci::use(at, "before"));
+          }));
+        });
+        deleted += round;
+        // Fewer chosen: no more rows old enough. None deleted: all changed since (requeued).
+        if (chosen.size() < wanted || round == 0) break;
+      }
       return deleted;
     });
   }
