@@ -1488,7 +1488,9 @@ class harness_receiver {
 /// changed owner, or refused by the coordinator in a rebalance), known by its position on the
 /// wire; `d` any other (the relay put the message on the wire again). Positions a message was
 /// absorbed or dead-lettered at are kept in harness_seen (after the `d` is logged: a kill in
-/// between counts one more `d`, never one less).
+/// between counts one more `d`, never one less). A database away (a restart, a killed session)
+/// fails neither statement: the copy counts `d`, its position is not kept (a later copy there
+/// counts `d` too: never one less), and the store reconnects the session when next used.
 template <class R>
 void log_duplicate(soci::session& sql, const args& a, int log, const R& wire, bool dead) {
   if (wire.last_was_copy()) {
@@ -1497,18 +1499,33 @@ void log_duplicate(soci::session& sql, const args& a, int log, const R& wire, bo
   }
   const std::string& id = wire.last_id();
   const std::string& at = wire.last_position();
+  // Runs one bookkeeping statement; false when the connection is gone (anything else throws).
+  const auto run = [&](auto&& statement) {
+    try {
+      statement();
+      return true;
+    } catch (const std::exception&) {
+      if (sql.is_connected()) throw;
+      return false;
+    }
+  };
   long long seen = 0;
+  bool answered = true;
   if (!dead && !at.empty())
-    sql << "SELECT (SELECT count(*) FROM harness_effect WHERE event_id = :e AND wire_at = :p) "
-           "+ (SELECT count(*) FROM harness_seen WHERE event_id = :e2 AND wire_at = :p2)",
-        soci::use(id), soci::use(at), soci::use(id), soci::use(at), soci::into(seen);
+    answered = run([&] {
+      sql << "SELECT (SELECT count(*) FROM harness_effect WHERE event_id = :e AND wire_at = :p) "
+             "+ (SELECT count(*) FROM harness_seen WHERE event_id = :e2 AND wire_at = :p2)",
+          soci::use(id), soci::use(at), soci::use(id), soci::use(at), soci::into(seen);
+    });
   if (!dead && ::write(log, seen > 0 ? "r\n" : "d\n", 2) != 2)
     throw std::runtime_error("cannot log a duplicate");
   if (!dead && seen == 0 && tracing() && !at.empty())
     trace("consumer " + std::to_string(a.index) + " absorbed " + id + " sent again, at " + at);
-  if (seen == 0 && !at.empty())
-    sql << "INSERT INTO harness_seen (event_id, wire_at) VALUES (:e, :p)", soci::use(id),
-        soci::use(at);
+  if (answered && seen == 0 && !at.empty())
+    run([&] {
+      sql << "INSERT INTO harness_seen (event_id, wire_at) VALUES (:e, :p)", soci::use(id),
+          soci::use(at);
+    });
 }
 
 /// Applies each event as a row of harness_effect (event id, aggregate, sequence; apply_order
