@@ -7,9 +7,11 @@
 
 // README: begin
 // clang-format off
+#include <chrono>
 #include <csignal>
 #include <iostream>
 #include <string>
+#include <thread>
 
 #include <soci/soci.h>
 
@@ -51,7 +53,15 @@ int main(int argc, char** argv) try {
         std::cout << "shipping order " << m.aggregate_id << "\n" << std::flush;
       },
       {.name = "shipping"});
-  while (!stopping && (count == 0 || shipping.stats().applied < count)) shipping.poll_once();
+  while (!stopping && (count == 0 || shipping.stats().applied < count)) {
+    try {
+      shipping.poll_once();
+    } catch (const outbox::error& e) {  // the broker or the database away: wait, go on
+      if (e.kind() == outbox::errc::misconfigured) throw;  // retrying cannot help
+      std::cerr << "ship_orders: " << e.what() << " (retrying)\n";
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+  }
   std::cout << "applied " << shipping.stats().applied << ", duplicates skipped "
             << shipping.stats().duplicates_skipped << "\n";
   return 0;
