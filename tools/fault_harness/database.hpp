@@ -71,4 +71,30 @@ void prepare(const args& a) {
   sql << "CREATE TABLE harness_seen (event_id " + id + " NOT NULL, wire_at TEXT NOT NULL)";
 }
 
+/// The orchestrator's count of applied events; a database away (a restart) gives the last
+/// count (`answered` false), and the session is reconnected for the next call.
+inline long applied_so_far(soci::session& sql, long& last, bool& answered) {
+  answered = false;
+  try {
+    last = static_cast<long>(scalar(sql, "SELECT count(*) FROM harness_effect"));
+    answered = true;
+  } catch (const std::exception&) {
+    try {
+      sql.reconnect();
+    } catch (const std::exception&) {
+    }
+  }
+  return last;
+}
+
+/// Reconnects the orchestrator's session if a restart broke it (for 30 s at most; then the
+/// ledger's own query fails).
+inline void wait_for_database(soci::session& sql) {
+  const auto give_up = steady::now() + 30s;
+  long last = 0;
+  bool answered = false;
+  while (applied_so_far(sql, last, answered), !answered && steady::now() < give_up)
+    std::this_thread::sleep_for(100ms);
+}
+
 }  // namespace fault_harness

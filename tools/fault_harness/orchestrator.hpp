@@ -44,32 +44,6 @@
 
 namespace fault_harness {
 
-/// The orchestrator's count of applied events; a database away (a restart) gives the last
-/// count (`answered` false), and the session is reconnected for the next call.
-inline long applied_so_far(soci::session& sql, long& last, bool& answered) {
-  answered = false;
-  try {
-    last = static_cast<long>(scalar(sql, "SELECT count(*) FROM harness_effect"));
-    answered = true;
-  } catch (const std::exception&) {
-    try {
-      sql.reconnect();
-    } catch (const std::exception&) {
-    }
-  }
-  return last;
-}
-
-/// Reconnects the orchestrator's session if a restart broke it (for 30 s at most; then the
-/// ledger's own query fails).
-inline void wait_for_database(soci::session& sql) {
-  const auto give_up = steady::now() + 30s;
-  long last = 0;
-  bool answered = false;
-  while (applied_so_far(sql, last, answered), !answered && steady::now() < give_up)
-    std::this_thread::sleep_for(100ms);
-}
-
 template <store_kind S, transport_kind T>
 class orchestrator {
  public:
@@ -109,21 +83,7 @@ class orchestrator {
     if constexpr (requires { T::own_cluster_outages; })
       if (own_cluster_) offered = T::own_cluster_outages;  // no command
     const char* db_server = S::server;
-    if (a.broker_outage_kinds.empty()) a.broker_outage_kinds = offered;
-    for (std::size_t from = 0; from < a.broker_outage_kinds.size();) {
-      const std::size_t comma =
-          std::min(a.broker_outage_kinds.find(',', from), a.broker_outage_kinds.size());
-      const std::string kind = a.broker_outage_kinds.substr(from, comma - from);
-      if (!listed(offered, kind))
-        usage("--broker-outage-kinds: " + kind + " is not an outage of " + T::name + " (" +
-              (offered.empty() ? std::string("none") : offered) + ")");
-      outage_kinds_.push_back(kind);
-      from = comma + 1;
-    }
-    if (a.broker_outages > 0 && outage_kinds_.empty())
-      usage(std::string("--broker-outages: no outage for ") + T::name);
-    if (a.db_restarts > 0 && db_server == nullptr)
-      usage(std::string("--db-restarts: ") + S::name + " has no server to restart");
+    outage_kinds_ = outage_kinds(a, offered, T::name, S::name, db_server);
     const bool broker_cmds =
         a.broker_outages > 0 && (listed(a.broker_outage_kinds, "close-connections") ||
                                  listed(a.broker_outage_kinds, "node-restart"));
@@ -159,22 +119,7 @@ class orchestrator {
     if (!a.kafka.empty()) ::setenv("OUTBOX_TEST_KAFKA", a.kafka.c_str(), 1);
     pair_name_ =
         std::string(S::name) + (a.policy.empty() ? "" : " (" + a.policy + ")") + " x " + T::name;
-    std::cerr << "fault_harness: " << pair_name_ << ", seed " << a.seed << " (replay: --store "
-              << a.store << " --transport " << a.transport
-              << (a.policy.empty() ? "" : " --policy " + a.policy) << " --seed " << a.seed
-              << " --events " << a.events << " --relay-kills " << a.relay_kills
-              << " --consumer-kills " << a.consumer_kills << " --db-kills " << a.db_kills
-              << " --db-kill-targets " << a.db_kill_targets << " --aggregates " << a.aggregates
-              << " --rate " << static_cast<long>(a.rate) << " --relay-faults " << a.relay_faults
-              << " --consumer-faults " << a.consumer_faults << " --relays " << a.relays
-              << " --poison " << a.poison << " --uncarriable " << a.uncarriable << " --storms "
-              << a.storms << " --dedup-window " << a.dedup_window_s
-              << (a.broker_outages > 0 ? " --broker-outages " + std::to_string(a.broker_outages) +
-                                             " --broker-outage-kinds " + a.broker_outage_kinds
-                                       : "")
-              << (a.db_restarts > 0 ? " --db-restarts " + std::to_string(a.db_restarts) : "")
-              << (a.plant.empty() ? "" : " --plant ") << a.plant << "), in " << a.dir << " and "
-              << S::where(a) << std::endl;
+    announce(a, pair_name_, S::where(a));
   }
 
   /// Every schedule, drawn from the seed in a fixed order (a seed replays its run), dealt out

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <iostream>
 #include <map>
 #include <string>
 #include <string_view>
@@ -16,6 +17,27 @@
 #include "run_files.hpp"
 
 namespace fault_harness {
+
+/// The run's first line: the pair, the seed and the flags that replay its schedule, and where
+/// it runs.
+inline void announce(const args& a, const std::string& pair_name, const std::string& where) {
+  std::cerr << "fault_harness: " << pair_name << ", seed " << a.seed << " (replay: --store "
+            << a.store << " --transport " << a.transport
+            << (a.policy.empty() ? "" : " --policy " + a.policy) << " --seed " << a.seed
+            << " --events " << a.events << " --relay-kills " << a.relay_kills
+            << " --consumer-kills " << a.consumer_kills << " --db-kills " << a.db_kills
+            << " --db-kill-targets " << a.db_kill_targets << " --aggregates " << a.aggregates
+            << " --rate " << static_cast<long>(a.rate) << " --relay-faults " << a.relay_faults
+            << " --consumer-faults " << a.consumer_faults << " --relays " << a.relays
+            << " --poison " << a.poison << " --uncarriable " << a.uncarriable << " --storms "
+            << a.storms << " --dedup-window " << a.dedup_window_s
+            << (a.broker_outages > 0 ? " --broker-outages " + std::to_string(a.broker_outages) +
+                                           " --broker-outage-kinds " + a.broker_outage_kinds
+                                     : "")
+            << (a.db_restarts > 0 ? " --db-restarts " + std::to_string(a.db_restarts) : "")
+            << (a.plant.empty() ? "" : " --plant ") << a.plant << "), in " << a.dir << " and "
+            << where << std::endl;
+}
 
 /// The faults of `parts` that happened, by kind ("none"); adds them to `total`, a sharp fault
 /// not reached aside (it became a kill, counted as such).

@@ -38,6 +38,30 @@
 
 namespace fault_harness {
 
+/// The server faults the pair can have: --broker-outage-kinds (default: every kind `transport`
+/// offers), each one it offers; refuses (usage) those the pair cannot have.
+inline std::vector<std::string> outage_kinds(args& a, const std::string& offered,
+                                             const char* transport, const char* store,
+                                             const char* db_server) {
+  std::vector<std::string> kinds;
+  if (a.broker_outage_kinds.empty()) a.broker_outage_kinds = offered;
+  for (std::size_t from = 0; from < a.broker_outage_kinds.size();) {
+    const std::size_t comma =
+        std::min(a.broker_outage_kinds.find(',', from), a.broker_outage_kinds.size());
+    const std::string kind = a.broker_outage_kinds.substr(from, comma - from);
+    if (!listed(offered, kind))
+      usage("--broker-outage-kinds: " + kind + " is not an outage of " + transport + " (" +
+            (offered.empty() ? std::string("none") : offered) + ")");
+    kinds.push_back(kind);
+    from = comma + 1;
+  }
+  if (a.broker_outages > 0 && kinds.empty())
+    usage(std::string("--broker-outages: no outage for ") + transport);
+  if (a.db_restarts > 0 && db_server == nullptr)
+    usage(std::string("--db-restarts: ") + store + " has no server to restart");
+  return kinds;
+}
+
 /// The commands of the server faults: the flags, else derived from OUTBOX_SERVICES_DIR (the
 /// servers of scripts/services.sh: rabbitmqctl in the node's environment when the transport's
 /// broker is that node (`rabbitmq`), DIR/restart). Returns what is missing for the faults asked
