@@ -37,7 +37,7 @@
 #include "config_file.hpp"
 #include "relay_command.hpp"
 #include "stores.hpp"
-#include "transports.hpp"
+#include "transport_maker.hpp"
 
 namespace {
 
@@ -75,24 +75,26 @@ class store_ops {
 /// `Store` on a session of its own, opened on first use (so that bad arguments are refused before
 /// any connection). The store object is made after `migrate` if that is what runs (a store
 /// checks the schema version).
-template <class Store>
+template <class Maker>
 class store_ops_for final : public store_ops {
+  using Store = typename Maker::store_type;
+
  public:
-  store_ops_for(outbox::store_options options, std::string connect)
-      : options_(std::move(options)), connect_(std::move(connect)) {}
-  int migrate() override { return Store::migrate(session()); }
+  store_ops_for(outbox::store_options options, Maker maker)
+      : options_(std::move(options)), maker_(std::move(maker)) {}
+  int migrate() override { return maker_.migrate(session()); }
   slot_view slot() override {
     if constexpr (requires { Store::tails_the_log; }) {
-      const auto st = Store::slot(session(), Store::from_url);
-      return {Store::from_url.slot, st.exists,     st.active, st.lag_bytes,
-              st.retained_bytes,    st.wal_status, st.lag};
+      const auto st = maker_.slot(session());
+      return {maker_.slot_name(), st.exists,     st.active, st.lag_bytes,
+              st.retained_bytes,  st.wal_status, st.lag};
     } else {
       throw usage_error("slot: not a log-tailing store (a postgresql+tail:// URL)");
     }
   }
   void drop_slot(bool publication) override {
     if constexpr (requires { Store::tails_the_log; })
-      Store::drop(session(), Store::from_url, publication);
+      maker_.drop(session(), publication);
     else
       throw usage_error("slot: not a log-tailing store (a postgresql+tail:// URL)");
   }
@@ -115,26 +117,26 @@ class store_ops_for final : public store_ops {
   soci::session& session() {
     if (!sql_) {
       auto sql = std::make_unique<soci::session>();
-      Store::connect(*sql, connect_);  // a failure classified by the store (outbox::error)
+      maker_.connect(*sql);  // a failure classified by the store (outbox::error)
       Store::configure(*sql, options_.session);
       sql_ = std::move(sql);
     }
     return *sql_;
   }
   Store& store() {
-    if (!store_) store_.emplace(session(), options_);
+    if (!store_) store_ = maker_.make(session(), options_);
     return *store_;
   }
   outbox::store_options options_;
-  std::string connect_;
+  Maker maker_;
   std::unique_ptr<soci::session> sql_;
-  std::optional<Store> store_;
+  std::unique_ptr<Store> store_;
 };
 
 std::unique_ptr<store_ops> open_store(const store_url& u) {
-  return with_store_type(u, [&]<class Store>(std::string connect) -> std::unique_ptr<store_ops> {
-    return std::make_unique<store_ops_for<Store>>(outbox::store_options{.listen = false},
-                                                  std::move(connect));
+  return with_store_maker<std::unique_ptr<store_ops>>(u, []<class Maker>(Maker maker) {
+    return std::unique_ptr<store_ops>(std::make_unique<store_ops_for<Maker>>(
+        outbox::store_options{.listen = false}, std::move(maker)));
   });
 }
 

@@ -229,17 +229,18 @@ void check_claim_hold(const relay_command_options& o) {
 }
 
 /// The relays of one store type and one transport type.
-template <class Store, class Transport>
+template <class StoreMaker, class Transport>
 class service {
+  using Store = typename StoreMaker::store_type;
   using relay_type = outbox::relay<Store, Transport>;
 
  public:
   service(const relay_command_options& o, const store_url& store_u, const store_url& transport_u,
-          std::string connect, transport_maker<Transport> maker)
+          StoreMaker store_maker, transport_maker<Transport> maker)
       : o_(o),
         store_u_(store_u),
         transport_u_(transport_u),
-        connect_(std::move(connect)),
+        store_maker_(std::move(store_maker)),
         maker_(std::move(maker)),
         secrets_(secrets()),
         log_(secrets_),
@@ -310,16 +311,16 @@ class service {
     // Rows the relay found passed over by its stream (a publication that lacked the outbox
     // table for a while): logged, once per find; they go out from the table.
     if constexpr (requires { Store::tails_the_log; })
-      Store::from_url.on_stranded = [this](const outbox::error& e) {
+      store_maker_.set_on_stranded([this](const outbox::error& e) {
         std::string what = e.what();  // "postgresql: ...: misconfigured": a warning here
         if (const std::string kind = ": " + e.code().message(); what.ends_with(kind))
           what.resize(what.size() - kind.size());
         log_("warning: " + what);
-      };
+      });
     // Start-up: every connection opened, every check made, before the first batch; anything
     // wrong here (a password, a schema, a broker that refuses) ends the tool with exit 1.
     monitor_sql_ = open_session();
-    monitor_ = std::make_unique<Store>(*monitor_sql_, with_listen(so, false));
+    monitor_ = store_maker_.make(*monitor_sql_, with_listen(so, false));
     sample_backlog();
     // Two sessions per thread only when the relay will pipeline.
     const bool two_stores = two_stores_per_relay<Store, Transport>(o_, ro);
@@ -327,10 +328,10 @@ class service {
       auto t = std::make_unique<thread_parts>();
       t->state.index = i;
       t->sql[0] = open_session();
-      t->store[0] = std::make_unique<Store>(*t->sql[0], with_listen(so, true));
+      t->store[0] = store_maker_.make(*t->sql[0], with_listen(so, true));
       if (two_stores) {
         t->sql[1] = open_session();
-        t->store[1] = std::make_unique<Store>(*t->sql[1], with_listen(so, false));
+        t->store[1] = store_maker_.make(*t->sql[1], with_listen(so, false));
       }
       t->transport.emplace(maker_.make());
       maker_.check(*t->transport);
@@ -416,7 +417,7 @@ class service {
   /// configure_session).
   std::unique_ptr<soci::session> open_session() {
     auto sql = std::make_unique<soci::session>();
-    Store::connect(*sql, connect_);  // a failure classified by the store (outbox::error)
+    store_maker_.connect(*sql);  // a failure classified by the store (outbox::error)
     return sql;
   }
 
@@ -481,23 +482,25 @@ class service {
       if constexpr (requires { Store::tails_the_log; }) {
         // One look at the slot: its lag, and whether it is about to lose WAL it needs
         // (max_slot_wal_keep_size) or lost it (said once per change, and a gauge).
-        const auto slot = Store::slot(*monitor_sql_, Store::from_url);
+        const auto slot = store_maker_.slot(*monitor_sql_);
         s.log_lag_bytes = slot.lag_bytes;
         s.log_lag = slot.lag;
         const bool at_risk = slot.wal_status == "unreserved" || slot.wal_status == "lost";
         if (!o_.max_slot_kept.empty()) {
           // --max-slot-kept: /healthz fails while the slot keeps too much or is at risk.
-          std::string alarm = slot_alarm(Store::from_url.slot, slot.wal_status, slot.retained_bytes,
-                                         slot.lag_bytes, max_slot_kept_, slot.active);
+          std::string alarm =
+              slot_alarm(store_maker_.slot_name(), slot.wal_status, slot.retained_bytes,
+                         slot.lag_bytes, max_slot_kept_, slot.active);
           std::lock_guard lock(metrics_.backlog_mutex);
           if (alarm.empty() != slot_alarm_.empty())
-            log_(alarm.empty() ? "slot " + Store::from_url.slot + ": within --max-slot-kept again"
-                               : "/healthz fails: " + alarm);
+            log_(alarm.empty()
+                     ? "slot " + store_maker_.slot_name() + ": within --max-slot-kept again"
+                     : "/healthz fails: " + alarm);
           slot_alarm_ = std::move(alarm);
         }
         if (at_risk != slot_at_risk_.exchange(at_risk))
-          log_(at_risk ? slot_alarm(Store::from_url.slot, slot.wal_status, 0, 0, 0, slot.active)
-                       : "slot " + Store::from_url.slot + ": wal_status " + slot.wal_status +
+          log_(at_risk ? slot_alarm(store_maker_.slot_name(), slot.wal_status, 0, 0, 0, slot.active)
+                       : "slot " + store_maker_.slot_name() + ": wal_status " + slot.wal_status +
                              ": its WAL is kept again");
         // Table mode's rows not published yet (the relay's stats() has them; the per-type sums
         // above come from the table).
@@ -785,7 +788,7 @@ class service {
   const relay_command_options& o_;
   const store_url& store_u_;
   const store_url& transport_u_;
-  std::string connect_;
+  StoreMaker store_maker_;
   transport_maker<Transport> maker_;
   std::vector<std::string> secrets_;  ///< Of both URLs: never printed, nor served.
   logger log_;
@@ -855,8 +858,9 @@ int cmd_relay(const relay_command_options& o) {
   // the middle of a batch: a write to it fails instead (and the line is lost).
   std::signal(SIGPIPE, SIG_IGN);
 
-  return with_store_type(su, [&]<class Store>(std::string connect) -> int {
-    return with_transport_type(tu, [&]<class Transport>(transport_maker<Transport> maker) -> int {
+  return with_store_maker<int>(su, [&]<class StoreMaker>(StoreMaker store_maker) {
+    using Store = typename StoreMaker::store_type;
+    return with_transport_maker<int>(tu, [&]<class Transport>(transport_maker<Transport> maker) {
       if (!maker.shareable && o.threads > 1)
         throw usage_error("a transport that binds its endpoint (" + tu.scheme +
                           ") takes one relay thread (--threads 1)");
@@ -866,7 +870,7 @@ int cmd_relay(const relay_command_options& o) {
                             ") takes one relay thread (--threads 1): a slot streams to one "
                             "connection");
       check_claim_hold<Store, Transport>(o);
-      service<Store, Transport> s(o, su, tu, std::move(connect), std::move(maker));
+      service<StoreMaker, Transport> s(o, su, tu, std::move(store_maker), std::move(maker));
       return s.run();
     });
   });
