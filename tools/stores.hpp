@@ -11,9 +11,6 @@
 
 namespace outbox_tool {
 
-/// The stores in this build, for messages: " sqlite postgresql postgresql+tail mysql".
-inline std::string stores_in_build() { return schemes_of(store_adapters{}); }
-
 /// f(maker) with the store maker (store_maker.hpp) that `u`'s scheme names; a scheme this build
 /// has no store for, or a bad parameter, is a usage error.
 template <class R, class F>

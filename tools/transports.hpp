@@ -11,9 +11,6 @@
 
 namespace outbox_tool {
 
-/// The transports in this build, for messages: " zmq+tcp zmq+ipc amqp amqps kafka".
-inline std::string transports_in_build() { return schemes_of(transport_adapters{}); }
-
 /// f(transport_maker<Transport>) for the transport that `u`'s scheme names; a scheme this build
 /// has none for, or a bad parameter, is a usage error.
 template <class R, class F>
