@@ -1,6 +1,6 @@
 #pragma once
-// What the tests of the `outbox` tool share: the store fixture named by -DOUTBOX_TOOL_TEST_<STORE>,
-// running the tool (its path in OUTBOX_TOOL) as a process, and the store's URL.
+// What the tests of the `outbox` tool share: running the tool (its path in OUTBOX_TOOL) as a
+// process, and the store's fixture and URL (the file -DOUTBOX_TOOL_TEST_STORE_HEADER names).
 
 #include <fcntl.h>
 #include <signal.h>
@@ -20,17 +20,8 @@
 
 #include <boost/test/unit_test.hpp>
 
-#if defined(OUTBOX_TOOL_TEST_SQLITE)
-#include "../support/sqlite_fixture.hpp"
-using fixture = outbox::test::sqlite_fixture;
-#elif defined(OUTBOX_TOOL_TEST_POSTGRESQL)
-#include "../support/postgresql_fixture.hpp"
-using fixture = outbox::test::postgresql_locking_fixture;
-#elif defined(OUTBOX_TOOL_TEST_MYSQL)
-#include "../support/mysql_fixture.hpp"
-using fixture = outbox::test::mysql_locking_fixture;
-#else
-#error "compile with -DOUTBOX_TOOL_TEST_<STORE>"
+#ifndef OUTBOX_TOOL_TEST_STORE_HEADER
+#error "compile with -DOUTBOX_TOOL_TEST_STORE_HEADER=\"stores/<store>.hpp\""
 #endif
 
 namespace {
@@ -117,28 +108,14 @@ inline run_result tool(const std::vector<std::string>& args, const std::string& 
   return out;
 }
 
-/// The store URL of the fixture's database, with `password` instead of the real one if given.
-inline std::string url_of(const fixture& fx, const std::string& password = {}) {
-#if defined(OUTBOX_TOOL_TEST_SQLITE)
-  (void)password;
-  return "sqlite://" + fx.path().string();
-#else
-  auto k = keywords(fx.connect_string());
-  const std::string pw = password.empty() ? k["password"] : password;
-#if defined(OUTBOX_TOOL_TEST_POSTGRESQL)
-  const char* scheme = "postgresql://";
-  const std::string db = k["dbname"];
-  const std::string query = "?options=" + pct(k["options"]);
-#else
-  const char* scheme = "mysql://";
-  const std::string db = k["db"];
-  const std::string query = k.count("charset") ? "?charset=" + k["charset"] : "";
-#endif
-  return scheme + pct(k["user"]) + (pw.empty() ? "" : ":" + pct(pw)) + "@" +
-         (k.count("host") ? k["host"] : "127.0.0.1") + (k.count("port") ? ":" + k["port"] : "") +
-         "/" + db + query;
-#endif
-}
+}  // namespace
+
+// The store's file (tests/tools/stores/<store>.hpp, named by the build): `fixture`, `url_of(fx,
+// password = {})` (the store URL of the fixture's database, with `password` instead of the real
+// one if given) and OUTBOX_TOOL_TEST_MAIN().
+#include OUTBOX_TOOL_TEST_STORE_HEADER
+
+namespace {
 
 /// The tool running in the background (`outbox relay`, `outbox stats --watch`), its stdout and
 /// stderr in files.

@@ -1,0 +1,46 @@
+#pragma once
+// What a transport adapter of the `outbox` tool builds from a transport URL
+// (adapters/<name>.hpp), and the readers of its parameters.
+
+#include <cstddef>
+#include <exception>
+#include <functional>
+#include <string>
+
+#include "common.hpp"
+
+namespace outbox_tool {
+
+inline store_url parse_transport_url(const std::string& url) {
+  return parse_url(url, "transport", "amqp:, amqps:, zmq+tcp:, zmq+ipc:, kafka:");
+}
+
+/// A URL parameter read as a flag: true/false, 1/0, yes/no.
+inline bool flag_value(const std::string& key, const std::string& value) {
+  if (value == "true" || value == "1" || value == "yes") return true;
+  if (value == "false" || value == "0" || value == "no") return false;
+  throw usage_error("transport URL parameter " + key + " takes true or false, got '" + value + "'");
+}
+
+inline std::size_t size_value(const std::string& key, const std::string& value) {
+  try {
+    std::size_t used = 0;
+    const unsigned long long n = std::stoull(value, &used);
+    if (used == value.size() && n > 0) return static_cast<std::size_t>(n);
+  } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch): refused below
+  }
+  throw usage_error("transport URL parameter " + key + " takes a positive number, got '" + value +
+                    "'");
+}
+
+/// How to make one transport of a kind: each relay thread makes its own (a transport is used
+/// from one thread), and `check` sees that it can reach its broker (at start-up).
+template <class Transport>
+struct transport_maker {
+  std::function<Transport()> make;
+  std::function<void(Transport&)> check;
+  /// Several relays may each have one (false: the transport binds an endpoint).
+  bool shareable = true;
+};
+
+}  // namespace outbox_tool
