@@ -16,7 +16,6 @@
 #include <span>
 #include <stop_token>
 #include <string>
-#include <thread>
 #include <unordered_set>
 #include <utility>
 #include <vector>
