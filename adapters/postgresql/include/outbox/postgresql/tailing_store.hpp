@@ -135,9 +135,7 @@ class tailing_store {
   [[nodiscard]] session_type& session() noexcept { return table_.session(); }
   /// The position up to which every event is settled (reported to the server as the slot's
   /// confirmed position); 0 before the stream was opened.
-  [[nodiscard]] detail::wal::lsn settled_position() const noexcept {
-    return reader_.ledger().position();
-  }
+  [[nodiscard]] detail::wal::lsn settled_position() const noexcept { return ledger().position(); }
   /// Closes the replication stream (the next claim opens it again from the settled position;
   /// what was read and not settled comes again). Before dropping the slot, or to hand it to
   /// another relay: the server's walsender ends once it notices (a moment later).
@@ -178,7 +176,7 @@ class tailing_store {
     sweep();
     // The table's due rows and the stream take turns when both have work, so a backlog of
     // retries does not hold back the aggregates that flow straight from the stream.
-    if (turns_.table_first(req.now, reader_.ledger().ready() > 0)) {
+    if (turns_.table_first(req.now, ledger().ready() > 0)) {
       claimed_batch b = table_.claim(req);
       if (!b.empty() || b.unreadable > 0) {
         turns_.table_served();
@@ -194,12 +192,12 @@ class tailing_store {
     detail::stream_batch sb{batch.token, {}, 0, 0};
     // Where the batch starts: the first unsettled transaction, at its next event (every event
     // handed out before is settled: one stream batch at a time).
-    const auto head = reader_.ledger().head();
+    const auto head = ledger().head();
     // The events taken, in stream order, up to `req.limit` of aggregates not known parked.
     std::vector<detail::event_in_log> taken;
     std::size_t unparked = 0;
-    while (reader_.ledger().ready() > 0 && unparked < req.limit) {
-      taken.push_back(reader_.ledger().hand_out());
+    while (ledger().ready() > 0 && unparked < req.limit) {
+      taken.push_back(ledger().hand_out());
       const detail::event_in_log& ev = taken.back();
       if (ev.why.empty() && !parking_.holds(outbox::detail::aggregate_key(ev.m))) ++unparked;
     }
@@ -256,18 +254,17 @@ class tailing_store {
       const message& m = batch.messages[i];
       const settlement& f = fates[i];
       const std::uint64_t tx = out_->of(m.sequence).tx;
+      turns_.after(f, now);  // a release or a retry makes the table due
       switch (f.what) {
         case settlement::kind::published:
           ++out.published;
           continue;
         case settlement::kind::retry:
           ++out.retried;
-          turns_.retry_at(f.retry_at);
           to_park.push_back(detail::parked_row{m, tx, 0, f.retry_at, m.attempts, {}});
           break;
         case settlement::kind::release:
           ++out.released;
-          turns_.due_at(now);
           to_park.push_back(
               detail::parked_row{m, tx, 0, std::nullopt, std::max(0, m.attempts - 1), {}});
           break;
@@ -286,13 +283,13 @@ class tailing_store {
     }
     for (std::size_t i = 0; i < fates.size(); ++i)
       if (fates[i].what == settlement::kind::published)
-        reader_.ledger().settle(out_->of(batch.messages[i].sequence).tx);
+        ledger().settle(out_->of(batch.messages[i].sequence).tx);
     const detail::stream_batch was_out = *std::exchange(out_, std::nullopt);
     advance();
     // The head batch settled, so its claim was no crash: taken back while the slot stays at
     // its position (a relay dying later in that transaction starts there again).
     if (was_out.head_position != 0 &&
-        reader_.ledger().position() < static_cast<detail::wal::lsn>(was_out.head_position))
+        ledger().position() < static_cast<detail::wal::lsn>(was_out.head_position))
       detail::tail::release_attempt(table_, options_.slot, was_out.head_position,
                                     was_out.head_within);
     return out;
@@ -317,7 +314,7 @@ class tailing_store {
   /// Sleeps until the stream has input, `interrupt` is called, or `timeout` (at most
   /// `table_poll`) passes. Never throws.
   bool wait_for_work(std::chrono::milliseconds timeout) {
-    if (reader_.ledger().ready() > 0 || reader_.more_buffered()) return true;
+    if (ledger().ready() > 0 || reader_.more_buffered()) return true;
     timeout = std::min(timeout, options_.table_poll);
     const auto o = wake_.wait(reader_.socket(), timeout);
     return o.interrupted || o.socket_ready;
@@ -375,10 +372,13 @@ class tailing_store {
   std::size_t purge_inbox(time_point t, std::size_t n) { return table_.purge_inbox(t, n); }
 
  private:
+  // The confirm rule's state, which the reader feeds from the stream.
+  [[nodiscard]] detail::tail_ledger& ledger() noexcept { return reader_.ledger(); }
+  [[nodiscard]] const detail::tail_ledger& ledger() const noexcept { return reader_.ledger(); }
   /// Table mode's safety net (detail::tail_sweep): the streamed rows the stream passed over
   /// become pending rows of the table, reported; the publication is checked again.
   void sweep() {
-    if (const auto seqs = sweep_.due(reader_.ledger().position())) rescue(*seqs);
+    if (const auto seqs = sweep_.due(ledger().position())) rescue(*seqs);
     sweep_.look(table_, options_.table_poll);
   }
 
@@ -420,7 +420,7 @@ class tailing_store {
     const std::uint32_t relid = table_.run("check the publication", [&](PGconn* c) {
       return detail::tail::check_publication(c, options_.publication, more);
     });
-    reader_.ledger().outbox_table(relid);
+    ledger().outbox_table(relid);
   }
 
   /// This store's slot, on the table's connection.
@@ -514,7 +514,7 @@ class tailing_store {
 
   void write_position(const detail::tail_progress& p) {
     detail::tail::write_position(table_, options_.slot, p);
-    reader_.ledger().saved(p);
+    ledger().saved(p);
   }
 
   /// Where the stream starts (the settled position known here or saved in the table, whichever
@@ -522,18 +522,18 @@ class tailing_store {
   /// a right missing on the table stops the relay here; a transient failure does not.
   std::pair<detail::wal::lsn, detail::wal::lsn> start_position() {
     const auto [row, confirmed] = detail::tail::read_position(table_, options_.slot);
-    const detail::tail_progress merged = reader_.ledger().resume(row);
+    const detail::tail_progress merged = ledger().resume(row);
     try {
       write_position(merged);
     } catch (const error& e) {
       if (e.code() != errc::transient) throw;
     }
-    return {reader_.ledger().position(), confirmed};
+    return {ledger().position(), confirmed};
   }
 
   /// Writes `rows` to the outbox table; their events are settled.
   void park(std::vector<detail::parked_row>& rows, time_point now) {
-    for (const std::uint64_t tx : parking_.park(rows, now)) reader_.ledger().settle(tx);
+    for (const std::uint64_t tx : parking_.park(rows, now)) ledger().settle(tx);
   }
 
   /// The head batch (the first since the stream opened) starts where the slot stands: its
