@@ -79,7 +79,7 @@ void reset(soci::session& sql) {
   sql << "ANALYZE TABLE outbox";
 }
 
-result run_relay(soci::session& check, const args& a, my::claim_policy p, my::retention r) {
+result run_relay(soci::session& check, const args& a, outbox::claim_policy p, outbox::retention r) {
   soci::session sql("mysql", connect_string(database));
   my::store st(sql, {.policy = p, .retention = r});
   outbox::testing::memory_transport t(sink(a));
@@ -120,11 +120,11 @@ void run(MYSQL* c, const std::string& q) {
   if (MYSQL_RES* res = mysql_store_result(c)) mysql_free_result(res);
 }
 
-result run_bare(soci::session& check, const args& a, my::claim_policy p, my::retention r) {
+result run_bare(soci::session& check, const args& a, outbox::claim_policy p, outbox::retention r) {
   soci::session sql("mysql", connect_string(database));
   my::store::configure(sql);
   MYSQL* c = md::handle(sql);
-  const bool locking = p == my::claim_policy::locking;
+  const bool locking = p == outbox::claim_policy::locking;
   return timed(check, a.rows, [&] {
     for (long long token = 1;; ++token) {
       const auto now = std::to_string(md::to_us(std::chrono::system_clock::now()));
@@ -149,13 +149,13 @@ result run_bare(soci::session& check, const args& a, my::claim_policy p, my::ret
         break;
       }
       if (bytes == 0) std::abort();
-      const std::string list = "'" + outbox::store::json_integer_array(seqs) + "'";
+      const std::string list = "'" + outbox::sql::json_integer_array(seqs) + "'";
       run(c, literal(my::statements::claim_previous, {{"seqs", list}}));
       const std::map<std::string, std::string> settle{{"now", now},
                                                       {"seqs", list},
                                                       {"locking", locking ? "1" : "0"},
                                                       {"token", std::to_string(token)}};
-      const auto& settle_sql = r == my::retention::delete_on_publish
+      const auto& settle_sql = r == outbox::retention::delete_on_publish
                                    ? my::statements::settle_published_delete
                                    : my::statements::settle_published_keep;
       if (!locking) {
@@ -263,10 +263,11 @@ int main(int argc, char** argv) try {
   const result naive = run_naive(sql, a);
   line("naive (select 100, publish+update one)", naive);
 
-  for (auto p : {my::claim_policy::locking, my::claim_policy::leasing}) {
-    for (auto r : {my::retention::keep, my::retention::delete_on_publish}) {
-      const std::string name = std::string(p == my::claim_policy::locking ? "locking" : "leasing") +
-                               "/" + (r == my::retention::keep ? "keep" : "delete");
+  for (auto p : {outbox::claim_policy::locking, outbox::claim_policy::leasing}) {
+    for (auto r : {outbox::retention::keep, outbox::retention::delete_on_publish}) {
+      const std::string name =
+          std::string(p == outbox::claim_policy::locking ? "locking" : "leasing") + "/" +
+          (r == outbox::retention::keep ? "keep" : "delete");
       const auto best = [](const result& x, const result& y) {
         return x.rate() >= y.rate() ? x : y;
       };

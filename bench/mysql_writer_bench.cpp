@@ -100,7 +100,7 @@ int main(int argc, char** argv) try {
   }
   {
     soci::session admin("mysql", connect_string(database));
-    my::migrate(admin);
+    my::store::migrate(admin);
     admin << "CREATE TABLE bench_orders (id BIGINT AUTO_INCREMENT PRIMARY KEY, customer "
              "VARCHAR(64) NOT NULL, total_cents INT NOT NULL)";
     std::string version, flush;

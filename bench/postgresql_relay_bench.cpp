@@ -84,7 +84,7 @@ outbox::testing::memory_transport_options sink(const args& a) {
           .record = false};
 }
 
-result run_relay(soci::session& check, const args& a, pg::claim_policy p, pg::retention r) {
+result run_relay(soci::session& check, const args& a, outbox::claim_policy p, outbox::retention r) {
   soci::session sql("postgresql", connect_string());
   pg::store st(sql, {.policy = p, .retention = r});
   outbox::testing::memory_transport t(sink(a));
@@ -97,7 +97,7 @@ result run_relay(soci::session& check, const args& a, pg::claim_policy p, pg::re
 
 /// `relay::run` on its own thread (one store, or two when `two_sessions`) over the in-memory
 /// transport at `latency` per publish call, until the outbox is drained.
-result run_relay_thread(soci::session& check, const args& a, pg::claim_policy p, bool pipeline,
+result run_relay_thread(soci::session& check, const args& a, outbox::claim_policy p, bool pipeline,
                         bool two_sessions, std::chrono::microseconds latency) {
   soci::session sql("postgresql", connect_string());
   soci::session sql2("postgresql", connect_string());
@@ -130,12 +130,12 @@ std::pair<result, result> best_abba(bool first, const std::function<result(bool)
   return {*best[0], *best[1]};
 }
 
-result run_bare(soci::session& check, const args& a, pg::claim_policy p, pg::retention r) {
+result run_bare(soci::session& check, const args& a, outbox::claim_policy p, outbox::retention r) {
   soci::session sql("postgresql", connect_string());
   PGconn* c = pd::handle(sql);
   pd::prepare(c, "bare_claim", pg::store::claim_statement(p));
   pd::prepare(c, "bare_settle", pg::store::settle_statement());
-  const bool locking = p == pg::claim_policy::locking;
+  const bool locking = p == outbox::claim_policy::locking;
   return timed(check, a.rows, [&] {
     for (std::int64_t token = 1;; ++token) {
       const auto now = pd::to_us(std::chrono::system_clock::now());
@@ -165,7 +165,7 @@ result run_bare(soci::session& check, const args& a, pg::claim_policy p, pg::ret
       else
         sp.add(token);
       sp.add(now).add(ids).add("{}").add("{}").add("{}").add("{}");
-      sp.add(r == pg::retention::delete_on_publish ? "t" : "f");
+      sp.add(r == outbox::retention::delete_on_publish ? "t" : "f");
       pd::exec_prepared(c, "bare_settle", sp, "settle");
       if (locking) pd::exec(c, "COMMIT");
     }
@@ -244,11 +244,12 @@ int main(int argc, char** argv) try {
     naive = run_naive(sql, a);
     line("naive (select 100, publish+update one)", *naive);
   }
-  for (auto p : {pg::claim_policy::locking, pg::claim_policy::leasing}) {
+  for (auto p : {outbox::claim_policy::locking, outbox::claim_policy::leasing}) {
     if (!policies) break;
-    for (auto r : {pg::retention::keep, pg::retention::delete_on_publish}) {
-      const std::string name = std::string(p == pg::claim_policy::locking ? "locking" : "leasing") +
-                               "/" + (r == pg::retention::keep ? "keep" : "delete");
+    for (auto r : {outbox::retention::keep, outbox::retention::delete_on_publish}) {
+      const std::string name =
+          std::string(p == outbox::claim_policy::locking ? "locking" : "leasing") + "/" +
+          (r == outbox::retention::keep ? "keep" : "delete");
       const auto [bare, relay] = best_abba(true, [&](bool is_relay) {
         outbox::bench::reset_postgresql_outbox(sql);
         return is_relay ? run_relay(sql, a, p, r) : run_bare(sql, a, p, r);
@@ -264,19 +265,19 @@ int main(int argc, char** argv) try {
   if (a.hot_rows > 0 && a.runs("hot")) {
     args h = a;
     h.rows = a.hot_rows;
-    for (auto p : {pg::claim_policy::locking, pg::claim_policy::leasing}) {
+    for (auto p : {outbox::claim_policy::locking, outbox::claim_policy::leasing}) {
       for (const bool pipelined : {false, true}) {
         // Pipelined as a service runs it: relay::run, locking on two sessions.
         const std::string name =
-            std::string(p == pg::claim_policy::locking ? "locking" : "leasing") +
+            std::string(p == outbox::claim_policy::locking ? "locking" : "leasing") +
             (pipelined ? ", pipelined" : "");
         const auto [many, hot] = best_abba(true, [&](bool is_hot) {
           outbox::bench::build_postgresql_pristine(sql, "outbox_bench", h.rows,
                                                    is_hot ? a.aggregates : 0);
           if (pipelined)
-            return run_relay_thread(sql, h, p, true, p == pg::claim_policy::locking,
+            return run_relay_thread(sql, h, p, true, p == outbox::claim_policy::locking,
                                     std::chrono::microseconds(h.latency_us));
-          return run_relay(sql, h, p, pg::retention::keep);
+          return run_relay(sql, h, p, outbox::retention::keep);
         });
         line(name + " hot (" + std::to_string(a.aggregates) + " aggregates)", hot);
         line(name + " many aggregates", many);
@@ -295,8 +296,8 @@ int main(int argc, char** argv) try {
     std::printf("transport alone (%ld ms per batch)     %10.0f events/s\n", a.pipeline_latency_ms,
                 alone);
     outbox::bench::build_postgresql_pristine(sql, "outbox_bench", a.rows);
-    for (auto p : {pg::claim_policy::locking, pg::claim_policy::leasing}) {
-      const bool locking = p == pg::claim_policy::locking;
+    for (auto p : {outbox::claim_policy::locking, outbox::claim_policy::leasing}) {
+      const bool locking = p == outbox::claim_policy::locking;
       const std::string name = locking ? "locking" : "leasing";
       const std::string piped = locking ? " pipelined (two sessions)" : " pipelined";
       const auto [serial, pipelined] = best_abba(false, [&](bool on) {

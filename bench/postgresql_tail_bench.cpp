@@ -122,8 +122,8 @@ result run_poll(soci::session& admin, const args& a, Transport& t) {
   outbox::writer<pg::store> w;
   write_events(a, w);
   soci::session sql("postgresql", connect_string());
-  pg::store st(
-      sql, {.policy = pg::claim_policy::locking, .retention = pg::retention::delete_on_publish});
+  pg::store st(sql, {.policy = outbox::claim_policy::locking,
+                     .retention = outbox::retention::delete_on_publish});
   outbox::relay relay(st, t, relay_options(a));
   return drain(relay, a.rows);
 }
@@ -194,7 +194,7 @@ int main(int argc, char** argv) try {
   soci::session admin("postgresql", connect_string());
   admin << "DROP SCHEMA IF EXISTS outbox_tbench CASCADE";
   admin << "CREATE SCHEMA outbox_tbench";
-  pg::migrate(admin);
+  pg::store::migrate(admin);
   std::string fsync;
   admin << "SHOW fsync", soci::into(fsync);
   std::cout << "postgresql log-tailing benchmark: " << a.rows << " events in transactions of "

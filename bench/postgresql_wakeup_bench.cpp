@@ -119,7 +119,7 @@ int main(int argc, char** argv) try {
     soci::session admin("postgresql", connect_string());
     admin << "DROP SCHEMA IF EXISTS outbox_lbench CASCADE";
     admin << "CREATE SCHEMA outbox_lbench";
-    pg::migrate(admin);
+    pg::store::migrate(admin);
   }
   std::cout << "postgresql wake-up benchmark: " << rate << " events/s for " << seconds
             << " s, one transaction per event, commit to confirm (" << confirm_us

@@ -127,7 +127,7 @@ int main(int argc, char** argv) try {
     soci::session admin("postgresql", connect_string());
     admin << "DROP SCHEMA IF EXISTS outbox_wbench CASCADE";
     admin << "CREATE SCHEMA outbox_wbench";
-    pg::migrate(admin);
+    pg::store::migrate(admin);
     admin << "CREATE TABLE bench_orders (id bigserial PRIMARY KEY, customer text NOT NULL, "
              "total_cents integer NOT NULL)";
     std::string fsync, sync_commit;

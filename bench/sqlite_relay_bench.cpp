@@ -120,7 +120,7 @@ result run_relay(const fs::path& db, const args& a, bool as_service = false) {
 // (b) the naive relay: SELECT 100, then per row publish + wait for the confirm + UPDATE.
 result run_naive(const fs::path& db, const args& a) {
   soci::session sql(soci::sqlite3, "db=" + db.string());
-  outbox::sqlite::configure(sql);
+  outbox::sqlite::store::configure(sql);
   auto* h = sd::handle(sql);
   outbox::testing::memory_transport t({.confirm_latency = std::chrono::microseconds(a.latency_us),
                                        .deliver = false,
@@ -161,7 +161,7 @@ result run_naive(const fs::path& db, const args& a) {
 // (c) the bare SQL of our claim and settle: the same statements, nothing else.
 result run_bare(const fs::path& db, const args& a) {
   soci::session sql(soci::sqlite3, "db=" + db.string());
-  outbox::sqlite::configure(sql);
+  outbox::sqlite::store::configure(sql);
   auto* h = sd::handle(sql);
   sd::statement claim(h, outbox::sqlite::statements::claim, true);
   sd::statement settle(h, outbox::sqlite::statements::settle_published_keep, true);

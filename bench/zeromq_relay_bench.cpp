@@ -81,8 +81,8 @@ fs::path fresh_inbox(const fs::path& pristine, const std::string& name) {
   const fs::path p = pristine.parent_path() / (pristine.stem().string() + "-" + name + "-inbox.db");
   remove_db(p);
   soci::session sql(soci::sqlite3, "db=" + p.string());
-  outbox::sqlite::configure(sql);
-  outbox::sqlite::migrate(sql);
+  outbox::sqlite::store::configure(sql);
+  outbox::sqlite::store::migrate(sql);
   return p;
 }
 

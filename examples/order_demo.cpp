@@ -267,8 +267,8 @@ int run_service(const args& a) {
 
   // --- the service's own schema, and the outbox's (applied from sql/sqlite/) ------------------
   soci::session app(soci::sqlite3, connect);
-  outbox::sqlite::configure(app, connection(a));
-  outbox::sqlite::migrate(app);
+  outbox::sqlite::store::configure(app, connection(a));
+  outbox::sqlite::store::migrate(app);
   app << "CREATE TABLE orders (id INTEGER PRIMARY KEY, customer TEXT NOT NULL, total_cents "
          "INTEGER NOT NULL)";
   app << "CREATE TABLE shipments (order_id TEXT PRIMARY KEY, event_id TEXT NOT NULL)";

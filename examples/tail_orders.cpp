@@ -39,7 +39,7 @@ int main(int argc, char** argv) try {
   // README: begin
   namespace pg = outbox::postgresql;
   pg::tailing_options opts{.slot = "orders_relay", .publication = "orders_relay"};
-  pg::migrate(admin);                     // the outbox table keeps retries and dead letters
+  pg::store::migrate(admin);              // the outbox table keeps retries and dead letters
   pg::tailing_store::setup(admin, opts);  // the slot and the publication, once (idempotent)
 
   soci::session app("postgresql", conninfo);

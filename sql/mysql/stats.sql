@@ -1,4 +1,4 @@
--- Backlog, in the columns of outbox::store::stats_column: pending rows (state 0) not under a
+-- Backlog, in the columns of outbox::sql::stats_column: pending rows (state 0) not under a
 -- live lease (a locking claim writes nothing, so its rows count here); of those, the ones
 -- waiting for a retry (no lease token, available_at still to come: only a retry in
 -- settle_failed.sql leaves a row so); those under a live lease (leasing only); the dead letters

@@ -1,5 +1,5 @@
 -- Backlog per aggregate type, in byte order: the type, then the columns of stats.sql
--- (outbox::store::stats_column) over that type's rows. Grouped on the type's bytes: utf8mb4_bin
+-- (outbox::sql::stats_column) over that type's rows. Grouped on the type's bytes: utf8mb4_bin
 -- is a PAD SPACE collation, under which 'order' and 'order ' would make one group (two
 -- aggregate types on every other store). Only pending (0) and dead (2) rows are read, a range
 -- of outbox_claim, so published rows kept under retention keep cost nothing; the groups are

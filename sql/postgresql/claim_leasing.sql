@@ -10,7 +10,7 @@
 -- instead of crossing a hot aggregate's backlog held back behind the batch in flight.
 -- $1 lease expiry (Unix us), $2 owner, $3 fencing token, $4 now (Unix us), $5 limit,
 -- $6 scan limit (0: none).
--- Columns: the message columns of outbox::store::column.
+-- Columns: the message columns of outbox::sql::column.
 WITH c AS (
   SELECT o.seq, o.aggregate_type, o.aggregate_id
   FROM outbox o

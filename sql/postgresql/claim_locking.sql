@@ -1,7 +1,7 @@
 -- The locking claim, inside the claim transaction (BEGIN; SET LOCAL
 -- idle_in_transaction_session_timeout). `c` locks candidates, skipping rows other claims
 -- locked; nothing is written (the row locks are the claim, and a rollback undoes nothing).
--- Pending is state 0 (outbox::store::row_state).
+-- Pending is state 0 (outbox::sql::row_state).
 --
 -- Before its LIMIT, `c` leaves out rows behind an earlier row of their aggregate that waits for
 -- a retry (available_at in the future): otherwise a long run of such rows fills every batch and
@@ -30,7 +30,7 @@
 -- a hot aggregate's backlog.
 -- $1 now (Unix us), $2 limit, $3 only rows after this seq (0 for all), $4/$5 aggregates
 -- (types, ids: text arrays) to leave out ('{}' for none), $6 scan limit (0: none).
--- Columns: the message columns of outbox::store::column (attempts counting this one), then
+-- Columns: the message columns of outbox::sql::column (attempts counting this one), then
 -- the per-aggregate flag.
 WITH c AS (
   SELECT o.seq, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload_bytes,

@@ -1,4 +1,4 @@
--- Dead letters (state 2), oldest first: the message columns of outbox::store::column, then
+-- Dead letters (state 2), oldest first: the message columns of outbox::sql::column, then
 -- last_error and dead_at (Unix us).
 -- $1 limit.
 SELECT seq, event_id, aggregate_type, aggregate_id, event_type, payload_bytes, headers::text,

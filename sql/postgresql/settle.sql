@@ -7,7 +7,7 @@
 -- Published rows become published (state 1) under retention keep, or are deleted under
 -- delete_on_publish ($8); only one of the two CTEs does anything (a one-time filter).
 -- The fates of the other rows arrive as unnest arrays: kind 2 retry, 3 dead, 4 release
--- (outbox::store::fate_code); states 0 pending, 1 published, 2 dead (outbox::store::row_state).
+-- (outbox::sql::fate_code); states 0 pending, 1 published, 2 dead (outbox::sql::row_state).
 -- Returns the four counts: published, retried, dead, released.
 -- $1 fencing token (NULL under locking), $2 now (Unix us), $3 published seqs (bigint[]),
 -- $4 other seqs, $5 their kinds (int[]), $6 retry times (Unix us, bigint[]), $7 errors (text[]),

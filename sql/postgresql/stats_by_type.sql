@@ -1,5 +1,5 @@
 -- Backlog per aggregate type, in byte order (COLLATE "C", whatever the database's collation):
--- the type, then the columns of stats.sql (outbox::store::stats_column) over that type's rows.
+-- the type, then the columns of stats.sql (outbox::sql::stats_column) over that type's rows.
 -- Only pending (0) and dead (2) rows are read: "state = 0 OR state = 2" (not IN) lets the
 -- planner combine the partial indexes outbox_pending and outbox_settled (a BitmapOr), so
 -- published rows kept under retention keep are not scanned once the table is large.

@@ -1,6 +1,6 @@
 -- The claim (leasing, the only policy on SQLite): stamps lease expiry, owner, fencing token and
 -- one more attempt on the oldest claimable rows, and returns them (in no particular order: the
--- store sorts by seq). A row is claimable when pending (state 0, outbox::store::row_state),
+-- store sorts by seq). A row is claimable when pending (state 0, outbox::sql::row_state),
 -- its time has come, and no earlier pending row of its aggregate is waiting (under a lease or
 -- for a retry: the small partial index of 0004_waiting_rows.sql, whose predicate the probe
 -- repeats). Runs inside BEGIN IMMEDIATE. With a scan limit (claim_request::scan_limit, the
@@ -9,7 +9,7 @@
 -- range up to it (a LIMIT on a subquery instead made SQLite sort every candidate).
 -- ?1 lease expiry (Unix ms), ?2 owner, ?3 fencing token, ?4 now (Unix ms), ?5 limit,
 -- ?6 scan limit (0: none).
--- Columns: the message columns of outbox::store::column, in order.
+-- Columns: the message columns of outbox::sql::column, in order.
 UPDATE outbox SET available_at = ?1, lease_owner = ?2, lease_token = ?3,
                   attempts = attempts + 1
 WHERE seq IN (

@@ -1,5 +1,5 @@
 -- Backlog per aggregate type, in byte order (BINARY): the type, then the columns of stats.sql
--- (outbox::store::stats_column) over that type's rows. Only pending (0) and dead (2) rows are
+-- (outbox::sql::stats_column) over that type's rows. Only pending (0) and dead (2) rows are
 -- read, through outbox_by_state, so published rows kept under retention keep cost nothing; the
 -- groups are then sorted (a few rows, one per type).
 -- ?1 now (Unix ms).

@@ -203,7 +203,7 @@ BOOST_AUTO_TEST_CASE(migrate_refuses_servers_whose_skip_locked_is_missing_or_uns
   mysql_locking_fixture fx;
   auto sql = fx.open_session();
   const int n = outbox::mysql::store::schema_version;
-  BOOST_TEST(outbox::mysql::migrate(*sql) == n);
+  BOOST_TEST(outbox::mysql::store::migrate(*sql) == n);
   BOOST_TEST(mysql_locking_fixture::count(*sql, "SELECT count(*) FROM outbox_schema_migrations") ==
              n);
 }

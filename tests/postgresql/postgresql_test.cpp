@@ -26,7 +26,7 @@
 #include "../support/tcp_proxy.hpp"
 
 using namespace std::chrono_literals;
-using outbox::postgresql::claim_policy;
+using outbox::claim_policy;
 using outbox::test::postgresql_leasing_fixture;
 using outbox::test::postgresql_locking_fixture;
 using policies = std::tuple<postgresql_locking_fixture, postgresql_leasing_fixture>;
@@ -72,8 +72,8 @@ BOOST_AUTO_TEST_CASE(migrate_is_idempotent_and_records_every_version) {
   postgresql_locking_fixture fx;
   auto sql = fx.open_session();
   const int n = static_cast<int>(std::size(outbox::postgresql::migrations));
-  BOOST_TEST(outbox::postgresql::migrate(*sql) == n);
-  BOOST_TEST(outbox::postgresql::migrate(*sql) == n);
+  BOOST_TEST(outbox::postgresql::store::migrate(*sql) == n);
+  BOOST_TEST(outbox::postgresql::store::migrate(*sql) == n);
   BOOST_TEST(postgresql_locking_fixture::count(
                  *sql, "SELECT count(*) FROM outbox_schema_migrations") == n);
 }
@@ -323,6 +323,37 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(notify_wakes_an_idle_relay_on_commit_even_for_rows
   r.runner.request_stop();
   r.runner.join();  // the stop callback interrupts the 30 s wait
   BOOST_TEST(r.relay.stats().published == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(a_store_listens_again_on_the_connection_it_reconnects) {
+  // LISTEN belongs to a connection: after a reconnect the store must issue it again, or a relay
+  // sleeps its whole idle poll through every commit.
+  postgresql_locking_fixture fx;
+  auto sql = fx.open_session();
+  auto st = fx.make_store(*sql);
+  auto admin = fx.open_session();
+  (void)st->wait_for_work(1ms);  // LISTEN on the first connection
+  const int pid = st->backend_pid();
+  *admin << "SELECT pg_terminate_backend(" + std::to_string(pid) + ")";
+  const outbox::claim_request req{"r", 10, std::chrono::system_clock::now(), 30s};
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    try {
+      BOOST_TEST(st->claim(req).size() == 0u);
+      break;
+    } catch (const outbox::error& e) {
+      BOOST_TEST_REQUIRE((e.kind() == outbox::errc::transient), e.what());
+    }
+  }
+  BOOST_TEST_REQUIRE(st->backend_pid() != pid);
+  (void)st->wait_for_work(1ms);  // LISTEN on the new connection, if the store issues it
+  {
+    auto writer_store = fx.make_store(*admin);
+    outbox::writer w(*writer_store);
+    soci::transaction tx(*admin);
+    w.enqueue(*admin, outbox::event{"order", "l-1", "placed", "{}", {}});
+    tx.commit();  // its NOTIFY reaches only listening connections
+  }
+  BOOST_TEST(st->wait_for_work(60s));  // woken by the notification, not the 60 s timeout
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(

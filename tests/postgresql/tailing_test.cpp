@@ -1054,7 +1054,7 @@ BOOST_FIXTURE_TEST_CASE(each_publication_that_would_pass_rows_over_is_refused, t
 
   // setup on another search path made it for that schema's outbox table.
   auto other = open_unmigrated_session();
-  outbox::postgresql::migrate(*other);
+  outbox::postgresql::store::migrate(*other);
   BOOST_TEST(!tailing_store::setup(*other, opts));  // the slot was there: only the publication
   refused_because("another schema's table");
   BOOST_CHECK_THROW((void)tailing_store::setup(*admin, opts), outbox::error);

@@ -24,8 +24,8 @@ BOOST_AUTO_TEST_CASE(migrate_is_idempotent_and_records_every_version) {
   sqlite_fixture fx;  // migrated once already
   auto sql = fx.open_session();
   const int n = static_cast<int>(std::size(outbox::sqlite::migrations));
-  BOOST_TEST(outbox::sqlite::migrate(*sql) == n);
-  BOOST_TEST(outbox::sqlite::migrate(*sql) == n);
+  BOOST_TEST(outbox::sqlite::store::migrate(*sql) == n);
+  BOOST_TEST(outbox::sqlite::store::migrate(*sql) == n);
   BOOST_TEST(sqlite_fixture::count(*sql, "SELECT count(*) FROM outbox_schema_migrations") == n);
   std::string name;
   *sql << "SELECT name FROM outbox_schema_migrations WHERE version = 1", soci::into(name);
@@ -147,7 +147,7 @@ BOOST_AUTO_TEST_CASE(a_claim_blocked_past_the_busy_timeout_gets_a_transient_erro
         *holder << "SELECT file FROM pragma_database_list WHERE name = 'main'", soci::into(path);
         return path;
       }());
-  outbox::sqlite::configure(*other, {.lock_timeout = std::chrono::milliseconds(50)});
+  outbox::sqlite::store::configure(*other, {.lock_timeout = std::chrono::milliseconds(50)});
   *holder << "BEGIN IMMEDIATE";
   outbox::sqlite::store st(*other, {.session = {.lock_timeout = std::chrono::milliseconds(50)}});
   outbox::testing::manual_clock clock;

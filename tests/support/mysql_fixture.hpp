@@ -61,7 +61,7 @@ struct mysql_fixture : soci_fixture_base {
     base_ = mysql_connect_without(service_address("OUTBOX_TEST_MYSQL"), {"db", "dbname"});
     recreate(database_);
     auto sql = open_session();
-    outbox::mysql::migrate(*sql);
+    outbox::mysql::store::migrate(*sql);
     *sql << "CREATE TABLE orders (id VARCHAR(64) PRIMARY KEY, total INT NOT NULL)";
     *sql << "CREATE TABLE applied (seq BIGINT AUTO_INCREMENT PRIMARY KEY, consumer "
             "VARCHAR(255) NOT NULL, event_id VARCHAR(64) NOT NULL, aggregate_id VARCHAR(255) "

@@ -20,20 +20,19 @@
 
 namespace outbox::test {
 
-template <outbox::postgresql::claim_policy Policy>
+template <outbox::claim_policy Policy>
 struct postgresql_fixture : soci_fixture_base {
   using store_type = outbox::postgresql::store;
-  static constexpr const char* name = Policy == outbox::postgresql::claim_policy::locking
-                                          ? "postgresql-locking"
-                                          : "postgresql-leasing";
+  static constexpr const char* name =
+      Policy == outbox::claim_policy::locking ? "postgresql-locking" : "postgresql-leasing";
   /// What it needs to run (services.hpp).
   static constexpr service_need service{.env = "OUTBOX_TEST_POSTGRESQL"};
   static constexpr bool single_writer = false;
   /// Capability: a claim that is never settled frees its rows when its lease expires (leasing)
   /// rather than when its transaction ends (locking).
   /// Capability: claimed rows show up as in_flight in stats() (a locking claim writes nothing).
-  static constexpr bool in_flight_visible = Policy == outbox::postgresql::claim_policy::leasing;
-  static constexpr bool leases_expire = Policy == outbox::postgresql::claim_policy::leasing;
+  static constexpr bool in_flight_visible = Policy == outbox::claim_policy::leasing;
+  static constexpr bool leases_expire = Policy == outbox::claim_policy::leasing;
   static constexpr auto policy = Policy;
 
   postgresql_fixture() {
@@ -47,7 +46,7 @@ struct postgresql_fixture : soci_fixture_base {
       admin << "CREATE SCHEMA " + schema_;
     }
     auto sql = open_session();
-    outbox::postgresql::migrate(*sql);
+    outbox::postgresql::store::migrate(*sql);
     *sql << "CREATE TABLE orders (id text PRIMARY KEY, total integer NOT NULL)";
     *sql << "CREATE TABLE applied (seq bigserial PRIMARY KEY, consumer text NOT NULL, "
             "event_id text NOT NULL, aggregate_id text NOT NULL)";
@@ -94,14 +93,13 @@ struct postgresql_fixture : soci_fixture_base {
     const auto at = base_.find("port=");
     return at == std::string::npos ? 5432 : std::stoi(base_.substr(at + 5));
   }
-  std::unique_ptr<store_type> make_store(
-      session_type& sql, outbox::postgresql::retention r = outbox::postgresql::retention::keep) {
-    return std::make_unique<store_type>(
-        sql, outbox::postgresql::store_options{.policy = Policy, .retention = r});
+  std::unique_ptr<store_type> make_store(session_type& sql,
+                                         outbox::retention r = outbox::retention::keep) {
+    return std::make_unique<store_type>(sql,
+                                        outbox::store_options{.policy = Policy, .retention = r});
   }
   static constexpr auto retentions() {
-    return std::array{outbox::postgresql::retention::keep,
-                      outbox::postgresql::retention::delete_on_publish};
+    return std::array{outbox::retention::keep, outbox::retention::delete_on_publish};
   }
 
   /// A time for `outbox_schema_migrations.applied_at` in SQL text.
@@ -157,8 +155,8 @@ struct postgresql_fixture : soci_fixture_base {
   std::string schema_;
 };
 
-using postgresql_locking_fixture = postgresql_fixture<outbox::postgresql::claim_policy::locking>;
-using postgresql_leasing_fixture = postgresql_fixture<outbox::postgresql::claim_policy::leasing>;
+using postgresql_locking_fixture = postgresql_fixture<outbox::claim_policy::locking>;
+using postgresql_leasing_fixture = postgresql_fixture<outbox::claim_policy::leasing>;
 
 /// The PostgreSQL store fixtures of the end-to-end matrix: both claim policies.
 using postgresql_fixtures = std::tuple<postgresql_locking_fixture, postgresql_leasing_fixture>;

@@ -38,7 +38,7 @@ struct sqlite_fixture : soci_fixture_base {
             ("outbox-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".db");
     std::filesystem::remove(path_);
     auto sql = open_session();
-    outbox::sqlite::migrate(*sql);
+    outbox::sqlite::store::migrate(*sql);
     *sql << "CREATE TABLE orders (id TEXT PRIMARY KEY, total INTEGER NOT NULL)";
     *sql << "CREATE TABLE applied (consumer TEXT NOT NULL, event_id TEXT NOT NULL, "
             "aggregate_id TEXT NOT NULL, seq INTEGER PRIMARY KEY)";
@@ -52,7 +52,7 @@ struct sqlite_fixture : soci_fixture_base {
   /// A connection to another, empty database: never migrated.
   std::unique_ptr<session_type> open_unmigrated_session() {
     auto sql = std::make_unique<session_type>("sqlite3", "db=" + bare_path().string());
-    outbox::sqlite::configure(*sql);
+    outbox::sqlite::store::configure(*sql);
     return sql;
   }
   sqlite_fixture(const sqlite_fixture&) = delete;
@@ -63,16 +63,15 @@ struct sqlite_fixture : soci_fixture_base {
   /// A new connection to the fixture's database, configured (WAL, busy timeout).
   std::unique_ptr<session_type> open_session() {
     auto sql = std::make_unique<session_type>("sqlite3", "db=" + path_.string());
-    outbox::sqlite::configure(*sql);
+    outbox::sqlite::store::configure(*sql);
     return sql;
   }
-  std::unique_ptr<store_type> make_store(
-      session_type& sql, outbox::sqlite::retention r = outbox::sqlite::retention::keep) {
-    return std::make_unique<store_type>(sql, outbox::sqlite::store_options{.retention = r});
+  std::unique_ptr<store_type> make_store(session_type& sql,
+                                         outbox::retention r = outbox::retention::keep) {
+    return std::make_unique<store_type>(sql, outbox::store_options{.retention = r});
   }
   static constexpr auto retentions() {
-    return std::array{outbox::sqlite::retention::keep,
-                      outbox::sqlite::retention::delete_on_publish};
+    return std::array{outbox::retention::keep, outbox::retention::delete_on_publish};
   }
 
   /// A time for `outbox_schema_migrations.applied_at` in SQL text.

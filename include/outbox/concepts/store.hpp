@@ -14,7 +14,7 @@
 
 #include <outbox/error.hpp>
 #include <outbox/message.hpp>
-#include <outbox/store/options.hpp>
+#include <outbox/store_options.hpp>
 
 namespace outbox::concepts {
 

@@ -130,7 +130,7 @@ struct memory_inbox_record {
 struct memory_inbox_dead_record {
   std::string consumer{};  ///< The consumer name (`consumer_options::name`).
   message msg{};           ///< Exactly as delivered (any bytes).
-  std::string error{};     ///< Why it was dead-lettered (`outbox::store::storable_text`).
+  std::string error{};     ///< Why it was dead-lettered (`outbox::sql::storable_text`).
   time_point failed_at{};  ///< The `now` given to `dead_letter_delivery`.
 };
 

@@ -61,8 +61,8 @@
 #include <outbox/error.hpp>
 #include <outbox/message.hpp>
 #include <outbox/retry.hpp>
-#include <outbox/store/options.hpp>
-#include <outbox/store/row.hpp>
+#include <outbox/sql/row.hpp>
+#include <outbox/store_options.hpp>
 #include <outbox/testing/memory_database.hpp>
 #include <outbox/validate.hpp>
 
@@ -184,7 +184,7 @@ class memory_store {
       // Unreadable: dead-lettered with the reason; the rest of the batch flows.
       row.state = memory_row::state_type::dead;
       row.dead_at = req.now;
-      row.last_error = outbox::store::storable_text("unreadable row: " + why);
+      row.last_error = outbox::sql::storable_text("unreadable row: " + why);
       clear_lease(row);
       ++batch.unreadable;
     }
@@ -228,13 +228,13 @@ class memory_store {
         case settlement::kind::retry:
           ++r.retried;
           row.available_at = f.retry_at;
-          row.last_error = outbox::store::storable_text(f.error);
+          row.last_error = outbox::sql::storable_text(f.error);
           break;
         case settlement::kind::dead:
           ++r.dead;
           row.state = memory_row::state_type::dead;
           row.dead_at = now;
-          row.last_error = outbox::store::storable_text(f.error);
+          row.last_error = outbox::sql::storable_text(f.error);
           break;
         case settlement::kind::release:
           ++r.released;
@@ -305,7 +305,7 @@ class memory_store {
     db_->check_fault(memory_operation::dead_letter_delivery, "dead_letter_delivery");
     std::pair<std::string, uuid> key{std::string(consumer), m.id};
     db_->inbox_dead_.insert_or_assign(
-        key, memory_inbox_dead_record{key.first, m, outbox::store::storable_text(why), now});
+        key, memory_inbox_dead_record{key.first, m, outbox::sql::storable_text(why), now});
     db_->inbox_.try_emplace(std::move(key), now);
   }
 

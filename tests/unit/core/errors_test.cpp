@@ -13,8 +13,8 @@
 #include <vector>
 
 #include <outbox/outbox.hpp>
-#include <outbox/store/options.hpp>
-#include <outbox/store/statements.hpp>
+#include <outbox/sql/statements.hpp>
+#include <outbox/store_options.hpp>
 #include <outbox/testing/duplicating_receiver.hpp>
 #include <outbox/testing/faulty_transport.hpp>
 #include <outbox/testing/manual_clock.hpp>
@@ -31,14 +31,14 @@ BOOST_AUTO_TEST_SUITE(statements)
 BOOST_AUTO_TEST_CASE(a_multi_row_insert_repeats_the_tuple_and_keeps_what_follows_it_once) {
   const std::string one =
       "INSERT INTO t (a, b) VALUES ($1, coalesce($2, '(-infinity)')) ON CONFLICT (a) DO NOTHING";
-  BOOST_TEST(outbox::store::multi_row_insert(one, 2, 2) ==
+  BOOST_TEST(outbox::sql::multi_row_insert(one, 2, 2) ==
              "INSERT INTO t (a, b) VALUES ($1, coalesce($2, '(-infinity)')),"
              "($3, coalesce($4, '(-infinity)')) ON CONFLICT (a) DO NOTHING");
-  BOOST_TEST(outbox::store::multi_row_insert("INSERT INTO t VALUES (?, ?)", 3, 2) ==
+  BOOST_TEST(outbox::sql::multi_row_insert("INSERT INTO t VALUES (?, ?)", 3, 2) ==
              "INSERT INTO t VALUES (?, ?),(?, ?),(?, ?)");
-  BOOST_CHECK_THROW((void)outbox::store::multi_row_insert("INSERT INTO t VALUES ($1", 2, 1),
+  BOOST_CHECK_THROW((void)outbox::sql::multi_row_insert("INSERT INTO t VALUES ($1", 2, 1),
                     outbox::error);
-  BOOST_CHECK_THROW((void)outbox::store::multi_row_insert("SELECT 1", 2, 1), outbox::error);
+  BOOST_CHECK_THROW((void)outbox::sql::multi_row_insert("SELECT 1", 2, 1), outbox::error);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include <outbox/outbox.hpp>
-#include <outbox/store/options.hpp>
-#include <outbox/store/statements.hpp>
+#include <outbox/sql/statements.hpp>
+#include <outbox/store_options.hpp>
 #include <outbox/testing/duplicating_receiver.hpp>
 #include <outbox/testing/faulty_transport.hpp>
 #include <outbox/testing/manual_clock.hpp>

@@ -126,7 +126,7 @@ struct mysql_kind {
     return {.policy = a.policy == "leasing" ? outbox::claim_policy::leasing
                                             : outbox::claim_policy::locking};
   }
-  static void migrate(soci::session& sql) { outbox::mysql::migrate(sql); }
+  static void migrate(soci::session& sql) { outbox::mysql::store::migrate(sql); }
   static void create(const args& a) {
     soci::session admin("mysql", a.mysql);
     admin << "DROP DATABASE IF EXISTS " + database_name(a);

@@ -59,7 +59,7 @@ struct postgresql_kind {
                                             : outbox::claim_policy::locking,
             .idle_in_transaction_timeout = relay_lease};
   }
-  static void migrate(soci::session& sql) { outbox::postgresql::migrate(sql); }
+  static void migrate(soci::session& sql) { outbox::postgresql::store::migrate(sql); }
   static void create(const args& a) {
     soci::session admin("postgresql", a.postgresql);
     admin << "SET client_min_messages = warning";

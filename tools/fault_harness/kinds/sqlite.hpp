@@ -28,11 +28,11 @@ struct sqlite_kind {
   static const char* missing(const args&) { return nullptr; }
   static std::unique_ptr<soci::session> open(const args& a) {
     auto sql = std::make_unique<soci::session>(soci::sqlite3, "db=" + db_path(a));
-    outbox::sqlite::configure(*sql, connection());
+    outbox::sqlite::store::configure(*sql, connection());
     return sql;
   }
   static outbox::store_options options(const args&) { return {.session = connection()}; }
-  static void migrate(soci::session& sql) { outbox::sqlite::migrate(sql); }
+  static void migrate(soci::session& sql) { outbox::sqlite::store::migrate(sql); }
   static void create(const args& a) {
     if (std::filesystem::exists(db_path(a)))
       usage(db_path(a) + " exists: give an empty --dir (or none)");

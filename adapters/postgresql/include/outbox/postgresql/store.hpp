@@ -34,68 +34,23 @@
 #include <outbox/concepts/store.hpp>
 #include <outbox/error.hpp>
 #include <outbox/message.hpp>
+#include <outbox/postgresql/appender.hpp>
 #include <outbox/postgresql/detail/connection.hpp>
 #include <outbox/postgresql/detail/link.hpp>
+#include <outbox/postgresql/detail/migration.hpp>
 #include <outbox/postgresql/detail/wakeup.hpp>
 #include <outbox/postgresql/schema.hpp>
-#include <outbox/store/migrate.hpp>
-#include <outbox/store/options.hpp>
-#include <outbox/store/row.hpp>
-#include <outbox/store/settle.hpp>
-#include <outbox/store/statements.hpp>
+#include <outbox/sql/backend.hpp>
+#include <outbox/sql/migrate.hpp>
+#include <outbox/sql/row.hpp>
+#include <outbox/sql/server_store.hpp>
+#include <outbox/sql/settle.hpp>
+#include <outbox/sql/statements.hpp>
+#include <outbox/store_options.hpp>
 #include <outbox/validate.hpp>
 #include <outbox/writer.hpp>
 
 namespace outbox::postgresql {
-
-// The shared option types, under the names this namespace had before the store kit.
-using outbox::claim_policy;
-using outbox::retention;
-using outbox::store_options;
-
-namespace detail {
-
-/// The migration runner's host: one transaction, serialized by an advisory lock.
-class migration_host {
- public:
-  explicit migration_host(PGconn* c) : c_(c) {}
-  void begin_exclusive() {
-    if (PQtransactionStatus(c_) != PQTRANS_IDLE)
-      throw error(errc::misconfigured, "postgresql", {},
-                  "migrate: the session is in a transaction; call migrate outside one (its "
-                  "COMMIT would commit the caller's work)");
-    exec(c_, "BEGIN");
-    open_ = true;
-    exec(c_, std::string(statements::migrations_lock).c_str());
-  }
-  std::vector<int> applied() {
-    std::vector<int> out;
-    auto exists = exec(c_, std::string(statements::migrations_table_exists).c_str());
-    if (exists.text(0, 0) != "t") return out;
-    auto v = exec(c_, std::string(statements::migrations_applied).c_str());
-    for (int i = 0; i < v.rows(); ++i) out.push_back(static_cast<int>(v.int64(i, 0)));
-    return out;
-  }
-  void apply(const migration& m) { exec(c_, std::string(m.sql).c_str()); }
-  void record(const migration& m) {
-    exec(c_, std::string(statements::migrations_record),
-         params().add(std::int64_t{m.version}).add(m.name), "migrate");
-  }
-  void commit() {
-    exec(c_, "COMMIT");
-    open_ = false;
-  }
-  void rollback() noexcept {
-    if (open_) PQclear(PQexec(c_, "ROLLBACK"));
-    open_ = false;
-  }
-
- private:
-  PGconn* c_;
-  bool open_ = false;
-};
-
-}  // namespace detail
 
 /// The PostgreSQL store. A view over one `soci::session` (the relay's or the consumer's own
 /// connection, used by one thread); the writer's `append` runs on whatever session the
@@ -108,60 +63,11 @@ class migration_host {
 ///
 /// Connection loss (SQLSTATE class 08, 57P0x, or a broken socket) throws `transient`; the next
 /// call reconnects the session (SOCI `reconnect`) and prepares its statements again.
-class store {
+class store : public outbox::sql::server_store<detail::dialect, store> {
  public:
-  /// The connection type: a SOCI session with the postgresql backend.
-  using session_type = ::soci::session;
-
-  /// A transaction on the store's session, bound to the connection that began it
-  /// (`detail::link::transaction`).
-  using transaction = detail::link::transaction;
-
   /// What the writer needs: an append on the application's session, nothing else (no store, no
   /// eventfd, no statement prepared). `outbox::writer<postgresql::store>` uses it.
-  class appender {
-   public:
-    using session_type = ::soci::session;  ///< The connection type of the application.
-    /// Inserts `rows` on `sql` inside the caller's open transaction: one multi-row INSERT per
-    /// 500 rows, every value bound (never spliced into the SQL text), payloads in binary. One
-    /// row (an `enqueue` of one event) goes as a statement prepared once per connection
-    /// (`detail::exec_prepared_once`), unless `o.prepare_statements` is false: parsed and planned
-    /// every time, it cost the business transaction about 10 of its 38 points
-    /// (postgresql_writer_bench).
-    void append(session_type& sql, std::span<const outgoing> rows, const writer_options& o = {}) {
-      insert<detail::append_statement>(sql, rows, o, statements::append);
-    }
-
-    /// `append` with another insert of append.sql's parameters (`single_row_insert`, a file of
-    /// sql/postgresql/), prepared under `Name` (the log-tailing relay's table mode).
-    template <const char* Name>
-    static void insert(session_type& sql, std::span<const outgoing> rows, const writer_options& o,
-                       std::string_view single_row_insert) {
-      PGconn* c = detail::handle(sql);
-      const auto add = [](detail::params& p, const outgoing& r) {
-        p.add(r.id.to_string())
-            .add(r.source->aggregate_type)
-            .add(r.source->aggregate_id)
-            .add(r.source->event_type)
-            .add_bytes(r.source->payload)
-            .add(r.headers_json)
-            .add(detail::to_us(r.created_at))
-            .add(r.source->content_type);
-      };
-      if (rows.size() == 1 && o.prepare_statements) {
-        detail::params p;
-        add(p, rows.front());
-        detail::exec_prepared_once<Name>(c, single_row_insert, p, "append");
-        return;
-      }
-      outbox::store::insert_in_chunks(single_row_insert, 8, rows, 500,
-                                      [&](const std::string& text, std::span<const outgoing> part) {
-                                        detail::params p;
-                                        for (const outgoing& r : part) add(p, r);
-                                        detail::exec(c, text, p, "append");
-                                      });
-    }
-  };
+  using appender = postgresql::appender;
 
   /// The session set-up of a store's session: PostgreSQL needs none (the claim sets its own
   /// `idle_in_transaction_session_timeout`); checks the session's backend.
@@ -181,22 +87,18 @@ class store {
   ///         connection it could not make), `misconfigured` for a refused login (28P01, 28000),
   ///         database (3D000) or a connection string libpq refuses (22023: `sslmode=bogus`).
   static void connect(session_type& sql, const std::string& connect_string) {
-    try {
-      sql.open(soci_backend, connect_string);
-    } catch (const ::soci::soci_error& e) {
-      throw detail::connect_error(e, "connect");
-    }
+    outbox::sql::open_session(sql, soci_backend, connect_string, detail::connect_error);
   }
   /// The schema version this library migrates to (the number of migration files).
   static constexpr int schema_version = static_cast<int>(std::size(migrations));
 
   /// Applies the migrations of `sql/postgresql/` the database does not have yet (up to
   /// `target`), in one transaction serialized by an advisory lock
-  /// (`outbox::store::run_migrations`). Safe from several processes at once.
+  /// (`outbox::sql::run_migrations`). Safe from several processes at once.
   /// @returns the schema version after the call.
-  static int migrate(session_type& sql, int target = outbox::store::latest_version) {
+  static int migrate(session_type& sql, int target = outbox::sql::latest_version) {
     detail::migration_host host(detail::handle(sql));
-    return outbox::store::run_migrations(host, migrations, "postgresql", target);
+    return outbox::sql::run_migrations(host, migrations, "postgresql", target);
   }
 
   /// @param sql the store's own connection (postgresql backend); it must outlive the store.
@@ -205,48 +107,17 @@ class store {
   /// @param options the store options.
   /// @throws outbox::error `misconfigured` for an `idle_in_transaction_timeout` outside
   ///         1 ms .. 2^31-1 ms.
-  explicit store(session_type& sql, store_options options = {}) : options_(std::move(options)) {
-    if (options_.policy == claim_policy::store_default) options_.policy = claim_policy::locking;
-    // PostgreSQL takes 1 ms .. INT_MAX ms (0 would mean "never": a stalled relay kept forever).
-    const auto idle = options_.idle_in_transaction_timeout.count();
-    if (idle < 1 || idle > std::numeric_limits<int>::max())
-      throw error(errc::misconfigured, "postgresql", {},
-                  "store_options.idle_in_transaction_timeout must be 1 ms .. 2^31-1 ms, got " +
-                      std::to_string(idle) + " ms");
-    link_ =
-        std::make_unique<detail::link>(sql,
-                                       std::vector<detail::prepared_statement>{
-                                           {"outbox_claim", claim_statement(options_.policy)},
-                                           {"outbox_settle", settle_statement()},
-                                           {"outbox_inbox_insert", statements::inbox_insert},
-                                           {"outbox_inbox_recorded", statements::inbox_recorded}},
-                                       statements::schema_version, schema_version);
-  }
-  /// Movable (its connection, open claim and transactions stay valid: they live in the link).
-  store(store&&) noexcept = default;
-  /// Moves the store, as the move constructor does; the moved-from store may only be destroyed
-  /// or assigned to.
-  store& operator=(store&&) noexcept = default;
+  explicit store(session_type& sql, store_options options = {})
+      : server_store(sql, resolved(std::move(options)), [](const store_options& o) {
+          return detail::dialect{
+              .statements = {{"outbox_claim", claim_statement(o.policy)},
+                             {"outbox_settle", settle_statement()},
+                             {"outbox_inbox_insert", statements::inbox_insert},
+                             {"outbox_inbox_recorded", statements::inbox_recorded}},
+              .version_check = statements::schema_version,
+              .schema_version = schema_version};
+        }) {}
 
-  /// The connection the store was built on.
-  [[nodiscard]] session_type& session() noexcept { return link_->session(); }
-  /// The options in effect (`store_default` resolved to `locking`).
-  [[nodiscard]] const store_options& options() const noexcept { return options_; }
-  /// Leasing: several claims may be in flight on the session
-  /// (`concepts::overlapping_claims_store`); locking: a claim holds the session's transaction until
-  /// its settle.
-  [[nodiscard]] bool claims_overlap() const noexcept {
-    return options_.policy == claim_policy::leasing;
-  }
-  /// Locking: the claim's transaction stays open until its settle, and the server ends it once
-  /// idle for `idle_in_transaction_timeout` (`idle_in_transaction_session_timeout`); leasing holds
-  /// none
-  /// (`concepts::idle_limited_claims_store`: the relay refuses a publish timeout that long).
-  [[nodiscard]] static std::optional<std::chrono::milliseconds> claim_idle_limit(
-      const store_options& o) noexcept {
-    if (o.policy == claim_policy::leasing) return std::nullopt;
-    return o.idle_in_transaction_timeout;
-  }
   /// The server process of the store's connection (for operators, and for fault tests).
   [[nodiscard]] int backend_pid() { return PQbackendPID(link_->connection()); }
 
@@ -272,9 +143,9 @@ class store {
   /// rolls that one back); leasing stamps them. A row it cannot read is dead-lettered.
   claimed_batch claim(const claim_request& req) {
     return link_->run("claim", [&](PGconn* c) {
-      if (link_->in_claim()) link_->rollback_claim(c);  // neither settled nor released
+      link_->drop_open_claim(c);  // neither settled nor released
       claimed_batch batch;
-      batch.token = static_cast<std::int64_t>(rng_() >> 1);
+      batch.token = next_token();
       batch.lease_until = req.now + req.lease;
       const bool locking = options_.policy == claim_policy::locking;
       if (locking) {
@@ -288,7 +159,7 @@ class store {
       detail::array_literal bad_seqs, bad_errors;  // rows that cannot be read, and why
       const auto take = [&](const detail::result& r, int i) {
         std::string why;
-        message m = outbox::store::read_message(detail::row{r, i}, why);
+        message m = outbox::sql::read_message(detail::row{r, i}, why);
         if (why.empty()) {
           batch.messages.push_back(std::move(m));
           return;
@@ -300,7 +171,7 @@ class store {
         detail::params p;
         p.add(detail::to_us(batch.lease_until)).add(req.owner).add(batch.token);
         p.add(detail::to_us(req.now)).add(static_cast<std::int64_t>(req.limit));
-        p.add(outbox::store::scan_limit(req));
+        p.add(outbox::sql::scan_limit(req));
         auto r = detail::exec_prepared(c, "outbox_claim", p, "claim");
         batch.messages.reserve(static_cast<std::size_t>(r.rows()));
         for (int i = 0; i < r.rows(); ++i) take(r, i);
@@ -313,25 +184,25 @@ class store {
         detail::array_literal types, ids;  // of the aggregates in `blocked`
         std::set<std::pair<std::string, std::string>, std::less<>> blocked;
         std::int64_t after = 0;
-        constexpr int passed = outbox::store::column::after_message;
+        constexpr int passed = outbox::sql::column::after_message;
         for (int pass = 0; pass < claim_passes; ++pass) {
           const std::size_t taken = batch.messages.size() + bad_seqs.size();
           const std::size_t want = req.limit - std::min(req.limit, taken);
           if (want == 0) break;
           detail::params p;
           p.add(detail::to_us(req.now)).add(static_cast<std::int64_t>(want)).add(after);
-          p.add(types.str()).add(ids.str()).add(outbox::store::scan_limit(req));
+          p.add(types.str()).add(ids.str()).add(outbox::sql::scan_limit(req));
           auto r = detail::exec_prepared(c, "outbox_claim", p, "claim");
           bool held_back = false;
           for (int i = 0; i < r.rows(); ++i) {
-            after = std::max(after, r.int64(i, outbox::store::column::seq));
+            after = std::max(after, r.int64(i, outbox::sql::column::seq));
             if (r.text(i, passed) == "t") {
               take(r, i);
               continue;
             }
             held_back = true;
-            const auto type = r.text(i, outbox::store::column::aggregate_type);
-            const auto id = r.text(i, outbox::store::column::aggregate_id);
+            const auto type = r.text(i, outbox::sql::column::aggregate_type);
+            const auto id = r.text(i, outbox::sql::column::aggregate_id);
             if (blocked.emplace(type, id).second) {
               types.add_text(type);
               ids.add_text(id);
@@ -357,14 +228,7 @@ class store {
                                          .affected());
       }
       // Nothing held: end the claim transaction now (or commit its dead letters).
-      if (locking && batch.messages.empty()) {
-        if (batch.unreadable > 0) {
-          detail::exec(c, "COMMIT");
-          link_->end_claim();
-        } else {
-          link_->rollback_claim(c);
-        }
-      }
+      if (locking && batch.messages.empty()) link_->end_empty_claim(c, batch.unreadable > 0);
       batch.sort_by_sequence();
       return batch;
     });
@@ -375,23 +239,15 @@ class store {
   /// @param now stamps published_at and dead_at (the relay's clock).
   settle_result settle(const claimed_batch& batch, std::span<const settlement> fates,
                        time_point now) {
-    const auto plan = outbox::store::settle_plan::of(batch, fates, "postgresql");
+    const auto plan = outbox::sql::settle_plan::of(batch, fates, "postgresql");
     return link_->run("settle", [&](PGconn* c) {
       const bool locking = options_.policy == claim_policy::locking;
-      if (locking && !link_->in_claim())
-        throw error(errc::transient, "postgresql", {},
-                    "settle: the claim transaction is gone (connection lost?); the batch is "
-                    "claimable again");
-      if (locking && !link_->is_open_claim(batch.token)) {
-        settle_result stale;  // not the open claim: its rows are not ours to touch
-        stale.fenced = fates.size();
-        return stale;
-      }
+      if (auto stale = stale_settle(batch, fates.size())) return *stale;
       detail::array_literal published, others, kinds, ats, errors;
       for (const auto seq : plan.published) published.add(seq);
       for (const auto seq : plan.released) {
         others.add(seq);
-        kinds.add(static_cast<int>(outbox::store::fate_code::release));
+        kinds.add(static_cast<int>(outbox::sql::fate_code::release));
         ats.add(0);
         errors.add_text({});
       }
@@ -420,28 +276,12 @@ class store {
       out.dead = static_cast<std::size_t>(r.int64(0, 2));
       out.released = static_cast<std::size_t>(r.int64(0, 3));
       if (locking) {
-        detail::exec(c, "COMMIT");
-        link_->end_claim();
+        link_->commit_claim(c);
         // Released rows are simply left alone: their locks go with the commit.
         out.released = plan.released.size();
       }
       return plan.finish(out);
     });
-  }
-
-  /// Returns the rows of `batch` to pending, their attempt given back: locking rolls the claim
-  /// transaction back; leasing settles every row still under its token as `release`.
-  void release(const claimed_batch& batch) {
-    if (options_.policy == claim_policy::locking) {
-      // Rolling back undoes the claim (attempts included) and drops the row locks.
-      link_->run("release", [&](PGconn* c) {
-        if (link_->is_open_claim(batch.token)) link_->rollback_claim(c);
-        return 0;
-      });
-      return;
-    }
-    std::vector<settlement> fates(batch.size());
-    settle(batch, fates, batch.lease_until);  // nothing is stamped by a release
   }
 
   // ---- waking (LISTEN/NOTIFY) ----------------------------------------------------------------
@@ -456,9 +296,9 @@ class store {
     if (options_.listen) {
       try {
         PGconn* c = link_->connection();
-        if (!link_->listening()) {
+        if (listening_on_ != link_->generation()) {
           detail::exec(c, "LISTEN outbox");
-          link_->set_listening();
+          listening_on_ = link_->generation();
         }
         if (drain_notifications(c)) return true;
         sock = PQsocket(c);
@@ -483,10 +323,6 @@ class store {
   void interrupt() noexcept { wake_.interrupt(); }
 
   // ---- inbox ----------------------------------------------------------------------------------
-
-  /// A transaction on `session()` for the consumer (`concepts::inbox_store`); its `commit`
-  /// fails, rather than commit nothing, when the connection that began it was lost.
-  [[nodiscard]] transaction begin() { return transaction(*link_); }
 
   /// Classifies an error of SOCI's postgresql backend (a handler's own statement) by its
   /// SQLSTATE: 40001 and 40P01 transient, 23505 duplicate, and so on (see `detail::classify`;
@@ -523,32 +359,27 @@ class store {
   void dead_letter_delivery(std::string_view consumer, const message& m, std::string_view why,
                             time_point now) {
     link_->run("dead_letter_delivery", [&](PGconn* c) {
-      detail::exec(c, "BEGIN");
-      try {
+      link_->in_own_transaction(c, [&] {
         // What a peer delivered is kept whatever it is: the payload as bytes (exact, NUL bytes
         // included), the texts made storable.
         detail::exec(c, std::string(statements::inbox_dead),
                      detail::params()
                          .add(consumer)
                          .add(m.id.to_string())
-                         .add(outbox::store::storable_text(m.aggregate_type))
-                         .add(outbox::store::storable_text(m.aggregate_id))
-                         .add(outbox::store::storable_text(m.event_type))
+                         .add(outbox::sql::storable_text(m.aggregate_type))
+                         .add(outbox::sql::storable_text(m.aggregate_id))
+                         .add(outbox::sql::storable_text(m.event_type))
                          .add_bytes(m.payload)
-                         .add(outbox::store::storable_headers(m.headers))
-                         .add(outbox::store::storable_text(why))
+                         .add(outbox::sql::storable_headers(m.headers))
+                         .add(outbox::sql::storable_text(why))
                          .add(detail::to_us(now))
-                         .add(outbox::store::storable_text(m.content_type)),
+                         .add(outbox::sql::storable_text(m.content_type)),
                      "dead_letter_delivery");
         detail::exec_prepared(
             c, "outbox_inbox_insert",
             detail::params().add(consumer).add(m.id.to_string()).add(detail::to_us(now)),
             "dead_letter_delivery");
-        detail::exec(c, "COMMIT");
-      } catch (...) {
-        if (PQstatus(c) == CONNECTION_OK) PQclear(PQexec(c, "ROLLBACK"));
-        throw;
-      }
+      });
       return 0;
     });
   }
@@ -561,7 +392,7 @@ class store {
     return link_->run("stats", [&](PGconn* c) {
       const auto t = detail::to_us(now);
       auto r = detail::exec(c, std::string(statements::stats), detail::params().add(t), "stats");
-      return outbox::store::read_backlog<std::micro>(detail::row{r, 0}, 0, t);
+      return outbox::sql::read_backlog<std::micro>(detail::row{r, 0}, 0, t);
     });
   }
 
@@ -576,8 +407,7 @@ class store {
       out.reserve(static_cast<std::size_t>(r.rows()));
       for (int i = 0; i < r.rows(); ++i) {
         const detail::row row{r, i};
-        out.push_back(
-            {std::string(row.text(0)), outbox::store::read_backlog<std::micro>(row, 1, t)});
+        out.push_back({std::string(row.text(0)), outbox::sql::read_backlog<std::micro>(row, 1, t)});
       }
       return out;
     });
@@ -590,7 +420,7 @@ class store {
                             detail::params().add(static_cast<std::int64_t>(limit)), "dead_letters");
       std::vector<dead_letter> out;
       for (int i = 0; i < r.rows(); ++i)
-        out.push_back(outbox::store::read_dead_letter(detail::row{r, i}));
+        out.push_back(outbox::sql::read_dead_letter(detail::row{r, i}));
       return out;
     });
   }
@@ -652,22 +482,22 @@ class store {
     return any;
   }
 
-  store_options options_;
-  std::unique_ptr<detail::link> link_;
-  std::mt19937_64 rng_{std::random_device{}() ^
-                       (static_cast<std::uint64_t>(std::random_device{}()) << 32)};
+  /// The options with `store_default` resolved to locking, checked.
+  static store_options resolved(store_options o) {
+    if (o.policy == claim_policy::store_default) o.policy = claim_policy::locking;
+    // PostgreSQL takes 1 ms .. INT_MAX ms (0 would mean "never": a stalled relay kept forever).
+    const auto idle = o.idle_in_transaction_timeout.count();
+    if (idle < 1 || idle > std::numeric_limits<int>::max())
+      throw error(errc::misconfigured, "postgresql", {},
+                  "store_options.idle_in_transaction_timeout must be 1 ms .. 2^31-1 ms, got " +
+                      std::to_string(idle) + " ms");
+    return o;
+  }
+
   detail::wakeup wake_;
+  std::uint64_t listening_on_ = 0;  // the link generation LISTEN ran on (0: none)
 };
 
-static_assert(concepts::store<store>);
-static_assert(concepts::inbox_lookup_store<store>);
-static_assert(concepts::aggregate_stats_store<store>);
-static_assert(concepts::consumer_name_limited_store<store>);
-static_assert(concepts::idle_limited_claims_store<store>);
-
-/// `store::migrate` (the name this namespace had before the store kit).
-inline int migrate(::soci::session& sql, int target = outbox::store::latest_version) {
-  return store::migrate(sql, target);
-}
+static_assert(outbox::sql::server_store_concepts<store>);
 
 }  // namespace outbox::postgresql

@@ -10,7 +10,7 @@
 #include <string>
 
 #include <outbox/error.hpp>
-#include <outbox/store/options.hpp>
+#include <outbox/store_options.hpp>
 
 namespace outbox::postgresql {
 

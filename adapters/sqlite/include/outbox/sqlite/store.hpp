@@ -12,7 +12,7 @@
 ///
 /// Layout (docs/writing-an-adapter.md, "Store kit"): the SQL is in sql/sqlite/ (embedded as
 /// `schema.hpp`), the connection layer in `detail/connection.hpp`, what every store shares in
-/// `include/outbox/store/`; this file maps the store concepts onto those statements.
+/// `include/outbox/sql/`; this file maps the store concepts onto those statements.
 
 #include <algorithm>
 #include <charconv>
@@ -31,27 +31,21 @@
 #include <outbox/concepts/store.hpp>
 #include <outbox/error.hpp>
 #include <outbox/message.hpp>
+#include <outbox/sql/backend.hpp>
+#include <outbox/sql/migrate.hpp>
+#include <outbox/sql/row.hpp>
+#include <outbox/sql/settle.hpp>
+#include <outbox/sql/statements.hpp>
 #include <outbox/sqlite/detail/connection.hpp>
 #include <outbox/sqlite/schema.hpp>
-#include <outbox/store/migrate.hpp>
-#include <outbox/store/options.hpp>
-#include <outbox/store/row.hpp>
-#include <outbox/store/settle.hpp>
-#include <outbox/store/statements.hpp>
+#include <outbox/store_options.hpp>
 #include <outbox/validate.hpp>
 
 namespace outbox::sqlite {
 
-// The shared option types, under the names this namespace had before the store kit.
-using outbox::claim_policy;
-using outbox::retention;
-using outbox::store_options;
-/// `outbox::session_options`, under the name this namespace had before the store kit.
-using connection_options = outbox::session_options;
-
 namespace detail {
 
-/// The current row of a statement, as `outbox::store::read_message` reads it.
+/// The current row of a statement, as `outbox::sql::read_message` reads it.
 struct row {
   const statement& st;
   [[nodiscard]] std::int64_t int64(int c) const { return st.column_int64(c); }
@@ -62,7 +56,7 @@ struct row {
 
 /// A JSON array of sequences (`json_each(?)` in the settle statements).
 inline std::string json_array(std::span<const std::int64_t> seqs) {
-  return outbox::store::json_integer_array(seqs);
+  return outbox::sql::json_integer_array(seqs);
 }
 
 /// The migration runner's host: BEGIN IMMEDIATE is the lock (one writer at a time).
@@ -156,7 +150,7 @@ class store {
     void append(session_type& sql, std::span<const outgoing> rows) {
       auto* db = detail::handle(sql);
       constexpr int per_row = 8;
-      outbox::store::insert_in_chunks(
+      outbox::sql::insert_in_chunks(
           statements::append, per_row, rows, 500,
           [&](const std::string& text, std::span<const outgoing> part) {
             detail::statement st(db, text);
@@ -183,8 +177,8 @@ class store {
       // to a write lock, and SQLite fails that at once (SQLITE_BUSY, no busy wait) when another
       // connection wrote meanwhile; one whose first statement writes waits its busy timeout.
       detail::statement v(db, statements::schema_version);
-      outbox::store::require_schema_version(v.step() ? v.column_int64(0) : 0, schema_version,
-                                            "sqlite");
+      outbox::sql::require_schema_version(v.step() ? v.column_int64(0) : 0, schema_version,
+                                          "sqlite");
     }
   };
 
@@ -213,21 +207,17 @@ class store {
   /// @throws outbox::error `misconfigured` for a file that cannot be opened (14: no such directory,
   ///         no right), `transient` for a busy or full one.
   static void connect(session_type& sql, const std::string& connect_string) {
-    try {
-      sql.open(soci_backend, connect_string);
-    } catch (const ::soci::soci_error& e) {
-      throw detail::connect_error(e, "connect");
-    }
+    outbox::sql::open_session(sql, soci_backend, connect_string, detail::connect_error);
   }
   /// The schema version this library migrates to (the number of migration files).
   static constexpr int schema_version = static_cast<int>(std::size(migrations));
 
   /// Applies the migrations of `sql/sqlite/` the database does not have yet (up to `target`),
-  /// in one BEGIN IMMEDIATE transaction (`outbox::store::run_migrations`). Safe from several
+  /// in one BEGIN IMMEDIATE transaction (`outbox::sql::run_migrations`). Safe from several
   /// processes. @returns the schema version after the call.
-  static int migrate(session_type& sql, int target = outbox::store::latest_version) {
+  static int migrate(session_type& sql, int target = outbox::sql::latest_version) {
     detail::migration_host host(detail::handle(sql));
-    return outbox::store::run_migrations(host, migrations, "sqlite", target);
+    return outbox::sql::run_migrations(host, migrations, "sqlite", target);
   }
 
   /// @param sql the store's own connection, connected with the sqlite3 backend; it must
@@ -279,14 +269,14 @@ class store {
         .bind(3, batch.token)
         .bind(4, now)
         .bind(5, static_cast<std::int64_t>(req.limit))
-        .bind(6, outbox::store::scan_limit(req));
+        .bind(6, outbox::sql::scan_limit(req));
     // Not reserve(req.limit): the limit is the caller's number, the rows are what exists.
     batch.messages.reserve(std::min<std::size_t>(req.limit, 1024));
     std::vector<std::pair<std::int64_t, std::string>> unreadable;
     try {
       while (st.step()) {
         std::string why;
-        message m = outbox::store::read_message(detail::row{st}, why);
+        message m = outbox::sql::read_message(detail::row{st}, why);
         if (why.empty())
           batch.messages.push_back(std::move(m));
         else
@@ -300,7 +290,7 @@ class store {
     // A row that cannot be read is dead-lettered in the claim's own transaction, with the
     // reason; the rest of the batch flows.
     for (const auto& [seq, why] : unreadable) {
-      const auto text = outbox::store::storable_text("unreadable row: " + why);
+      const auto text = outbox::sql::storable_text("unreadable row: " + why);
       batch.unreadable += static_cast<std::size_t>(
           st_.dead.bind(1, now).bind(2, text).bind(3, seq).bind(4, batch.token).run());
     }
@@ -314,7 +304,7 @@ class store {
   /// @param now stamps published_at and dead_at (the relay's clock).
   settle_result settle(const claimed_batch& batch, std::span<const settlement> fates,
                        time_point now) {
-    const auto plan = outbox::store::settle_plan::of(batch, fates, "sqlite");
+    const auto plan = outbox::sql::settle_plan::of(batch, fates, "sqlite");
     prepare();
     settle_result r;
     const auto at = detail::to_ms(now);
@@ -333,7 +323,7 @@ class store {
       r.released = static_cast<std::size_t>(st_.release.bind(1, list).bind(2, batch.token).run());
     }
     for (const auto& f : plan.failed) {
-      if (f.code == outbox::store::fate_code::retry)
+      if (f.code == outbox::sql::fate_code::retry)
         r.retried += static_cast<std::size_t>(st_.retry.bind(1, detail::to_ms(f.retry_at))
                                                   .bind(2, f.error)
                                                   .bind(3, f.seq)
@@ -395,9 +385,9 @@ class store {
     prepare();
     // What a peer delivered is kept whatever it is: the payload as bytes, the texts made
     // storable (as on every store).
-    using outbox::store::storable_text;
+    using outbox::sql::storable_text;
     const auto id = m.id.to_string();
-    const auto headers = outbox::store::storable_headers(m.headers);
+    const auto headers = outbox::sql::storable_headers(m.headers);
     const std::string texts[] = {storable_text(m.aggregate_type), storable_text(m.aggregate_id),
                                  storable_text(m.event_type), storable_text(why),
                                  storable_text(m.content_type)};
@@ -419,7 +409,7 @@ class store {
     const auto t = detail::to_ms(now);
     detail::statement st(db_, statements::stats);
     st.bind(1, t).step();
-    return outbox::store::read_backlog<std::milli>(detail::row{st}, 0, t);
+    return outbox::sql::read_backlog<std::milli>(detail::row{st}, 0, t);
   }
 
   /// The backlog per aggregate type, in one statement (`concepts::aggregate_stats_store`).
@@ -431,7 +421,7 @@ class store {
     std::vector<aggregate_type_stats> out;
     while (st.step()) {
       const detail::row r{st};
-      out.push_back({std::string(r.text(0)), outbox::store::read_backlog<std::milli>(r, 1, t)});
+      out.push_back({std::string(r.text(0)), outbox::sql::read_backlog<std::milli>(r, 1, t)});
     }
     return out;
   }
@@ -442,7 +432,7 @@ class store {
     detail::statement st(db_, statements::dead_letters);
     st.bind(1, static_cast<std::int64_t>(limit));
     std::vector<dead_letter> out;
-    while (st.step()) out.push_back(outbox::store::read_dead_letter(detail::row{st}));
+    while (st.step()) out.push_back(outbox::sql::read_dead_letter(detail::row{st}));
     return out;
   }
 
@@ -495,8 +485,8 @@ class store {
     db_ = db;
     {
       detail::statement v(db_, statements::schema_version);
-      outbox::store::require_schema_version(v.step() ? v.column_int64(0) : 0, schema_version,
-                                            "sqlite");
+      outbox::sql::require_schema_version(v.step() ? v.column_int64(0) : 0, schema_version,
+                                          "sqlite");
     }
     st_.claim = detail::statement(db_, statements::claim, true);
     st_.mark_published = detail::statement(db_, statements::settle_published_keep, true);
@@ -520,14 +510,5 @@ class store {
 static_assert(concepts::store<store>);
 static_assert(concepts::inbox_lookup_store<store>);
 static_assert(concepts::aggregate_stats_store<store>);
-
-/// `store::configure` (the name this namespace had before the store kit).
-inline void configure(::soci::session& sql, const session_options& o = {}) {
-  store::configure(sql, o);
-}
-/// `store::migrate`.
-inline int migrate(::soci::session& sql, int target = outbox::store::latest_version) {
-  return store::migrate(sql, target);
-}
 
 }  // namespace outbox::sqlite

@@ -2,7 +2,7 @@
 /// @file
 /// The MySQL dialect's connection layer: the client handle under a `soci::session` (MariaDB
 /// Connector/C or libmysqlclient), error translation by the server's error number, the wire
-/// forms of times and lists, and result columns as `outbox::store::read_message` reads them.
+/// forms of times and lists, and result columns as `outbox::sql::read_message` reads them.
 ///
 /// Statements with values go through SOCI (`soci::use`): every value is bound, never spliced
 /// into the text by us. SOCI's mysql backend sends them in the text protocol, each escaped by
@@ -29,9 +29,9 @@
 
 #include <outbox/error.hpp>
 #include <outbox/message.hpp>
-#include <outbox/store/row.hpp>
-#include <outbox/store/soci_session.hpp>
-#include <outbox/store/statements.hpp>
+#include <outbox/sql/backend.hpp>
+#include <outbox/sql/row.hpp>
+#include <outbox/sql/statements.hpp>
 #include <outbox/time.hpp>
 #include <outbox/validate.hpp>
 
@@ -123,8 +123,7 @@ decltype(auto) translated(std::string_view what, F&& f) {
 /// @throws outbox::error `misconfigured` when the session is not connected with the mysql
 ///         backend.
 inline MYSQL* handle(::soci::session& sql) {
-  MYSQL* c =
-      outbox::store::soci_backend<::soci::mysql_session_backend>(sql, "mysql", "mysql").conn_;
+  MYSQL* c = outbox::sql::soci_backend<::soci::mysql_session_backend>(sql, "mysql", "mysql").conn_;
   if (c == nullptr)
     throw error(errc::transient, "mysql", {}, "the session has no connection (a reconnect failed)");
   return c;
@@ -192,7 +191,7 @@ inline time_point from_us(std::int64_t us) { return from_unix_clamped<std::micro
 
 /// A JSON array of integers (`JSON_TABLE(:seqs, ...)` in the statements).
 inline std::string json_seqs(const std::vector<std::int64_t>& seqs) {
-  return outbox::store::json_integer_array(seqs);
+  return outbox::sql::json_integer_array(seqs);
 }
 
 /// Upper-case hex of `s`'s bytes, as the server's HEX() writes it (the claim's list of
@@ -207,10 +206,10 @@ inline void append_hex(std::string& out, std::string_view s) {
 }
 
 /// Rows of a backlog count, fetched into column vectors (SOCI's bulk into): the aggregate type
-/// (stats_by_type.sql only), then the `outbox::store::stats_column`s.
+/// (stats_by_type.sql only), then the `outbox::sql::stats_column`s.
 struct stats_rows {
   static constexpr std::size_t columns =
-      static_cast<std::size_t>(outbox::store::stats_column::oldest_created_at) + 1;
+      static_cast<std::size_t>(outbox::sql::stats_column::oldest_created_at) + 1;
   std::vector<std::string> aggregate_type;
   std::array<std::vector<long long>, columns> counts;
 
@@ -229,7 +228,7 @@ struct stats_rows {
   }
 };
 
-/// Row `i` of `stats_rows`, as `outbox::store::read_backlog` reads it (its columns from 0).
+/// Row `i` of `stats_rows`, as `outbox::sql::read_backlog` reads it (its columns from 0).
 struct stats_row {
   const stats_rows& r;
   std::size_t i;
@@ -255,7 +254,7 @@ struct message_rows {
   }
   [[nodiscard]] std::size_t size() const noexcept { return seq.size(); }
 
-  /// Binds the message columns (outbox::store::column order) as intos of `st`.
+  /// Binds the message columns (outbox::sql::column order) as intos of `st`.
   template <class Statement>
   void into(Statement& st, bool dead_letter_columns = false) {
     st.exchange(::soci::into(seq));
@@ -275,17 +274,17 @@ struct message_rows {
   }
 };
 
-/// Row `i` of `message_rows`, as `outbox::store::read_message` reads it.
+/// Row `i` of `message_rows`, as `outbox::sql::read_message` reads it.
 struct row {
   const message_rows& r;
   std::size_t i;
   [[nodiscard]] std::int64_t int64(int c) const {
     switch (c) {
-      case outbox::store::column::seq:
+      case outbox::sql::column::seq:
         return r.seq[i];
-      case outbox::store::column::attempts:
+      case outbox::sql::column::attempts:
         return r.attempts[i];
-      case outbox::store::column::created_at:
+      case outbox::sql::column::created_at:
         return r.created_at[i];
       default:
         return r.dead_at[i];  // after_message + 1 of a dead-letter listing
@@ -293,19 +292,19 @@ struct row {
   }
   [[nodiscard]] std::string_view text(int c) const {
     switch (c) {
-      case outbox::store::column::event_id:
+      case outbox::sql::column::event_id:
         return r.event_id[i];
-      case outbox::store::column::aggregate_type:
+      case outbox::sql::column::aggregate_type:
         return r.aggregate_type[i];
-      case outbox::store::column::aggregate_id:
+      case outbox::sql::column::aggregate_id:
         return r.aggregate_id[i];
-      case outbox::store::column::event_type:
+      case outbox::sql::column::event_type:
         return r.event_type[i];
-      case outbox::store::column::payload:
+      case outbox::sql::column::payload:
         return r.payload[i];
-      case outbox::store::column::headers:
+      case outbox::sql::column::headers:
         return r.headers[i];
-      case outbox::store::column::content_type:
+      case outbox::sql::column::content_type:
         return r.content_type[i];
       default:
         return r.last_error[i];  // after_message of a dead-letter listing
@@ -314,5 +313,14 @@ struct row {
   [[nodiscard]] std::string bytes(int c) const { return std::string(text(c)); }
   [[nodiscard]] time_point time(int c) const { return from_us(int64(c)); }
 };
+
+/// Runs a prepared-by-SOCI statement with the given use/into elements and returns the rows it
+/// changed (matched: SOCI connects with CLIENT_FOUND_ROWS).
+template <class... Elements>
+long long execute(::soci::session& sql, std::string_view text, Elements&&... elements) {
+  ::soci::statement st = ((sql.prepare << std::string(text)), ..., elements);
+  st.execute(true);
+  return st.get_affected_rows();
+}
 
 }  // namespace outbox::mysql::detail

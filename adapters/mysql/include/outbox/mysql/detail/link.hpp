@@ -1,9 +1,7 @@
 #pragma once
 /// @file
-/// A MySQL store's connection: the client handle under its SOCI session, re-established after a
-/// loss (2006, 2013, `KILL`) with the session set up again, the server checks of `migrate`, and
-/// the transactions that belong to one connection. Not movable: the store owns it by pointer,
-/// so transactions and claims keep their link when the store moves.
+/// A MySQL store's connection: `outbox::sql::link` over the client handle under its SOCI
+/// session, set up again after a loss; and the server checks of `migrate`.
 
 #include <charconv>
 #include <chrono>
@@ -18,8 +16,10 @@
 #include <outbox/error.hpp>
 #include <outbox/mysql/detail/connection.hpp>
 #include <outbox/mysql/schema.hpp>
-#include <outbox/store/migrate.hpp>
-#include <outbox/store/options.hpp>
+#include <outbox/sql/backend.hpp>
+#include <outbox/sql/link.hpp>
+#include <outbox/sql/migrate.hpp>
+#include <outbox/store_options.hpp>
 #include <outbox/validate.hpp>
 
 namespace outbox::mysql::detail {
@@ -154,211 +154,80 @@ inline void configure_connection(::soci::session& sql, MYSQL* c, const session_o
   });
 }
 
-class link {
- public:
-  /// @param schema_version what the store's statements need, checked on each new connection.
-  link(::soci::session& sql, session_setup setup, int schema_version)
-      : sql_(&sql), setup_(setup), schema_version_(schema_version) {
-    (void)outbox::store::soci_backend<::soci::mysql_session_backend>(sql, "mysql", "mysql");
-  }
-  link(const link&) = delete;
-  link& operator=(const link&) = delete;
-  ~link() {
-    if (in_claim_ && !broken_ && conn_ != nullptr) mysql_real_query(conn_, "ROLLBACK", 8);
-  }
+/// MySQL and MariaDB for `outbox::sql::link`: a new connection (after 2006, 2013, `KILL`) is
+/// set up as `store::configure` does and its schema version checked.
+struct dialect {
+  using handle = MYSQL*;
+  static constexpr const char* adapter = "mysql";
 
-  [[nodiscard]] ::soci::session& session() noexcept { return *sql_; }
+  session_setup setup;
+  int schema_version = 0;  ///< what the store's statements need
 
-  /// The connection, re-established after a loss and set up. SOCI's `reconnect` closes the old
-  /// connection before it opens the new one, so a reconnect that fails (the server still away)
-  /// leaves the session without one: each call tries again, `transient` until it is back.
-  MYSQL* connection() {
-    auto* backend = static_cast<::soci::mysql_session_backend*>(sql_->get_backend());
-    if (broken_ || backend == nullptr || backend->conn_ == nullptr) {
-      broken_ = true;
-      in_claim_ = false;
-      conn_ = nullptr;
-      try {
-        sql_->reconnect();
-      } catch (const std::exception& e) {
-        // Transient whatever the server said (it took this connection before), with its number.
-        const unsigned n = connect_errno(e);
-        throw error(errc::transient, "mysql", n == 0 ? std::string() : std::to_string(n),
-                    std::string("reconnect: ") + sanitize_text(e.what()));
-      }
-      broken_ = false;
-      ready_ = false;
-      ++generation_;
-    }
-    MYSQL* c = handle(*sql_);
-    if (c != conn_ || !ready_) {
-      if (c != conn_) ++generation_;
-      conn_ = c;
-      ready_ = false;
-      in_claim_ = false;
-      try {
-        set_up(c);
-      } catch (const error& e) {
-        if (connection_lost(native_number(e))) broken_ = true;
-        throw;
-      }
-      ready_ = true;
-    }
-    return c;
+  static void check(::soci::session& sql) {
+    (void)outbox::sql::soci_backend<::soci::mysql_session_backend>(sql, "mysql", "mysql");
   }
-
-  /// Runs `f(MYSQL*)` on the live connection, SOCI's errors translated; on a connection loss,
-  /// marks the link for reconnection (the open claim, if any, is gone with it). A failed
-  /// statement inside an open claim transaction ends it, so the batch is free again.
+  static void reconnect(::soci::session& sql) { sql.reconnect(); }
+  static MYSQL* current(::soci::session& sql) noexcept {
+    auto* backend = static_cast<::soci::mysql_session_backend*>(sql.get_backend());
+    return backend == nullptr ? nullptr : backend->conn_;
+  }
+  static bool alive(MYSQL*) noexcept { return true; }  // a loss shows as an error number
+  static std::string reconnect_code(const std::exception& e) {
+    const unsigned n = connect_errno(e);
+    return n == 0 ? std::string() : std::to_string(n);
+  }
+  static bool lost(MYSQL*, const error& e) noexcept { return connection_lost(native_number(e)); }
+  static bool rollback(MYSQL* c) noexcept { return mysql_real_query(c, "ROLLBACK", 8) == 0; }
+  static void begin(MYSQL* c) { exec(c, "START TRANSACTION", "begin"); }
+  static void finish(MYSQL* c) { exec(c, "COMMIT", "commit"); }
   template <class F>
-  std::invoke_result_t<F&, MYSQL*> run(std::string_view what, F&& f) {
-    MYSQL* c = connection();
-    try {
-      return translated(what, [&]() -> decltype(auto) { return f(c); });
-    } catch (const error& e) {
-      if (connection_lost(native_number(e))) {
-        broken_ = true;
-        in_claim_ = false;
-      } else if (in_claim_) {
-        rollback_claim(c);
-      }
-      throw;
+  static decltype(auto) guard(std::string_view what, F&& f) {
+    return translated(what, std::forward<F>(f));
+  }
+
+  /// Checks that the transaction is still open, then commits. A statement inside it may have
+  /// ended it: InnoDB rolls back the whole transaction of a deadlock victim (1213), and DDL
+  /// commits implicitly; a handler that caught such an error and carried on would otherwise see
+  /// COMMIT succeed, committing nothing (or only what ran after, in autocommit). A COMMIT that
+  /// fails without losing the connection (KILL QUERY: 1317) does not say whether it happened.
+  static void commit(MYSQL* c) {
+    if (!in_transaction(c, "commit"))
+      throw error(errc::permanent, adapter, {},
+                  "commit: the transaction was rolled back (a deadlock victim, 1213, whose "
+                  "error was caught and not rethrown) or ended by a statement inside it (DDL "
+                  "commits implicitly); nothing was committed by this call");
+    if (mysql_real_query(c, "COMMIT", 6) != 0) {
+      const unsigned code = mysql_errno(c);
+      throw error(errc::in_doubt, adapter, std::to_string(code),
+                  connection_lost(code)
+                      ? std::string("commit: the connection was lost during COMMIT; the outcome "
+                                    "is unknown")
+                      : "commit: " + sanitize_text(mysql_error(c)) +
+                            "; COMMIT failed, the outcome is unknown");
     }
   }
 
-  /// The server's id of the current connection (for `KILL`), 0 while it is lost.
-  [[nodiscard]] unsigned long connection_id() noexcept {
-    return conn_ == nullptr ? 0 : mysql_thread_id(conn_);
-  }
-  void mark_broken() noexcept { broken_ = true; }
-
-  // ---- the open claim transaction ------------------------------------------------------------
-
-  void begin_claim(std::int64_t token) noexcept {
-    in_claim_ = true;
-    claim_token_ = token;
-  }
-  [[nodiscard]] bool in_claim() const noexcept { return in_claim_; }
-  [[nodiscard]] bool is_open_claim(std::int64_t token) const noexcept {
-    return in_claim_ && claim_token_ == token;
-  }
-  void end_claim() noexcept { in_claim_ = false; }
-  /// Rolls back the open transaction. A ROLLBACK that fails without losing the connection (KILL
-  /// QUERY: 1317) leaves it open, and the next START TRANSACTION would commit it: the
-  /// connection is made again instead (the server rolls back what a closed one left).
-  void rollback_claim(MYSQL* c) noexcept {
-    in_claim_ = false;
-    if (mysql_real_query(c, "ROLLBACK", 8) != 0) broken_ = true;
-  }
-
-  // ---- transactions --------------------------------------------------------------------------
-
-  /// A transaction on the link's session; rolls back on destruction unless committed. It
-  /// belongs to the connection that began it: after a reconnect, `commit` fails instead of
-  /// sending COMMIT on a new session, where it would commit nothing and report success.
-  class transaction {
-   public:
-    explicit transaction(link& l) : l_(&l) {
-      l_->run("begin", [](MYSQL* c) { exec(c, "START TRANSACTION", "begin"); });
-      generation_ = l_->generation_;
-    }
-    transaction(transaction&& o) noexcept
-        : l_(std::exchange(o.l_, nullptr)), generation_(o.generation_) {}
-    transaction& operator=(transaction&&) = delete;
-    ~transaction() {
-      if (l_ && still_ours()) l_->rollback_claim(l_->conn_);
-    }
-
-    /// Commits, after checking that the transaction is still the one this object began. A
-    /// statement inside it may have ended it: InnoDB rolls back the whole transaction of a
-    /// deadlock victim (1213), and DDL commits implicitly. A handler that caught such an error
-    /// and carried on would otherwise see COMMIT succeed (committing nothing, or only what ran
-    /// after the rollback, in autocommit).
-    /// @throws outbox::error `transient` (the connection was lost, or the check interrupted,
-    ///         before COMMIT: nothing was committed), `in_doubt` (lost during COMMIT, or COMMIT
-    ///         failed otherwise), `permanent` (the transaction was already gone: nothing of it
-    ///         is committed by this call).
-    void commit() {
-      link* s = std::exchange(l_, nullptr);
-      if (s->generation_ != generation_ || s->broken_ || s->conn_ == nullptr) {
-        s->broken_ = true;
-        throw error(errc::transient, "mysql", {},
-                    "commit: the connection of this transaction was lost; nothing was committed");
-      }
-      MYSQL* c = s->conn_;
-      bool open = false;
-      try {
-        open = in_transaction(c, "commit");
-      } catch (const error& e) {
-        // Interrupted (KILL QUERY: 1317): the transaction is still open, and the next
-        // START TRANSACTION on this connection would commit it. End it, so that the error's
-        // "nothing was committed" holds.
-        if (connection_lost(native_number(e)))
-          s->broken_ = true;
-        else
-          s->rollback_claim(c);
-        throw;
-      }
-      if (!open)
-        throw error(errc::permanent, "mysql", {},
-                    "commit: the transaction was rolled back (a deadlock victim, 1213, whose "
-                    "error was caught and not rethrown) or ended by a statement inside it (DDL "
-                    "commits implicitly); nothing was committed by this call");
-      if (mysql_real_query(c, "COMMIT", 6) != 0) {
-        const unsigned code = mysql_errno(c);
-        if (connection_lost(code)) {
-          s->broken_ = true;
-          throw error(errc::in_doubt, "mysql", std::to_string(code),
-                      "commit: the connection was lost during COMMIT; the outcome is unknown");
-        }
-        // COMMIT itself failed (interrupted by KILL QUERY: 1317): the error does not say
-        // whether the commit happened. Whatever is left of the transaction is rolled back (not
-        // committed by the next START TRANSACTION), and the outcome is reported as unknown.
-        std::string why =
-            "commit: " + sanitize_text(mysql_error(c)) + "; COMMIT failed, the outcome is unknown";
-        s->rollback_claim(c);
-        throw error(errc::in_doubt, "mysql", std::to_string(code), why);
-      }
-    }
-
-   private:
-    [[nodiscard]] bool still_ours() const noexcept {
-      return l_->generation_ == generation_ && !l_->broken_ && l_->conn_ != nullptr;
-    }
-
-    link* l_;
-    std::uint64_t generation_ = 0;
-  };
-
- private:
-  void set_up(MYSQL* c) {
-    if (setup_.configure) {
-      configure_connection(*sql_, c, setup_.session);
+  /// The session set up (when the store configures it) and the schema version checked.
+  void set_up(::soci::session& sql, MYSQL* c) const {
+    if (setup.configure) {
+      configure_connection(sql, c, setup.session);
       const bool mariadb = parse_server_version(mysql_get_server_info(c)).mariadb;
-      if (mariadb || setup_.locking) {
-        long long idle = whole_seconds(setup_.idle);
+      if (mariadb || setup.locking) {
+        long long idle = whole_seconds(setup.idle);
         translated("configure", [&] {
-          *sql_ << std::string(mariadb ? statements::session_idle_mariadb
-                                       : statements::session_idle_mysql),
+          sql << std::string(mariadb ? statements::session_idle_mariadb
+                                     : statements::session_idle_mysql),
               ::soci::use(idle, "idle");
         });
       }
     }
     long long version = 0;
     translated("schema version",
-               [&] { *sql_ << std::string(statements::schema_version), ::soci::into(version); });
-    outbox::store::require_schema_version(version, schema_version_, "mysql");
+               [&] { sql << std::string(statements::schema_version), ::soci::into(version); });
+    outbox::sql::require_schema_version(version, schema_version, adapter);
   }
-
-  ::soci::session* sql_;
-  MYSQL* conn_ = nullptr;         // the connection that was set up; null while it is lost
-  std::uint64_t generation_ = 0;  // counts connections: a transaction belongs to one
-  session_setup setup_;
-  int schema_version_;
-  bool ready_ = false;
-  bool broken_ = false;
-  bool in_claim_ = false;
-  std::int64_t claim_token_ = 0;  // the open claim's
 };
+
+using link = outbox::sql::link<dialect>;
 
 }  // namespace outbox::mysql::detail

@@ -21,7 +21,7 @@
 
 #include <outbox/error.hpp>
 #include <outbox/message.hpp>
-#include <outbox/store/soci_session.hpp>
+#include <outbox/sql/backend.hpp>
 #include <outbox/time.hpp>
 #include <outbox/validate.hpp>
 
@@ -344,8 +344,8 @@ result exec_prepared_once(PGconn* conn, std::string_view sql, const params& p,
 /// The libpq connection of a SOCI session.
 /// @throws outbox::error `misconfigured` when the session does not use the postgresql backend.
 inline PGconn* handle(::soci::session& sql) {
-  return outbox::store::soci_backend<::soci::postgresql_session_backend>(sql, "postgresql",
-                                                                         "postgresql")
+  return outbox::sql::soci_backend<::soci::postgresql_session_backend>(sql, "postgresql",
+                                                                       "postgresql")
       .conn_;
 }
 
@@ -382,7 +382,7 @@ inline std::string bytea_from_text(std::string_view t) {
   return out;
 }
 
-/// Row `i` of a result, as `outbox::store::read_message` reads it.
+/// Row `i` of a result, as `outbox::sql::read_message` reads it.
 struct row {
   const result& r;
   int i;

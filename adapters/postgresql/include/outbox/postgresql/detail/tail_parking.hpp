@@ -17,8 +17,8 @@
 #include <outbox/postgresql/detail/connection.hpp>
 #include <outbox/postgresql/detail/tail_ledger.hpp>
 #include <outbox/postgresql/store.hpp>
-#include <outbox/store/row.hpp>
-#include <outbox/store/statements.hpp>
+#include <outbox/sql/row.hpp>
+#include <outbox/sql/statements.hpp>
 #include <outbox/uuid.hpp>
 
 namespace outbox::postgresql::detail {
@@ -51,7 +51,7 @@ class tail_parking {
     if (r.m.id.is_nil()) r.m.id = make_uuid_v7();
     for (std::string* s :
          {&r.m.aggregate_type, &r.m.aggregate_id, &r.m.event_type, &r.m.content_type})
-      *s = outbox::store::storable_text(*s);
+      *s = outbox::sql::storable_text(*s);
     return r;
   }
 
@@ -81,13 +81,12 @@ class tail_parking {
     }
     rows = std::move(once);
     table_.run("park", [&](PGconn* c) {
-      outbox::store::insert_in_chunks(
-          statements::park, 13, std::span<const parked_row>(rows), 500,
-          [&](const std::string& text, std::span<const parked_row> part) {
-            params p;
-            for (const parked_row& r : part) add_row(p, r, now);
-            exec(c, text, p, "park events in the outbox table");
-          });
+      outbox::sql::insert_in_chunks(statements::park, 13, std::span<const parked_row>(rows), 500,
+                                    [&](const std::string& text, std::span<const parked_row> part) {
+                                      params p;
+                                      for (const parked_row& r : part) add_row(p, r, now);
+                                      exec(c, text, p, "park events in the outbox table");
+                                    });
       return 0;
     });
     for (const parked_row& r : rows) {
@@ -156,7 +155,7 @@ class tail_parking {
       p.add_null();
     p.add(std::int64_t{r.attempts});
     if (r.state == 2)
-      p.add(to_us(now)).add(outbox::store::storable_text(r.error));
+      p.add(to_us(now)).add(outbox::sql::storable_text(r.error));
     else
       p.add_null().add_null();
   }

@@ -19,7 +19,7 @@
 
 #include <outbox/error.hpp>
 #include <outbox/message.hpp>
-#include <outbox/store/soci_session.hpp>
+#include <outbox/sql/backend.hpp>
 #include <outbox/time.hpp>
 #include <outbox/validate.hpp>
 
@@ -75,8 +75,7 @@ inline errc classify(int rc) noexcept {
 /// @throws outbox::error `misconfigured` when the session is not connected with the sqlite3
 ///         backend.
 inline sq::sqlite3* handle(::soci::session& sql) {
-  return outbox::store::soci_backend<::soci::sqlite3_session_backend>(sql, "sqlite3", "sqlite")
-      .conn_;
+  return outbox::sql::soci_backend<::soci::sqlite3_session_backend>(sql, "sqlite3", "sqlite").conn_;
 }
 
 /// Runs one or more statements with no parameters and no results.

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include <outbox/message.hpp>
-#include <outbox/store/row.hpp>
+#include <outbox/sql/row.hpp>
 
-namespace outbox::store {
+namespace outbox::sql {
 
 /// The fates of one batch, by kind. Error texts are made storable (`storable_text`) here, once.
 struct settle_plan {
@@ -69,4 +69,4 @@ struct settle_plan {
   }
 };
 
-}  // namespace outbox::store
+}  // namespace outbox::sql

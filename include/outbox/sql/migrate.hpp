@@ -13,7 +13,7 @@
 #include <outbox/error.hpp>
 #include <outbox/migration.hpp>
 
-namespace outbox::store {
+namespace outbox::sql {
 
 /// What a dialect provides to the runner, on one session:
 /// - `begin_exclusive()`: opens a transaction that excludes concurrent migrations (an advisory
@@ -93,4 +93,4 @@ int run_migrations(Host& host, std::span<const migration> migrations, const char
   }
 }
 
-}  // namespace outbox::store
+}  // namespace outbox::sql

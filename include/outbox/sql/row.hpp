@@ -14,7 +14,7 @@
 #include <outbox/time.hpp>
 #include <outbox/validate.hpp>
 
-namespace outbox::store {
+namespace outbox::sql {
 
 /// The `state` column of the outbox (the SQL files write these values as literals, 0/1/2, with
 /// this enum named in their header comment; the schemas CHECK them).
@@ -139,4 +139,4 @@ template <class Period, backlog_row Row>
   return sanitize_text(headers_to_json(headers), std::size_t{1} << 20);
 }
 
-}  // namespace outbox::store
+}  // namespace outbox::sql

@@ -12,7 +12,7 @@
 
 #include <outbox/error.hpp>
 
-namespace outbox::store {
+namespace outbox::sql {
 
 /// `single_row_insert` (an `INSERT ... VALUES (...)` of one row, as a file of sql/ holds it) with
 /// its VALUES tuple repeated for `rows` rows. `$n` placeholders are renumbered (row `i` adds
@@ -97,4 +97,4 @@ void insert_in_chunks(std::string_view single_row_insert, int params_per_row,
   }
 }
 
-}  // namespace outbox::store
+}  // namespace outbox::sql
