@@ -36,7 +36,7 @@
 #   OUTBOX_AMQPS_PORT (27671, RabbitMQ's TLS listener)
 #   OUTBOX_AMQP_DIST_PORT (27673)  OUTBOX_EPMD_PORT (24369)
 #   OUTBOX_AMQP_CTL_PORT_MIN..OUTBOX_AMQP_CTL_PORT_MAX (27674..27683, used by rabbitmqctl)
-# or run another set of servers beside the first with OUTBOX_SERVICES_SET=N (2-5): every port
+# or run another set of servers beside the first with OUTBOX_SERVICES_SET=N (2-9): every port
 # above (default or given) + 20 * (N - 1).
 #
 # For rabbitmqctl against the test node: (. DIR/rabbitmq/ctl-env.sh && rabbitmqctl list_queues)

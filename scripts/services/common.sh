@@ -16,10 +16,11 @@ readonly DB_NAME=outbox_test
 readonly DB_USER=outbox
 readonly DB_PASS=outbox
 
-# Set N of servers (OUTBOX_SERVICES_SET, 1-5) has every port + 20 * (N - 1), the given ones
-# too, so that several sets run side by side (scripts/test.sh runs two) whatever the base.
+# Set N of servers (OUTBOX_SERVICES_SET, 1-9) has every port + 20 * (N - 1), the given ones
+# too, so that several sets run side by side (scripts/test.sh runs two) whatever the base. Set
+# 9's ports stay below the ephemeral range and clear of every other server's.
 readonly SET=${OUTBOX_SERVICES_SET:-1}
-[[ $SET =~ ^[1-5]$ ]] || { echo "${0##*/}: OUTBOX_SERVICES_SET must be 1-5, not '$SET'" >&2; exit 2; }
+[[ $SET =~ ^[1-9]$ ]] || { echo "${0##*/}: OUTBOX_SERVICES_SET must be 1-9, not '$SET'" >&2; exit 2; }
 readonly SHIFT=$((20 * (SET - 1)))
 
 # Prints the port of environment variable $1 (default $2) in this set; exits 2 on a value that
