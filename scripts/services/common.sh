@@ -10,6 +10,10 @@
 #   <name>_installed dies when `install` did not provide it
 #   restart_<name>   (optional) restart DOWN_SECONDS SIGNAL, for the fault tests
 # and registers itself below: its packages, its pid files, its data directory, its aliases.
+# services.sh finds the file by itself; <name> is also the Meson suite of the tests that use the
+# server (scripts/test_groups.py keeps two of them from running at once, a new server's under a
+# lock of its own; scripts/flake_hunt.sh starts the server for them unless OUTBOX_TEST_<NAME>,
+# upper case, is set: the first line <name>_env writes).
 
 # Credentials and database name the tests use (see the OUTBOX_TEST_* strings in env.sh).
 readonly DB_NAME=outbox_test
