@@ -15,8 +15,8 @@
 #                --num-processes 2`: right for tests that need no server, not for those that do.
 #   SUITE...     Meson suites (meson test --suite); all when none is named
 #
-# The servers the chosen tests need (suites postgresql, mysql, amqp) are started as
-# scripts/test.sh starts them (scripts/services.sh, a directory of their own, stopped at the end)
+# The servers the chosen tests need (the suites named after a server of scripts/services/:
+# postgresql, mysql, amqp) are started as scripts/test.sh starts them (scripts/services.sh, a directory of their own, stopped at the end)
 # unless their OUTBOX_TEST_* address is already set (with --lanes, a second set beside them, as
 # scripts/test.sh does); OUTBOX_REQUIRE_SERVICES=1, so a test whose
 # server is missing fails. Each run is one `meson test` over the chosen suites: tests marked not
@@ -33,7 +33,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-build=build-ci
+build="build-ci"
 runs=5
 load=0
 lanes=0
@@ -93,25 +93,26 @@ suite_args=()
 for s in "${suites[@]}"; do suite_args+=(--suite "$s"); done
 for s in "${excluded[@]}"; do suite_args+=(--no-suite "$s"); done
 
-# The servers the chosen tests need: from Meson's list of tests and their suites.
+# The servers the chosen tests need: from Meson's list of tests and their suites, a server's
+# suite being its name (scripts/test_groups.py --servers: the files of scripts/services/).
+servers=$(python3 scripts/test_groups.py --servers)
 mapfile -t needed < <(meson introspect --tests "$build" | python3 -c '
 import json, sys
-chosen = {a for a in sys.argv[1:] if not a.startswith("-")}
-left_out = {a[1:] for a in sys.argv[1:] if a.startswith("-")}
+servers = set(sys.argv[1].split())
+chosen = {a for a in sys.argv[2:] if not a.startswith("-")}
+left_out = {a[1:] for a in sys.argv[2:] if a.startswith("-")}
 need = set()
 for t in json.load(sys.stdin):
     suites = {s.split(":")[-1] for s in t["suite"]}
     if (chosen and not (suites & chosen)) or suites & left_out:
         continue
-    need |= suites & {"postgresql", "mysql", "amqp"}
-print("\n".join(sorted(need)))' "${suites[@]}" "${excluded[@]/#/-}")
+    need |= suites & servers
+print("\n".join(sorted(need)))' "$servers" "${suites[@]}" "${excluded[@]/#/-}")
 start=()
 for s in "${needed[@]}"; do
-    case $s in
-        postgresql) [[ -n ${OUTBOX_TEST_POSTGRESQL:-} ]] || start+=(postgresql) ;;
-        mysql) [[ -n ${OUTBOX_TEST_MYSQL:-} ]] || start+=(mysql) ;;
-        amqp) [[ -n ${OUTBOX_TEST_AMQP:-} ]] || start+=(amqp) ;;
-    esac
+    # Started unless its address is set already: OUTBOX_TEST_<NAME> (scripts/services/common.sh).
+    address=OUTBOX_TEST_${s^^}
+    [[ -n ${!address:-} ]] || start+=("$s")
 done
 if ((${#start[@]} > 0)); then
     svc_dir=$(mktemp -d /tmp/outbox-hunt.XXXXXX)

@@ -6,7 +6,7 @@
 #       RabbitMQ 3.10). Needs root (or sudo).
 #
 #   scripts/services.sh start DIR [postgresql] [mysql] [amqp]
-#       Starts the named servers (all three when none is named), in parallel, each with its own
+#       Starts the named servers (all of them when none is named), in parallel, each with its own
 #       data directory under DIR, listening on 127.0.0.1 only, on non-default ports. Writes
 #       DIR/env.sh with the OUTBOX_TEST_* connection strings the tests read, and the pid of
 #       every process it started to DIR/pids/<name>.pid.
@@ -36,7 +36,7 @@
 #   OUTBOX_AMQPS_PORT (27671, RabbitMQ's TLS listener)
 #   OUTBOX_AMQP_DIST_PORT (27673)  OUTBOX_EPMD_PORT (24369)
 #   OUTBOX_AMQP_CTL_PORT_MIN..OUTBOX_AMQP_CTL_PORT_MAX (27674..27683, used by rabbitmqctl)
-# or run another set of servers beside the first with OUTBOX_SERVICES_SET=N (2-5): every port
+# or run another set of servers beside the first with OUTBOX_SERVICES_SET=N (2-9): every port
 # above (default or given) + 20 * (N - 1).
 #
 # For rabbitmqctl against the test node: (. DIR/rabbitmq/ctl-env.sh && rabbitmqctl list_queues)
@@ -47,7 +47,8 @@
 #
 # Layout: this file is the commands; scripts/services/common.sh the helpers and the registry
 # every server fills; scripts/services/<name>.sh one server each (its ports, packages, start,
-# stop, env.sh lines). A new server is a new file, sourced below and named in ALL_SERVICES.
+# stop, env.sh lines). A new server is a new file there, nothing else: every file of that
+# folder but common.sh is a server, found below.
 
 # shellcheck source-path=SCRIPTDIR # the files of scripts/services/, sourced below
 set -euo pipefail
@@ -56,16 +57,29 @@ readonly PROG=${0##*/}
 SERVICES_LIB=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/services
 readonly SERVICES_LIB
 
-# Every service this script knows, in the order they are reported (and their files sourced).
-readonly ALL_SERVICES=(postgresql mysql amqp)
 # shellcheck source=services/common.sh
 . "$SERVICES_LIB/common.sh"
-# shellcheck source=services/postgresql.sh
-. "$SERVICES_LIB/postgresql.sh"
-# shellcheck source=services/mysql.sh
-. "$SERVICES_LIB/mysql.sh"
-# shellcheck source=services/amqp.sh
-. "$SERVICES_LIB/amqp.sh"
+
+# Every service this script knows, in the order they are reported (and their files sourced):
+# the two database servers first, as they always were, then the others by name.
+ALL_SERVICES=()
+for name in postgresql mysql "$SERVICES_LIB"/*.sh; do
+    name=${name##*/}
+    name=${name%.sh}
+    [[ $name != common && -e $SERVICES_LIB/$name.sh && " ${ALL_SERVICES[*]} " != *" $name "* ]] ||
+        continue
+    # The name is the suffix of the file's functions (start_<name>, ...).
+    [[ $name =~ ^[a-z][a-z0-9_]*$ ]] ||
+        die "$SERVICES_LIB/$name.sh: a server's file is named [a-z][a-z0-9_]*.sh"
+    ALL_SERVICES+=("$name")
+done
+readonly ALL_SERVICES
+((${#ALL_SERVICES[@]} > 0)) || die "no server file in $SERVICES_LIB"
+for name in "${ALL_SERVICES[@]}"; do
+    # shellcheck source=/dev/null # each of scripts/services/*.sh, checked on its own
+    . "$SERVICES_LIB/$name.sh"
+done
+unset name
 readonly SERVER_PACKAGES PID_NAMES PID_COMMS DATA_DIRS ALIASES
 
 # The servers that `restart` supports: those with a restart_<name>.

@@ -47,12 +47,24 @@ readonly BUILD_DIR=build-ci
 readonly ASAN_DIR=build-asan
 readonly CORE_DIR=build-core
 readonly TSAN_DIR=build-tsan
-readonly BUILD_PACKAGES=(
+# The build packages: the core's (compilers, Meson, Boost.Test, the tool's libraries, the checks)
+# here, each adapter's in adapters/<name>/debian-packages (one a line, # starts a comment).
+build_packages=(
     meson ninja-build pkg-config cmake g++ clang-14 libclang-rt-14-dev ccache python3 git clang-format
-    libsoci-dev libboost-test-dev nlohmann-json3-dev
-    libsqlite3-dev libzmq3-dev cppzmq-dev librdkafka-dev librabbitmq-dev libssl-dev openssl
-    libpq-dev libmariadb-dev kcat libcli11-dev libtomlplusplus-dev procps clang-tidy doxygen
+    libboost-test-dev nlohmann-json3-dev
+    libcli11-dev libtomlplusplus-dev procps clang-tidy doxygen
 )
+for list in adapters/*/debian-packages; do
+    while read -r pkg rest || [[ -n $pkg ]]; do
+        [[ -n $pkg && $pkg != \#* ]] || continue
+        if [[ -n $rest && $rest != \#* ]]; then
+            echo "error: $list: one package a line, not '$pkg $rest'" >&2
+            exit 1
+        fi
+        [[ " ${build_packages[*]} " == *" $pkg "* ]] || build_packages+=("$pkg")
+    done <"$list"
+done
+readonly BUILD_PACKAGES=("${build_packages[@]}")
 
 # CPU time the machine spent busy (every core: user, nice, system, irq, softirq, steal), in
 # seconds since boot (/proc/stat counts in USER_HZ, 100 a second): the sections print it, so
@@ -159,8 +171,8 @@ section "build $BUILD_DIR"
 # sanitizer build, whose reports need it, has its own. The tests of the core alone (suite unit,
 # e2e_memory_memory) are left to build-core (-Dcore_tests=false), which compiles them with the
 # same compiler and flags: once, not twice (about 130 CPU-s). Every adapter is required
-# (-Dauto_features=enabled): a library missing from BUILD_PACKAGES is a configure error naming
-# it, not an adapter left out with its tests while the run stays green.
+# (-Dauto_features=enabled): a library missing from its debian-packages is a configure error
+# naming it, not an adapter left out with its tests while the run stays green.
 if ! build "$BUILD_DIR" -Doptimization=2 -Ddebug=false -Dbench=true -Dauto_features=enabled \
     -Dconsumer_tests=true -Dtest_optimization=0 -Dcore_tests=false \
     --prefix="$PWD/$BUILD_DIR/prefix"; then

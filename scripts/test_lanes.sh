@@ -10,10 +10,11 @@
 # One group of the tests of build DIR (scripts/test_groups.py: by the servers they use), in the
 # background-safe form: its own log (meson-logs/NAME.json), its output in meson-logs/NAME.out
 # and its exit code in NAME.rc. SET is the servers it uses: 1, those of the environment; 2,
-# those of OUTBOX_SECOND_SERVICES_DIR (its env.sh). With LOCK=amqp it runs holding that set's
-# RabbitMQ lock (flock): at most one group using a RabbitMQ node at a time, whatever lane it is
-# in. Usage:
-#   run_group DIR NAME JOBS LOCK SET [meson test args...]
+# those of OUTBOX_SECOND_SERVICES_DIR (its env.sh). LOCKS (- for none) are servers, joined by
+# commas, whose lock in that set (flock) it runs holding: at most one group using such a server
+# (RabbitMQ) at a time, whatever lane it is in; taken in the order given, which is the same
+# (sorted) for every group, so two groups cannot each hold the lock the other waits for. Usage:
+#   run_group DIR NAME JOBS LOCKS SET [meson test args...]
 # (the excluded suites come from run_tests' exclusions, its local `excluded`).
 run_group() {
     local dir=$1 name=$2 jobs=$3 lock=$4 set=$5 rc=0
@@ -34,8 +35,13 @@ run_group() {
     fi
     local -a run=(meson test -C "$dir" --no-rebuild --print-errorlogs --num-processes "$jobs"
         --logbase "$name" "$@" "${names[@]}")
-    if [[ $lock == amqp ]]; then
-        run=(flock "$dir/meson-logs/amqp-$set.lock" "${run[@]}")
+    if [[ $lock != - ]]; then
+        local -a servers
+        local i
+        IFS=, read -ra servers <<<"$lock"
+        for ((i = ${#servers[@]} - 1; i >= 0; i--)); do
+            run=(flock "$dir/meson-logs/${servers[i]}-$set.lock" "${run[@]}")
+        done
     fi
     if [[ $set == 2 ]]; then
         # shellcheck source=/dev/null
@@ -59,10 +65,11 @@ collect_group() {
     fi
 }
 
-# Runs the tests of build DIR in lanes side by side. Two tests that share a database server
-# never run at once (they see each other's outbox rows, notifications and replication slots),
-# nor two that use one RabbitMQ node (its fault tests restart the node: the amqp lock). With one
-# set of servers, three lanes:
+# Runs the tests of build DIR in lanes side by side, as scripts/test_groups.py --lanes plans
+# them. Two tests that share a database server never run at once (they see each other's outbox
+# rows, notifications and replication slots), nor two that use one RabbitMQ node (its fault
+# tests restart the node: the amqp lock) or any other server of scripts/services/ but the two
+# databases (each its lock). With one set of servers, three lanes:
 #   1. PostgreSQL: its tests, those that restart its server (pg_restart), then those that also
 #      use RabbitMQ;
 #   2. MariaDB: its tests, then those that also use RabbitMQ;
@@ -70,9 +77,10 @@ collect_group() {
 #      ZeroMQ sockets, Kafka mock clusters of their own), two at a time.
 # With a second set (OUTBOX_SECOND_SERVICES_DIR), six: PostgreSQL and MariaDB of set 1, each
 # alone; set 2's PostgreSQL restarts and RabbitMQ pairs; set 2's MariaDB and RabbitMQ pairs; set
-# 1's RabbitMQ alone; and the tests that use no server. Within a group, a test marked not
-# parallel still runs alone. Arguments: `--no-suite S` pairs exclude suites, the rest goes to
-# meson test. Usage: run_tests DIR [args...]
+# 1's RabbitMQ alone; and the tests that use no server. A server added later takes RabbitMQ's
+# place beside it (its groups after RabbitMQ's in the same lanes, under its own lock). Within a
+# group, a test marked not parallel still runs alone. Arguments: `--no-suite S` pairs exclude
+# suites, the rest goes to meson test. Usage: run_tests DIR [args...]
 run_tests() {
     local dir=$1 g
     shift
@@ -87,47 +95,37 @@ run_tests() {
             shift
         fi
     done
-    local -r groups=(postgresql pg_restart pg_restart_amqp postgresql_amqp mysql mysql_amqp amqp local)
+    local sets=1 plan
+    [[ -z ${OUTBOX_SECOND_SERVICES_DIR:-} ]] || sets=2
+    if ! plan=$(python3 scripts/test_groups.py --lanes "$dir" "$sets" 2>&1); then
+        echo "error: cannot plan the lanes of $dir: $plan"
+        # shellcheck disable=SC2034 # the caller's (see the head of this file)
+        meson_failed=1
+        return
+    fi
+    # The plan: a line per group, LANE GROUP JOBS LOCKS SET, in the order the logs are collected.
+    local -a lane_of=() groups=() jobs=() locks=() set_of=()
+    local lane group j lock server_set
+    while read -r lane group j lock server_set; do
+        lane_of+=("$lane") groups+=("$group") jobs+=("$j") locks+=("$lock") set_of+=("$server_set")
+    done <<<"$plan"
     for g in "${groups[@]}"; do
         rm -f "$dir/meson-logs/$g".{json,out,rc}
     done
+    # Each lane in the background, its groups one after the other.
     local -a lanes=()
-    if [[ -n ${OUTBOX_SECOND_SERVICES_DIR:-} ]]; then
-        run_group "$dir" postgresql 1 - 1 "${args[@]}" &
-        lanes+=($!)
-        run_group "$dir" mysql 1 - 1 "${args[@]}" &
-        lanes+=($!)
+    local l i last
+    last=$(printf '%s\n' "${lane_of[@]}" | sort -n | tail -n 1)
+    for ((l = 1; l <= last; l++)); do
         (
-            run_group "$dir" pg_restart 1 - 2 "${args[@]}"
-            run_group "$dir" pg_restart_amqp 1 amqp 2 "${args[@]}"
-            run_group "$dir" postgresql_amqp 1 amqp 2 "${args[@]}"
+            for i in "${!groups[@]}"; do
+                ((lane_of[i] == l)) || continue
+                run_group "$dir" "${groups[i]}" "${jobs[i]}" "${locks[i]}" "${set_of[i]}" \
+                    "${args[@]}"
+            done
         ) &
         lanes+=($!)
-        run_group "$dir" mysql_amqp 1 amqp 2 "${args[@]}" &
-        lanes+=($!)
-        run_group "$dir" amqp 1 amqp 1 "${args[@]}" &
-        lanes+=($!)
-        run_group "$dir" local 2 - - "${args[@]}" &
-        lanes+=($!)
-    else
-        (
-            run_group "$dir" postgresql 1 - 1 "${args[@]}"
-            run_group "$dir" pg_restart 1 - 1 "${args[@]}"
-            run_group "$dir" pg_restart_amqp 1 amqp 1 "${args[@]}"
-            run_group "$dir" postgresql_amqp 1 amqp 1 "${args[@]}"
-        ) &
-        lanes+=($!)
-        (
-            run_group "$dir" mysql 1 - 1 "${args[@]}"
-            run_group "$dir" mysql_amqp 1 amqp 1 "${args[@]}"
-        ) &
-        lanes+=($!)
-        (
-            run_group "$dir" amqp 1 amqp 1 "${args[@]}"
-            run_group "$dir" local 2 - - "${args[@]}"
-        ) &
-        lanes+=($!)
-    fi
+    done
     wait "${lanes[@]}" || true
     for g in "${groups[@]}"; do collect_group "$dir" "$g"; done
 }

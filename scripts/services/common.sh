@@ -10,16 +10,21 @@
 #   <name>_installed dies when `install` did not provide it
 #   restart_<name>   (optional) restart DOWN_SECONDS SIGNAL, for the fault tests
 # and registers itself below: its packages, its pid files, its data directory, its aliases.
+# services.sh finds the file by itself; <name> is also the Meson suite of the tests that use the
+# server (scripts/test_groups.py keeps two of them from running at once, a new server's under a
+# lock of its own; scripts/flake_hunt.sh starts the server for them unless OUTBOX_TEST_<NAME>,
+# upper case, is set: the first line <name>_env writes).
 
 # Credentials and database name the tests use (see the OUTBOX_TEST_* strings in env.sh).
 readonly DB_NAME=outbox_test
 readonly DB_USER=outbox
 readonly DB_PASS=outbox
 
-# Set N of servers (OUTBOX_SERVICES_SET, 1-5) has every port + 20 * (N - 1), the given ones
-# too, so that several sets run side by side (scripts/test.sh runs two) whatever the base.
+# Set N of servers (OUTBOX_SERVICES_SET, 1-9) has every port + 20 * (N - 1), the given ones
+# too, so that several sets run side by side (scripts/test.sh runs two) whatever the base. Set
+# 9's ports stay below the ephemeral range and clear of every other server's.
 readonly SET=${OUTBOX_SERVICES_SET:-1}
-[[ $SET =~ ^[1-5]$ ]] || { echo "${0##*/}: OUTBOX_SERVICES_SET must be 1-5, not '$SET'" >&2; exit 2; }
+[[ $SET =~ ^[1-9]$ ]] || { echo "${0##*/}: OUTBOX_SERVICES_SET must be 1-9, not '$SET'" >&2; exit 2; }
 readonly SHIFT=$((20 * (SET - 1)))
 
 # Prints the port of environment variable $1 (default $2) in this set; exits 2 on a value that
