@@ -18,10 +18,10 @@
 #include <outbox/testing/manual_clock.hpp>
 
 #include "../conformance/end_to_end_world.hpp"
-#include "../postgresql/tailing_fixture.hpp"
 #include "../support/combo.hpp"
 #include "../support/server_store_helpers.hpp"
 #include "../support/services.hpp"
+#include "tailing_fixture.hpp"
 
 namespace e2e {
 
