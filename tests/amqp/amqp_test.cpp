@@ -25,9 +25,9 @@
 
 #include <outbox/consumer.hpp>
 
-#include "../support/amqp_fixture.hpp"
-#include "../support/sqlite_fixture.hpp"
+#include "../sqlite/fixture.hpp"
 #include "../support/tcp_proxy.hpp"
+#include "fixture.hpp"
 
 namespace {
 

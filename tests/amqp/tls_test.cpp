@@ -16,7 +16,7 @@
 #include <tuple>
 #include <vector>
 
-#include "../support/amqp_fixture.hpp"
+#include "fixture.hpp"
 
 using transport_fixtures = std::tuple<outbox::test::amqp_tls_fixture>;
 

@@ -5,7 +5,7 @@
 
 #include <tuple>
 
-#include "../support/amqp_fixture.hpp"
+#include "fixture.hpp"
 
 using transport_fixtures = std::tuple<outbox::test::amqp_fixture>;
 

@@ -4,7 +4,7 @@
 // static_asserts them over the fixtures it is given, so a fixture that lacks a hook fails to
 // compile with the concept named, not deep inside a test case.
 //
-// A new adapter's fixture lives in tests/support/<name>_fixture.hpp and defines
+// A new adapter's fixture lives in tests/<name>/fixture.hpp and defines
 // `outbox::test::<name>_fixtures`, a std::tuple of its fixture types (one per variant, e.g. per
 // claim policy); the build instantiates the end-to-end matrix with it (tests/meson.build).
 

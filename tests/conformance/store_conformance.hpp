@@ -17,7 +17,7 @@
 //   insert_raw(session, event_id, aggregate_id, headers_json)   a row as another program writes it
 //   swallow_a_failure_that_aborts_the_transaction(session)
 //   raise_transient_sql_error(session)         a failing statement the store classifies transient
-// (tests/support/soci_fixture.hpp, sqlite_fixture.hpp, postgresql_fixture.hpp with SQL;
+// (tests/support/soci_fixture.hpp under tests/<name>/fixture.hpp of the SQL stores;
 // tests/support/memory_store_fixture.hpp on a memory_database.)
 
 #include <chrono>

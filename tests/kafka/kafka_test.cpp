@@ -3,7 +3,7 @@
 // of an aggregate through a message too large, a cluster that goes down and comes back, produce
 // errors the broker injects, a fatal producer error, offsets committed in order, records that
 // are not events, and a rebalance between two consumers. The mock cluster of the process
-// (tests/support/kafka_fixture.hpp) when OUTBOX_TEST_KAFKA is empty; the cases that inject
+// (tests/kafka/fixture.hpp) when OUTBOX_TEST_KAFKA is empty; the cases that inject
 // faults need it and say so otherwise.
 #define BOOST_TEST_MODULE kafka
 #include <boost/test/unit_test.hpp>
@@ -21,10 +21,10 @@
 #include <thread>
 #include <vector>
 
+#include "../sqlite/fixture.hpp"
 #include "../support/combo.hpp"
 #include "../support/errors.hpp"
-#include "../support/kafka_fixture.hpp"
-#include "../support/sqlite_fixture.hpp"
+#include "fixture.hpp"
 
 #include "../conformance/end_to_end_world.hpp"
 

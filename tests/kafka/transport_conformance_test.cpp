@@ -6,7 +6,7 @@
 
 #include <tuple>
 
-#include "../support/kafka_fixture.hpp"
+#include "fixture.hpp"
 
 using transport_fixtures = std::tuple<outbox::test::kafka_partitions_fixture>;
 

@@ -15,8 +15,8 @@
 #include <outbox/outbox.hpp>
 #include <outbox/testing/manual_clock.hpp>
 
-#include "../support/mysql_fixture.hpp"
 #include "../support/server_store_helpers.hpp"
+#include "fixture.hpp"
 
 using namespace std::chrono_literals;
 using outbox::test::mysql_leasing_fixture;

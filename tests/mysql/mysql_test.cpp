@@ -23,9 +23,9 @@
 #include <outbox/testing/manual_clock.hpp>
 #include <outbox/testing/memory_transport.hpp>
 
-#include "../support/mysql_fixture.hpp"
 #include "../support/server_store_helpers.hpp"
 #include "../support/tcp_proxy.hpp"
+#include "fixture.hpp"
 
 using namespace std::chrono_literals;
 using outbox::test::mysql_leasing_fixture;

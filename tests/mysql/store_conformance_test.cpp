@@ -6,7 +6,7 @@
 
 #include <tuple>
 
-#include "../support/mysql_fixture.hpp"
+#include "fixture.hpp"
 
 using store_fixtures =
     std::tuple<outbox::test::mysql_locking_fixture, outbox::test::mysql_leasing_fixture>;

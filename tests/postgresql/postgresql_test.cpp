@@ -21,9 +21,9 @@
 #include <outbox/testing/faulty_transport.hpp>
 #include <outbox/testing/memory_transport.hpp>
 
-#include "../support/postgresql_fixture.hpp"
 #include "../support/server_store_helpers.hpp"
 #include "../support/tcp_proxy.hpp"
+#include "fixture.hpp"
 
 using namespace std::chrono_literals;
 using outbox::claim_policy;

@@ -5,7 +5,7 @@
 
 #include <tuple>
 
-#include "../support/postgresql_fixture.hpp"
+#include "fixture.hpp"
 
 using store_fixtures =
     std::tuple<outbox::test::postgresql_locking_fixture, outbox::test::postgresql_leasing_fixture>;

@@ -21,9 +21,9 @@
 #include <outbox/testing/manual_clock.hpp>
 #include <outbox/testing/memory_transport.hpp>
 
-#include "../support/postgresql_tailing_fixture.hpp"
 #include "../support/server_store_helpers.hpp"
 #include "../support/tcp_proxy.hpp"
+#include "tailing_fixture.hpp"
 
 using namespace std::chrono_literals;
 using outbox::postgresql::tailing_options;

@@ -7,7 +7,7 @@
 
 #include <outbox/writer.hpp>
 
-#include "../support/sqlite_fixture.hpp"
+#include "fixture.hpp"
 
 using outbox::test::sqlite_fixture;
 

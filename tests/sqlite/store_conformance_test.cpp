@@ -4,7 +4,7 @@
 
 #include <tuple>
 
-#include "../support/sqlite_fixture.hpp"
+#include "fixture.hpp"
 
 using store_fixtures = std::tuple<outbox::test::sqlite_fixture>;
 

@@ -1,7 +1,8 @@
 #pragma once
-// Tests that need a server read its address from the environment (OUTBOX_TEST_POSTGRESQL,
-// OUTBOX_TEST_MYSQL, OUTBOX_TEST_AMQP, OUTBOX_TEST_KAFKA). Unset: the test executable exits 77,
-// which Meson reports as SKIP; with OUTBOX_REQUIRE_SERVICES=1 (CI) an unset address is a failure.
+// Tests that need a server read its address from the environment variable its fixture names
+// (OUTBOX_TEST_<SERVER>, e.g. OUTBOX_TEST_POSTGRESQL; its adapter's record has it as 'server_env').
+// Unset: the test executable exits 77, which Meson reports as SKIP; with
+// OUTBOX_REQUIRE_SERVICES=1 (CI) an unset address is a failure.
 //
 // Two ways to say it:
 //  - a whole executable needs one address: #define BOOST_TEST_NO_MAIN before including

@@ -33,7 +33,7 @@
 #endif
 
 #include "../../tools/metrics.hpp"
-#include "../support/amqp_fixture.hpp"
+#include "../amqp/fixture.hpp"
 #include "../support/tcp_proxy.hpp"
 #include "tool_process.hpp"
 

@@ -9,9 +9,9 @@
 #include <thread>
 #include <tuple>
 
+#include "../sqlite/fixture.hpp"
 #include "../support/combo.hpp"
-#include "../support/sqlite_fixture.hpp"
-#include "../support/zeromq_fixture.hpp"
+#include "fixture.hpp"
 
 #include "../conformance/end_to_end_world.hpp"
 

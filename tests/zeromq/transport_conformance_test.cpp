@@ -5,7 +5,7 @@
 
 #include <tuple>
 
-#include "../support/zeromq_fixture.hpp"
+#include "fixture.hpp"
 
 using transport_fixtures =
     std::tuple<outbox::test::zeromq_tcp_fixture, outbox::test::zeromq_ipc_fixture>;

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "../../support/mysql_fixture.hpp"
+#include "../../mysql/fixture.hpp"
 
 using fixture = outbox::test::mysql_locking_fixture;
 

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "../../support/postgresql_fixture.hpp"
+#include "../../postgresql/fixture.hpp"
 
 using fixture = outbox::test::postgresql_locking_fixture;
 

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "../../support/sqlite_fixture.hpp"
+#include "../../sqlite/fixture.hpp"
 
 using fixture = outbox::test::sqlite_fixture;
 

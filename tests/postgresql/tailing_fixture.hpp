@@ -16,8 +16,8 @@
 #include <outbox/postgresql/tailing_store.hpp>
 #include <outbox/writer.hpp>
 
-#include "postgresql_fixture.hpp"
-#include "server_store_helpers.hpp"
+#include "../support/server_store_helpers.hpp"
+#include "fixture.hpp"
 
 namespace outbox::test {
 

@@ -13,7 +13,7 @@
 #include <tuple>
 
 #include <outbox/zeromq/zeromq.hpp>
-#include "services.hpp"
+#include "../support/services.hpp"
 
 namespace outbox::test {
 

@@ -14,8 +14,8 @@
 
 #include <outbox/sqlite/store.hpp>
 #include <outbox/testing/manual_clock.hpp>
-#include "services.hpp"
-#include "soci_fixture.hpp"
+#include "../support/services.hpp"
+#include "../support/soci_fixture.hpp"
 
 namespace outbox::test {
 

@@ -19,7 +19,7 @@
 #include <outbox/kafka/kafka.hpp>
 #include <outbox/uuid.hpp>
 
-#include "services.hpp"
+#include "../support/services.hpp"
 
 namespace outbox::test {
 

@@ -14,7 +14,7 @@
 #include <outbox/amqp/amqp.hpp>
 #include <outbox/uuid.hpp>
 
-#include "services.hpp"
+#include "../support/services.hpp"
 
 namespace outbox::test {
 

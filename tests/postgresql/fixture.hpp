@@ -14,9 +14,9 @@
 
 #include <outbox/postgresql/store.hpp>
 #include <outbox/testing/manual_clock.hpp>
-#include "soci_fixture.hpp"
+#include "../support/soci_fixture.hpp"
 
-#include "services.hpp"
+#include "../support/services.hpp"
 
 namespace outbox::test {
 

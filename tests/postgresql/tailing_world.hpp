@@ -19,9 +19,9 @@
 
 #include "../conformance/end_to_end_world.hpp"
 #include "../support/combo.hpp"
-#include "../support/postgresql_tailing_fixture.hpp"
 #include "../support/server_store_helpers.hpp"
 #include "../support/services.hpp"
+#include "tailing_fixture.hpp"
 
 namespace e2e {
 

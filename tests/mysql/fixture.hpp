@@ -17,9 +17,9 @@
 #include <soci/soci.h>
 
 #include <outbox/mysql/store.hpp>
-#include "soci_fixture.hpp"
+#include "../support/soci_fixture.hpp"
 
-#include "services.hpp"
+#include "../support/services.hpp"
 
 namespace outbox::test {
 
