@@ -55,6 +55,7 @@ class tool_app {
     std::ofstream(file_, std::ios::binary) << toml;
     args.insert(args.begin(), {"outbox", "--config", file_.string()});
     std::vector<char*> argv;
+    argv.reserve(args.size());
     for (auto& a : args) argv.push_back(a.data());
     try {
       app_.parse(static_cast<int>(argv.size()), argv.data());
