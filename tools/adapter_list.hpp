@@ -4,6 +4,10 @@
 //
 // A tool adapter (adapters/<name>.hpp, struct outbox_tool::adapters::<name>) has
 //   static constexpr std::string_view schemes;  // its URL schemes, space-separated
+//   static constexpr std::string_view help;     // its URL forms, for `outbox --help`
+// and, optional, space-separated too, its schemes whose URL names a file (`scheme:path`) or a
+// list of hosts kept whole (`host:port,host:port`):
+//   static constexpr std::string_view file_schemes, host_list_schemes;
 //   template <class R, class F> static R with_maker(const store_url&, F&& f);
 // which builds its maker from the URL (a value: the connection and every setting the URL
 // carries) and returns f(maker); a bad parameter is a usage_error.
@@ -36,6 +40,42 @@ std::string schemes_of(adapter_list<Adapter...> /*list*/) {
   std::string out;
   ((out += " " + std::string(Adapter::schemes)), ...);
   return out;
+}
+
+/// The URL forms of a list, for --help: "sqlite:///path/to.db, postgresql://...".
+template <class... Adapter>
+std::string url_help(adapter_list<Adapter...> /*list*/) {
+  std::string out;
+  ((out += (out.empty() ? "" : ", ") + std::string(Adapter::help)), ...);
+  return out;
+}
+
+/// The schemes of a list as a URL without one is told them: "sqlite:, postgresql:, ...".
+template <class... Adapter>
+std::string scheme_hint(adapter_list<Adapter...> list) {
+  std::string out;
+  const std::string all = schemes_of(list);
+  for (std::string_view rest = all; !rest.empty();) {
+    const auto space = rest.find(' ');
+    const std::string_view scheme = rest.substr(0, space);
+    if (!scheme.empty()) out += (out.empty() ? "" : ", ") + std::string(scheme) + ":";
+    rest = space == std::string_view::npos ? std::string_view{} : rest.substr(space + 1);
+  }
+  return out;
+}
+
+/// How the adapters of the lists read a URL of `scheme` (url_form::host when none says).
+template <class... Adapter>
+url_form form_in(adapter_list<Adapter...> /*list*/, std::string_view scheme) {
+  url_form form = url_form::host;
+  const auto look = [&]<class A>() {
+    if constexpr (requires { A::file_schemes; })
+      if (has_scheme(A::file_schemes, scheme)) form = url_form::file;
+    if constexpr (requires { A::host_list_schemes; })
+      if (has_scheme(A::host_list_schemes, scheme)) form = url_form::host_list;
+  };
+  (look.template operator()<Adapter>(), ...);
+  return form;
 }
 
 /// f(maker) with the maker of the adapter in `List` whose schemes have `u.scheme`; none is a

@@ -173,10 +173,16 @@ inline int parse_port(const std::string& p, const std::string& kind) {
   }
 }
 
+/// How a scheme's URL is read (an adapter's `file_schemes` and `host_list_schemes`,
+/// adapter_list.hpp): `scheme://[user[:password]@]host[:port]...` (the default), a file
+/// (`scheme:path`), or a host list kept whole (`host:port,host:port`).
+enum class url_form { host, file, host_list };
+
 /// Parses `host[:port][/path][?k=v&...]` (what follows the user information) into `u`. An IPv6
-/// address is written in brackets: `[::1]:5432`. For kafka, the host is the bootstrap list,
-/// kept whole (`host:port,host:port`).
-inline void parse_host_path_query(store_url& u, std::string rest, std::string_view what) {
+/// address is written in brackets: `[::1]:5432`. For a host list, the host is the list, kept
+/// whole (`host:port,host:port`).
+inline void parse_host_path_query(store_url& u, std::string rest, std::string_view what,
+                                  url_form form) {
   const std::string kind(what);
   std::string query;
   if (const auto q = rest.find('?'); q != std::string::npos) {
@@ -188,7 +194,7 @@ inline void parse_host_path_query(store_url& u, std::string rest, std::string_vi
     hostport = rest.substr(0, slash);
     u.path = percent_decode(rest.substr(slash + 1), what);
   }
-  if (u.scheme == "kafka") {
+  if (form == url_form::host_list) {
     u.host = percent_decode(hostport, what);
   } else if (!hostport.empty() && hostport.front() == '[') {
     const auto close = hostport.find(']');
@@ -225,10 +231,11 @@ inline void parse_host_path_query(store_url& u, std::string rest, std::string_vi
 }
 
 /// Parses `scheme://[user[:password]@]host[:port][/path][?k=v&...]`, or, for a scheme that names
-/// a file (`sqlite`, `zmq+ipc`), `scheme://path` / `scheme:path`. `what`: "store" or "transport",
-/// and `schemes` the ones to suggest, for the messages.
-inline store_url parse_url(const std::string& url, std::string_view what,
-                           std::string_view schemes) {
+/// a file (`url_form::file`), `scheme://path` / `scheme:path`. `what`: "store" or "transport",
+/// `schemes` the ones to suggest, for the messages, and `form_of` how a scheme is read
+/// (adapter_urls.hpp's url_form_of: from the adapters' files).
+inline store_url parse_url(const std::string& url, std::string_view what, std::string_view schemes,
+                           url_form (*form_of)(std::string_view scheme)) {
   const std::string kind(what);
   store_url u;
   const auto colon = url.find(':');
@@ -237,7 +244,8 @@ inline store_url parse_url(const std::string& url, std::string_view what,
   u.scheme = url.substr(0, colon);
   if (u.scheme == "postgres") u.scheme = "postgresql";
   std::string rest = url.substr(colon + 1);
-  if (u.scheme == "sqlite" || u.scheme == "zmq+ipc") {
+  const url_form form = form_of(u.scheme);
+  if (form == url_form::file) {
     // sqlite:///abs/path, sqlite://relative/path, sqlite:relative/path
     if (rest.rfind("//", 0) == 0) rest.erase(0, 2);
     u.path = percent_decode(rest, what);
@@ -276,7 +284,7 @@ inline store_url parse_url(const std::string& url, std::string_view what,
     shown_userinfo = userinfo.substr(0, c) + (c != std::string::npos ? ":***" : "") + "@";
   }
   try {
-    parse_host_path_query(u, rest, what);
+    parse_host_path_query(u, rest, what, form);
   } catch (const usage_error& e) {
     throw usage_error(redact(e.what(), u.secrets));
   }
@@ -286,15 +294,11 @@ inline store_url parse_url(const std::string& url, std::string_view what,
     shown_query += (shown_query.empty() ? "?" : "&") + k + "=" + (is_secret_key(k) ? "***" : v);
     if (is_secret_key(k)) u.secrets.push_back(v);
   }
-  const bool ipv6 = u.host.find(':') != std::string::npos && u.scheme != "kafka";
+  const bool ipv6 = u.host.find(':') != std::string::npos && form != url_form::host_list;
   u.redacted = u.scheme + "://" + shown_userinfo + (ipv6 ? "[" + u.host + "]" : u.host) +
                (u.port ? ":" + std::to_string(*u.port) : "") +
                (u.path.empty() ? "" : "/" + u.path) + shown_query;
   return u;
-}
-
-inline store_url parse_store_url(const std::string& url) {
-  return parse_url(url, "store", "sqlite:, postgresql:, mysql:");
 }
 
 /// `key='value'` for libpq and SOCI's MySQL backend (a quote or backslash escaped).

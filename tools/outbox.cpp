@@ -1,10 +1,6 @@
 // outbox: the operator's command-line tool. One binary for every store this build has, picked at
-// run time from a URL (--store, or OUTBOX_STORE):
-//   sqlite:///var/lib/app/orders.db   sqlite:relative/path.db
-//   postgresql://user:password@host:5432/db?options=-csearch_path%3Dapp   (postgres:// too)
-//   mysql://user:password@host:3306/db
-//   postgresql+tail://user:password@host:5432/db?slot=NAME&publication=NAME   (the log-tailing
-//       relay's store: its slot and publication; `migrate` creates them)
+// run time from a URL (--store, or OUTBOX_STORE), of the forms each adapter's file under
+// adapters/ says (`outbox --help` lists them).
 // Subcommands: migrate, stats, dead-letters (list, show), requeue, purge, slot (status, drop).
 // `outbox --help` and `outbox <subcommand> --help` say more. Exit codes: 0 ok, 1 error (the class,
 // the adapter and its native code are printed; never a password), 2 usage, 3 a check that found
@@ -19,24 +15,22 @@
 
 #include <outbox/outbox.hpp>
 
+#include "adapter_urls.hpp"
 #include "commands/commands.hpp"
 #include "common.hpp"
 #include "config_file.hpp"
 #include "relay_command.hpp"
 #include "store_ops.hpp"
-#include "transport_maker.hpp"
 
 using namespace outbox_tool;
 
 int main(int argc, char** argv) {
   CLI::App app{
       "outbox: operate a transactional outbox: apply the schema, see the backlog and the dead "
-      "letters, requeue, purge, run relays.\nThe store is a URL: sqlite:///path/to.db, "
-      "postgresql://user:password@host:5432/db, mysql://user:password@host:3306/db, "
-      "postgresql+tail://user:password@host:5432/db?slot=NAME&publication=NAME (the log-tailing "
-      "relay: its slot and publication, made by migrate) (--store, or "
-      "the environment variable OUTBOX_STORE).\nExit codes: 0 ok, 1 error, 2 usage, 3 slot status "
-      "--max-kept found the slot at risk.",
+      "letters, requeue, purge, run relays.\nThe store is a URL: " +
+          store_url_help() +
+          " (--store, or the environment variable OUTBOX_STORE).\nExit codes: 0 ok, 1 error, 2 "
+          "usage, 3 slot status --max-kept found the slot at risk.",
       "outbox"};
   app.set_version_flag("--version", std::string(OUTBOX_TOOL_VERSION));
   app.require_subcommand(1);
@@ -120,10 +114,7 @@ int main(int argc, char** argv) {
       "run relays: publish the outbox through a transport until SIGTERM or SIGINT, with "
       "Prometheus metrics on /metrics and a health check on /healthz");
   relay->add_option("--store", ro.store, "the store URL")->envname("OUTBOX_STORE")->required();
-  relay
-      ->add_option("--transport", ro.transport,
-                   "the transport URL: amqp://user:password@host:5672/vhost?exchange=outbox, "
-                   "zmq+tcp://127.0.0.1:5557, zmq+ipc:///path, kafka://host:9092?topic_pattern=...")
+  relay->add_option("--transport", ro.transport, "the transport URL: " + transport_url_help())
       ->envname("OUTBOX_TRANSPORT")
       ->required();
   relay->add_option("--threads", ro.threads, "relays, each with its own connections (default 1)");
@@ -197,7 +188,7 @@ int main(int argc, char** argv) {
         arg.remove_prefix(eq + 1);
       if (arg.find("://") == std::string_view::npos) continue;
       try {
-        const auto u = parse_url(std::string(arg), "store", "");
+        const auto u = parse_any_url(std::string(arg));
         hidden.insert(hidden.end(), u.secrets.begin(), u.secrets.end());
       } catch (const usage_error&) {  // NOLINT(bugprone-empty-catch): not a URL we can read
       }

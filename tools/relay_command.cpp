@@ -6,6 +6,7 @@
 
 #include <utility>
 
+#include "adapter_urls.hpp"
 #include "common.hpp"
 #include "relay/checks.hpp"
 #include "relay/service.hpp"

@@ -11,10 +11,6 @@
 
 namespace outbox_tool {
 
-inline store_url parse_transport_url(const std::string& url) {
-  return parse_url(url, "transport", "amqp:, amqps:, zmq+tcp:, zmq+ipc:, kafka:");
-}
-
 /// A URL parameter read as a flag: true/false, 1/0, yes/no.
 inline bool flag_value(const std::string& key, const std::string& value) {
   if (value == "true" || value == "1" || value == "yes") return true;

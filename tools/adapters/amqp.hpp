@@ -13,6 +13,8 @@ namespace outbox_tool::adapters {
 
 struct amqp {
   static constexpr std::string_view schemes = "amqp amqps";
+  /// Its URL forms, for `outbox --help`.
+  static constexpr std::string_view help = "amqp://user:password@host:5672/vhost?exchange=outbox";
 
   template <class R, class F>
   static R with_maker(const store_url& u, F& f) {

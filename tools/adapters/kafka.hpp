@@ -14,6 +14,9 @@ namespace outbox_tool::adapters {
 
 struct kafka {
   static constexpr std::string_view schemes = "kafka";
+  static constexpr std::string_view host_list_schemes = "kafka";
+  /// Its URL forms, for `outbox --help`.
+  static constexpr std::string_view help = "kafka://host:9092?topic_pattern=...";
 
   template <class R, class F>
   static R with_maker(const store_url& u, F& f) {

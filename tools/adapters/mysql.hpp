@@ -12,6 +12,8 @@ namespace outbox_tool::adapters {
 
 struct mysql {
   static constexpr std::string_view schemes = "mysql";
+  /// Its URL forms, for `outbox --help`.
+  static constexpr std::string_view help = "mysql://user:password@host:3306/db";
 
   template <class R, class F>
   static R with_maker(const store_url& u, F& f) {

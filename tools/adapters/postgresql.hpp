@@ -69,6 +69,11 @@ struct tail_maker {
 
 struct postgresql {
   static constexpr std::string_view schemes = "postgresql postgresql+tail";
+  /// Its URL forms, for `outbox --help`.
+  static constexpr std::string_view help =
+      "postgresql://user:password@host:5432/db, "
+      "postgresql+tail://user:password@host:5432/db?slot=NAME&publication=NAME (the log-tailing "
+      "relay: its slot and publication, made by migrate)";
 
   template <class R, class F>
   static R with_maker(const store_url& u, F& f) {

@@ -12,6 +12,9 @@ namespace outbox_tool::adapters {
 
 struct sqlite {
   static constexpr std::string_view schemes = "sqlite";
+  static constexpr std::string_view file_schemes = "sqlite";
+  /// Its URL forms, for `outbox --help`.
+  static constexpr std::string_view help = "sqlite:///path/to.db";
 
   template <class R, class F>
   static R with_maker(const store_url& u, F& f) {

@@ -13,6 +13,9 @@ namespace outbox_tool::adapters {
 
 struct zeromq {
   static constexpr std::string_view schemes = "zmq+tcp zmq+ipc";
+  static constexpr std::string_view file_schemes = "zmq+ipc";
+  /// Its URL forms, for `outbox --help`.
+  static constexpr std::string_view help = "zmq+tcp://127.0.0.1:5557, zmq+ipc:///path";
 
   template <class R, class F>
   static R with_maker(const store_url& u, F& f) {

@@ -7,25 +7,50 @@
 #include <cstdlib>
 #include <iostream>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "basics.hpp"
 
 namespace fault_harness {
 
+/// A server of a kind (concepts.hpp: `server_flag`, `server_env`, `server_form`): its address
+/// from `--<flag>`, else from the environment variable `env`, which the orchestrator also sets
+/// for its parts (not their command lines, where a password would show in ps).
+struct server_address {
+  std::string flag;  ///< `--<flag>`
+  std::string env;   ///< OUTBOX_TEST_*
+  std::string form;  ///< what the usage text calls the address (URL, CONNSTR)
+  std::string address;
+};
+
+// What the flags ask of this build's kinds, answered by main.cpp from fault_harness_kinds.hpp.
+
+/// The servers of this build's kinds, once each, in the order of the kinds.
+std::vector<server_address> kind_servers();
+/// Whether the store kind named `store` has claim policies (`--policy`), database kills
+/// (`--db-kills`), or a server; store_names_with lists the kinds that have one, for a message.
+struct store_traits {
+  bool claim_policies = false;
+  bool db_kills = false;
+  bool on_server = false;
+};
+store_traits store_traits_of(const std::string& store);
+std::string store_names_with(bool store_traits::*trait);
+/// Whether the transport kind `transport` of this build is on a server; the kinds' names.
+bool transport_on_server(const std::string& transport);
+std::string kind_names(bool stores);
+
 struct args {
   std::string role = "orchestrator";
   std::string store = "sqlite";
   std::string transport = "zeromq";
-  std::string policy;      ///< PostgreSQL: locking (default) or leasing.
-  std::string run;         ///< The run's name: its schema, exchange and queue (orchestrator: set).
-  std::string postgresql;  ///< libpq connect string; default OUTBOX_TEST_POSTGRESQL.
-  std::string mysql;       ///< SOCI mysql connect string; default OUTBOX_TEST_MYSQL.
-  std::string amqp;        ///< amqp:// URL; default OUTBOX_TEST_AMQP.
-  /// Kafka bootstrap servers; default OUTBOX_TEST_KAFKA; empty: the orchestrator starts a mock
-  /// cluster of the run's own.
-  std::string kafka;
+  std::string policy;  ///< PostgreSQL: locking (default) or leasing.
+  std::string run;     ///< The run's name: its schema, exchange and queue (orchestrator: set).
+  /// Every kind's server address (kind_servers): `--<flag>`, else its OUTBOX_TEST_*.
+  std::vector<server_address> servers = kind_servers();
   long events = 2000;
   std::uint64_t seed = 0;
   bool seed_given = false;
@@ -64,13 +89,28 @@ struct args {
   /// The harness's own test: the run's Kafka mock cluster finds its brokers' ports taken when
   /// they go down (kafka_cluster_process), and the run must fail at once, saying so.
   bool take_kafka_port = false;
+
+  /// The address of the server `flag` (a kind's `server_flag`); empty when none was given.
+  [[nodiscard]] const std::string& address(std::string_view flag) const {
+    static const std::string none;
+    for (const server_address& s : servers)
+      if (s.flag == flag) return s.address;
+    return none;
+  }
+  std::string& address(std::string_view flag) {
+    for (server_address& s : servers)
+      if (s.flag == flag) return s.address;
+    throw std::logic_error("no kind of this build has the server --" + std::string(flag));
+  }
 };
 
 [[noreturn]] inline void usage(const std::string& why) {
+  std::cerr << "fault_harness: " << why << "\nusage: fault_harness [--store " << kind_names(true)
+            << "] [--transport " << kind_names(false) << "] [--policy locking|leasing]";
+  for (const server_address& server : kind_servers())
+    std::cerr << " [--" << server.flag << " " << server.form << "]";
   std::cerr
-      << "fault_harness: " << why
-      << "\nusage: fault_harness [--store sqlite|postgresql|mysql] [--transport zeromq|amqp|kafka] "
-         "[--policy locking|leasing] [--postgresql CONNSTR] [--mysql CONNSTR] [--amqp URL]\n"
+      << "\n"
          "       [--events N] [--seed S] [--relay-kills K] "
          "[--consumer-kills K] [--db-kills K] [--aggregates A] [--rate R] [--dir DIR] [--keep] "
          "[--plant mark-before-confirm|skip-inbox|blind-retry|forget-window|writer-drop|"
@@ -87,6 +127,14 @@ struct args {
          "       [--take-kafka-port]   (the harness's own test: see kafka_cluster_process)\n"
          "       fault_harness --role writer|relay|consumer|check|kafka-cluster --dir DIR [...]\n";
   std::exit(exit_usage);
+}
+
+/// The server whose flag `arg` is (`--<flag>`), or nullptr.
+inline server_address* server_flag(args& a, std::string_view arg) {
+  if (!arg.starts_with("--")) return nullptr;
+  for (server_address& s : a.servers)
+    if (arg.substr(2) == s.flag) return &s;
+  return nullptr;
 }
 
 inline args parse(int argc, char** argv) {
@@ -114,14 +162,8 @@ inline args parse(int argc, char** argv) {
       a.policy = text(i);
     else if (arg == "--run")
       a.run = text(i);
-    else if (arg == "--postgresql")
-      a.postgresql = text(i);
-    else if (arg == "--mysql")
-      a.mysql = text(i);
-    else if (arg == "--amqp")
-      a.amqp = text(i);
-    else if (arg == "--kafka")
-      a.kafka = text(i);
+    else if (server_address* server = server_flag(a, arg))
+      server->address = text(i);
     else if (arg == "--events")
       a.events = static_cast<long>(number(i));
     else if (arg == "--seed") {
@@ -208,21 +250,17 @@ inline args parse(int argc, char** argv) {
   if (!a.seed_given) a.seed = std::random_device{}();
   if (!a.policy.empty() && a.policy != "locking" && a.policy != "leasing")
     usage("unknown claim policy " + a.policy);
-  const bool server_store =
-      a.store == "postgresql" || a.store == "postgresql-tail" || a.store == "mysql";
-  if (!a.policy.empty() && !server_store) usage("--policy is for --store postgresql|mysql");
-  if (a.policy.empty() && server_store) a.policy = "locking";
-  if (a.db_kills > 0 && !server_store) usage("--db-kills is for --store postgresql|mysql");
-  if (a.postgresql.empty())
-    if (const char* v = std::getenv("OUTBOX_TEST_POSTGRESQL")) a.postgresql = v;
-  if (a.mysql.empty())
-    if (const char* v = std::getenv("OUTBOX_TEST_MYSQL")) a.mysql = v;
-  if (a.amqp.empty())
-    if (const char* v = std::getenv("OUTBOX_TEST_AMQP")) a.amqp = v;
-  if (a.kafka.empty())
-    if (const char* v = std::getenv("OUTBOX_TEST_KAFKA")) a.kafka = v;
+  const store_traits store = store_traits_of(a.store);
+  if (!a.policy.empty() && !store.claim_policies)
+    usage("--policy is for --store " + store_names_with(&store_traits::claim_policies));
+  if (a.policy.empty() && store.claim_policies) a.policy = "locking";
+  if (a.db_kills > 0 && !store.db_kills)
+    usage("--db-kills is for --store " + store_names_with(&store_traits::db_kills));
+  for (server_address& server : a.servers)
+    if (server.address.empty())
+      if (const char* v = std::getenv(server.env.c_str())) server.address = v;
   if (a.role != "orchestrator" && a.run.empty() &&
-      (server_store || a.transport == "amqp" || a.transport == "kafka"))
+      (store.on_server || transport_on_server(a.transport)))
     usage("--role " + a.role + " needs --run for a store or transport on a server");
   return a;
 }

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "args.hpp"
 #include "basics.hpp"
@@ -20,6 +21,22 @@
 #include "writer.hpp"
 
 namespace fault_harness {
+
+// What args.hpp asks of this build's kinds (fault_harness_kinds.hpp).
+std::vector<server_address> kind_servers() { return servers_of(store_kinds{}, transport_kinds{}); }
+store_traits store_traits_of(const std::string& store) {
+  return traits_named(store_kinds{}, store);
+}
+std::string store_names_with(bool store_traits::*trait) {
+  return names_of(store_kinds{}, [trait]<class S>() { return traits_of<S>().*trait; });
+}
+bool transport_on_server(const std::string& transport) {
+  return on_server_named(transport_kinds{}, transport);
+}
+std::string kind_names(bool stores) {
+  const auto all = []<class K>() { return true; };
+  return stores ? names_of(store_kinds{}, all) : names_of(transport_kinds{}, all);
+}
 
 template <store_kind S, transport_kind T>
 int run_pair(const args& a) {

@@ -114,9 +114,8 @@ class orchestrator {
       }
     // The parts read the addresses from the environment (not from their command lines, where a
     // password would show in ps).
-    if (!a.postgresql.empty()) ::setenv("OUTBOX_TEST_POSTGRESQL", a.postgresql.c_str(), 1);
-    if (!a.amqp.empty()) ::setenv("OUTBOX_TEST_AMQP", a.amqp.c_str(), 1);
-    if (!a.kafka.empty()) ::setenv("OUTBOX_TEST_KAFKA", a.kafka.c_str(), 1);
+    for (const server_address& server : a.servers)
+      if (!server.address.empty()) ::setenv(server.env.c_str(), server.address.c_str(), 1);
     pair_name_ =
         std::string(S::name) + (a.policy.empty() ? "" : " (" + a.policy + ")") + " x " + T::name;
     announce(a, pair_name_, S::where(a));

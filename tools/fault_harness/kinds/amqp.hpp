@@ -13,6 +13,10 @@ namespace fault_harness {
 
 struct amqp_kind {
   static constexpr const char* name = "amqp";
+  /// Its broker: --amqp URL (amqp://), default OUTBOX_TEST_AMQP.
+  static constexpr const char* server_flag = "amqp";
+  static constexpr const char* server_env = "OUTBOX_TEST_AMQP";
+  static constexpr const char* server_form = "URL";
   /// The confirm is the broker's: published is not applied, the drain waits for the consumer.
   static constexpr bool confirm_is_applied = false;
   /// What --broker-outages can do (rabbitmqctl, or the commands given).
@@ -20,7 +24,7 @@ struct amqp_kind {
   /// The scripts/services.sh node whose rabbitmqctl the default outage commands use.
   static constexpr bool services_rabbitmq = true;
   static const char* missing(const args& a) {
-    return a.amqp.empty() ? "AMQP (--amqp or OUTBOX_TEST_AMQP)" : nullptr;
+    return a.address(server_flag).empty() ? "AMQP (--amqp or OUTBOX_TEST_AMQP)" : nullptr;
   }
   /// One consumer on the queue, whatever the relays: with several, a later event of an
   /// aggregate may be applied first (adapters/amqp/README.md).
@@ -31,17 +35,20 @@ struct amqp_kind {
   static std::string exchange(const args& a) { return "outbox-faults-" + a.run; }
   static std::string queue(const args& a) { return "outbox-faults-q-" + a.run; }
   static outbox::amqp::publisher publisher(const args& a) {
-    return outbox::amqp::publisher({.connection = {.url = a.amqp}, .exchange = exchange(a)});
+    return outbox::amqp::publisher(
+        {.connection = {.url = a.address(server_flag)}, .exchange = exchange(a)});
   }
   /// Declares the run's queue (durable) and binds it; prefetch 1 with one consumer: strict
   /// per-aggregate order (adapters/amqp/README.md).
   static outbox::amqp::receiver receiver(const args& a) {
-    return outbox::amqp::receiver(
-        {.connection = {.url = a.amqp}, .queue = queue(a), .exchange = exchange(a), .prefetch = 1});
+    return outbox::amqp::receiver({.connection = {.url = a.address(server_flag)},
+                                   .queue = queue(a),
+                                   .exchange = exchange(a),
+                                   .prefetch = 1});
   }
   /// Deletes the run's queue and exchange (best effort: the caller reports a failure).
   static void drop(const args& a) {
-    outbox::amqp::connection conn(outbox::amqp::connection_options{.url = a.amqp});
+    outbox::amqp::connection conn(outbox::amqp::connection_options{.url = a.address(server_flag)});
     conn.ensure();
     amqp_queue_delete(conn.state(), outbox::amqp::connection::channel,
                       outbox::amqp::bytes(queue(a)), 0, 0);

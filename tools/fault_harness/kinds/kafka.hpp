@@ -20,6 +20,11 @@ namespace fault_harness {
 
 struct kafka_kind {
   static constexpr const char* name = "kafka";
+  /// Its cluster: --kafka BOOTSTRAP (host:port,...), default OUTBOX_TEST_KAFKA; none: a mock
+  /// cluster of the run's own (own_cluster).
+  static constexpr const char* server_flag = "kafka";
+  static constexpr const char* server_env = "OUTBOX_TEST_KAFKA";
+  static constexpr const char* server_form = "BOOTSTRAP";
   /// The confirm is the broker's delivery report: published is not applied.
   static constexpr bool confirm_is_applied = false;
   /// What --broker-outages can do: the brokers that lead the topic's partitions down, then up
@@ -40,11 +45,11 @@ struct kafka_kind {
   static const char* missing(const args&) { return nullptr; }
   /// Without --kafka: that cluster (kafka_cluster_process), started by the orchestrator once the
   /// run's directory exists; its outages are taken by a word to it, no command.
-  static bool own_cluster(const args& a) { return a.kafka.empty(); }
+  static bool own_cluster(const args& a) { return a.address(server_flag).empty(); }
   /// Starts it and points the run at it.
   static std::unique_ptr<kafka_cluster_process> start_own_cluster(args& a) {
     auto cluster = std::make_unique<kafka_cluster_process>(a);
-    a.kafka = cluster->bootstrap_servers();
+    a.address(server_flag) = cluster->bootstrap_servers();
     return cluster;
   }
   /// --role kafka-cluster: the cluster's own process.
@@ -57,7 +62,7 @@ struct kafka_kind {
   static outbox::kafka::publisher publisher(const args& a) {
     const std::string t = topic(a);
     return outbox::kafka::publisher(
-        {.bootstrap_servers = a.kafka,
+        {.bootstrap_servers = a.address(server_flag),
          .config = {{"message.max.bytes", std::to_string(max_record_bytes)},
                     {"linger.ms", "1"},
                     {"reconnect.backoff.max.ms", std::to_string(reconnect_max.count())},
@@ -84,7 +89,7 @@ struct kafka_kind {
   /// A short session, so that a killed member's partitions move within seconds.
   static outbox::kafka::receiver receiver(const args& a) {
     return outbox::kafka::receiver(
-        {.bootstrap_servers = a.kafka,
+        {.bootstrap_servers = a.address(server_flag),
          .group_id = topic(a),
          .topics = {topic(a)},
          .config = {{"session.timeout.ms", std::to_string(session.count())},
@@ -109,8 +114,9 @@ struct kafka_kind {
   static long long uncommitted(const args& a) {
     namespace k = outbox::kafka::detail;
     const std::string t = topic(a);
-    auto rk = k::make_handle(RD_KAFKA_CONSUMER,
-                             k::make_conf({{"bootstrap.servers", a.kafka}, {"group.id", t}}));
+    auto rk = k::make_handle(
+        RD_KAFKA_CONSUMER,
+        k::make_conf({{"bootstrap.servers", a.address(server_flag)}, {"group.id", t}}));
     rd_kafka_topic_t* handle = rd_kafka_topic_new(rk.get(), t.c_str(), nullptr);
     const rd_kafka_metadata_t* md = nullptr;
     const auto err = rd_kafka_metadata(rk.get(), 0, handle, &md, 5000);

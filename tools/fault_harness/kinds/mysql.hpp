@@ -34,11 +34,17 @@ namespace fault_harness {
 struct mysql_kind {
   using store_type = outbox::mysql::store;
   static constexpr const char* name = "mysql";
+  /// Its server: --mysql CONNSTR (SOCI MySQL's connect string), default OUTBOX_TEST_MYSQL.
+  static constexpr const char* server_flag = "mysql";
+  static constexpr const char* server_env = "OUTBOX_TEST_MYSQL";
+  static constexpr const char* server_form = "CONNSTR";
+  static constexpr bool claim_policies = true;  ///< --policy locking|leasing
+  static constexpr bool db_kills = true;        ///< --db-kills: terminate()
   static constexpr const char* id_type = "CHAR(36)";
   static constexpr const char* seq_type = "BIGINT";
   static constexpr const char* order_key = "BIGINT AUTO_INCREMENT PRIMARY KEY";
   static const char* missing(const args& a) {
-    return a.mysql.empty() ? "MySQL (--mysql or OUTBOX_TEST_MYSQL)" : nullptr;
+    return a.address(server_flag).empty() ? "MySQL (--mysql or OUTBOX_TEST_MYSQL)" : nullptr;
   }
   static std::string database_name(const args& a) { return "outbox_faults_" + a.run; }
   static std::string pid_file(const std::string& role, const args& a) {
@@ -54,7 +60,7 @@ struct mysql_kind {
   /// The connect string on the run's database (SOCI takes a keyword's first value: the base's
   /// db= and charset= are left out).
   static std::string connect(const args& a) {
-    std::istringstream in(a.mysql);
+    std::istringstream in(a.address(server_flag));
     std::string out;
     for (std::string w; in >> w;)
       if (w.rfind("db=", 0) != 0 && w.rfind("dbname=", 0) != 0 && w.rfind("charset=", 0) != 0)
@@ -98,7 +104,7 @@ struct mysql_kind {
     long pid = 0;
     std::ifstream(pid_file(role, a)) >> pid;
     if (pid <= 0) return 0;
-    const std::string port = field(a.mysql, "port");
+    const std::string port = field(a.address(server_flag), "port");
     const int server = port.empty() ? 3306 : std::stoi(port);
     auto ports = client_ports(pid, server);
     // A part inherits the orchestrator's sockets across fork and exec (the client library does
@@ -128,12 +134,12 @@ struct mysql_kind {
   }
   static void migrate(soci::session& sql) { outbox::mysql::store::migrate(sql); }
   static void create(const args& a) {
-    soci::session admin("mysql", a.mysql);
+    soci::session admin("mysql", a.address(server_flag));
     admin << "DROP DATABASE IF EXISTS " + database_name(a);
     admin << "CREATE DATABASE " + database_name(a) + " CHARACTER SET utf8mb4 COLLATE utf8mb4_bin";
   }
   static void drop(const args& a) {
-    soci::session admin("mysql", a.mysql);
+    soci::session admin("mysql", a.address(server_flag));
     admin << "DROP DATABASE IF EXISTS " + database_name(a);
   }
   static std::string where(const args& a) { return "database " + database_name(a); }

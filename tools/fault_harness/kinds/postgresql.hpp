@@ -23,11 +23,18 @@ namespace fault_harness {
 struct postgresql_kind {
   using store_type = outbox::postgresql::store;
   static constexpr const char* name = "postgresql";
+  /// Its server: --postgresql CONNSTR (libpq's connect string), default OUTBOX_TEST_POSTGRESQL.
+  static constexpr const char* server_flag = "postgresql";
+  static constexpr const char* server_env = "OUTBOX_TEST_POSTGRESQL";
+  static constexpr const char* server_form = "CONNSTR";
+  static constexpr bool claim_policies = true;  ///< --policy locking|leasing
+  static constexpr bool db_kills = true;        ///< --db-kills: terminate()
   static constexpr const char* id_type = "uuid";
   static constexpr const char* seq_type = "bigint";
   static constexpr const char* order_key = "bigserial PRIMARY KEY";
   static const char* missing(const args& a) {
-    return a.postgresql.empty() ? "PostgreSQL (--postgresql or OUTBOX_TEST_POSTGRESQL)" : nullptr;
+    return a.address(server_flag).empty() ? "PostgreSQL (--postgresql or OUTBOX_TEST_POSTGRESQL)"
+                                          : nullptr;
   }
   static std::string schema(const args& a) { return "outbox_faults_" + a.run; }
   /// The server --db-restarts restarts: its name for scripts/services.sh restart.
@@ -38,7 +45,7 @@ struct postgresql_kind {
   }
   static std::unique_ptr<soci::session> open(const args& a) {
     return std::make_unique<soci::session>(
-        "postgresql", a.postgresql + " application_name=" + application(a.role, a) +
+        "postgresql", a.address(server_flag) + " application_name=" + application(a.role, a) +
                           " options='-c search_path=" + schema(a) +
                           " -c client_min_messages=warning'");
   }
@@ -61,13 +68,13 @@ struct postgresql_kind {
   }
   static void migrate(soci::session& sql) { outbox::postgresql::store::migrate(sql); }
   static void create(const args& a) {
-    soci::session admin("postgresql", a.postgresql);
+    soci::session admin("postgresql", a.address(server_flag));
     admin << "SET client_min_messages = warning";
     admin << "DROP SCHEMA IF EXISTS " + schema(a) + " CASCADE";
     admin << "CREATE SCHEMA " + schema(a);
   }
   static void drop(const args& a) {
-    soci::session admin("postgresql", a.postgresql);
+    soci::session admin("postgresql", a.address(server_flag));
     admin << "SET client_min_messages = warning";
     admin << "DROP SCHEMA IF EXISTS " + schema(a) + " CASCADE";
   }

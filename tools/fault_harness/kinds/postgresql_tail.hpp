@@ -44,13 +44,13 @@ struct postgresql_tail_kind : postgresql_kind {
   static std::unique_ptr<outbox::postgresql::tailing_store> relay_store(soci::session& sql,
                                                                         const args& a) {
     return std::make_unique<outbox::postgresql::tailing_store>(
-        a.postgresql + " application_name=" + application(a.role, a) +
+        a.address(server_flag) + " application_name=" + application(a.role, a) +
             " options='-c search_path=" + schema(a) + " -c client_min_messages=warning'",
         sql, tail_options(a));
   }
   static void drop(const args& a) {
     try {
-      soci::session admin("postgresql", a.postgresql);
+      soci::session admin("postgresql", a.address(server_flag));
       const auto o = tail_options(a);
       for (int i = 0; i < 50; ++i) {
         admin << "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE "
