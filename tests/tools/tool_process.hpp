@@ -21,7 +21,7 @@
 #include <boost/test/unit_test.hpp>
 
 #ifndef OUTBOX_TOOL_TEST_STORE_HEADER
-#error "compile with -DOUTBOX_TOOL_TEST_STORE_HEADER=\"stores/<store>.hpp\""
+#error "compile with -DOUTBOX_TOOL_TEST_STORE_HEADER=\"../<store>/tool_store.hpp\""
 #endif
 
 namespace {
@@ -110,9 +110,9 @@ inline run_result tool(const std::vector<std::string>& args, const std::string& 
 
 }  // namespace
 
-// The store's file (tests/tools/stores/<store>.hpp, named by the build): `fixture`, `url_of(fx,
-// password = {})` (the store URL of the fixture's database, with `password` instead of the real
-// one if given) and OUTBOX_TOOL_TEST_MAIN().
+// The store's file (tests/tools/../<store>/tool_store.hpp, named by the build): `fixture`,
+// `url_of(fx, password = {})` (the store URL of the fixture's database, with `password` instead of
+// the real one if given) and OUTBOX_TOOL_TEST_MAIN().
 #include OUTBOX_TOOL_TEST_STORE_HEADER
 
 namespace {

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "../../sqlite/fixture.hpp"
+#include "fixture.hpp"
 
 using fixture = outbox::test::sqlite_fixture;
 

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "../../postgresql/fixture.hpp"
+#include "fixture.hpp"
 
 using fixture = outbox::test::postgresql_locking_fixture;
 

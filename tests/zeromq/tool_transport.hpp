@@ -11,7 +11,7 @@
 
 #include <outbox/zeromq/zeromq.hpp>
 
-#include "../../support/services.hpp"
+#include "../support/services.hpp"
 
 namespace outbox_tool_test::transports {
 

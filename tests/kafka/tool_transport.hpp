@@ -8,7 +8,7 @@
 
 #include <outbox/kafka/kafka.hpp>
 
-#include "../../kafka/fixture.hpp"
+#include "fixture.hpp"
 
 namespace outbox_tool_test::transports {
 

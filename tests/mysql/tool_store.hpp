@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "../../mysql/fixture.hpp"
+#include "fixture.hpp"
 
 using fixture = outbox::test::mysql_locking_fixture;
 

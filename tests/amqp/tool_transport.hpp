@@ -7,7 +7,7 @@
 
 #include <outbox/amqp/amqp.hpp>
 
-#include "../../amqp/fixture.hpp"
+#include "fixture.hpp"
 
 namespace outbox_tool_test::transports {
 
