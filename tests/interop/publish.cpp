@@ -1,0 +1,179 @@
+// The C++ side of the interop test (tests/interop/interop_test.sh): events with a W3C trace
+// context written through the outbox writer (in-memory store), relayed to RabbitMQ and to Kafka,
+// left there for another implementation (consume.mjs, OpenTelemetry JS) to read. It prints
+//   amqp-exchange NAME / amqp-queue NAME / kafka-bootstrap HOST:PORT / kafka-topic NAME
+//   expect TRANSPORT EVENT_ID TRACE_ID SPAN_ID FLAGS TRACESTATE   (one per event; - for none)
+//   ready
+// then serves until SIGINT or SIGTERM: it holds the Kafka mock cluster (librdkafka's, in this
+// process, when no bootstrap servers are given) and, on the signal, deletes its queue and
+// exchange from the broker.
+//
+//   interop_publish AMQP_URL [KAFKA_BOOTSTRAP_SERVERS]
+
+#include <signal.h>
+
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <outbox/amqp/amqp.hpp>
+#include <outbox/kafka/kafka.hpp>
+#include <outbox/outbox.hpp>
+#include <outbox/testing/memory_store.hpp>
+
+namespace {
+
+using namespace outbox::testing;
+using namespace std::chrono_literals;
+
+volatile std::sig_atomic_t stopping = 0;
+void on_signal(int) { stopping = 1; }
+
+std::string random_hex(std::mt19937_64& rng, std::size_t digits) {
+  std::string out;
+  while (out.size() < digits) {
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(rng()));
+    out += buf;
+  }
+  out.resize(digits);
+  return out;
+}
+
+/// One event and the context it carries (all empty: none).
+struct traced {
+  std::string trace_id, span_id, flags, tracestate;
+};
+
+/// The events each transport gets: a context with a tracestate, one without (not sampled), and
+/// an event with no context at all (the reader must extract none).
+std::vector<traced> contexts(std::mt19937_64& rng) {
+  return {
+      {random_hex(rng, 32), random_hex(rng, 16), "01", "outbox=t61rcWkgMzE,congo=ucfJifl5GOE"},
+      {random_hex(rng, 32), random_hex(rng, 16), "00", ""},
+      {},
+  };
+}
+
+/// Writes `events` through the writer into a fresh in-memory store and relays them with
+/// `transport`; prints an `expect` line per event.
+template <class Transport>
+void write_and_relay(const std::string& name, const std::vector<traced>& events,
+                     Transport& transport) {
+  memory_database db;
+  memory_session app(db), relay_sql(db);
+  memory_store app_store(app), relay_store(relay_sql);
+  outbox::writer writer(app_store);
+  std::vector<outbox::uuid> ids;
+  {
+    memory_session::transaction tx(app);
+    int n = 0;
+    for (const auto& t : events) {
+      outbox::event e{.aggregate_type = "interop",
+                      .aggregate_id = "a-" + std::to_string(n++),
+                      .event_type = "traced",
+                      .payload = R"({"interop":true})"};
+      // The context as the headers the core's trace context is stored as (issue 34): the same
+      // bytes on the wire.
+      if (!t.trace_id.empty())
+        e.headers.emplace("traceparent", "00-" + t.trace_id + "-" + t.span_id + "-" + t.flags);
+      if (!t.tracestate.empty()) e.headers.emplace("tracestate", t.tracestate);
+      ids.push_back(writer.enqueue(app, e));
+    }
+    tx.commit();
+  }
+  outbox::relay relay(relay_store, transport, {.publish_timeout = 20s});
+  std::size_t published = 0;
+  for (int round = 0; round < 20 && published < events.size(); ++round) {
+    relay.run_once();
+    published = relay.stats().published;
+  }
+  if (published != events.size())
+    throw std::runtime_error(name + ": published " + std::to_string(published) + " of " +
+                             std::to_string(events.size()));
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const auto& t = events[i];
+    const auto dash = [](const std::string& s) { return s.empty() ? std::string("-") : s; };
+    std::cout << "expect " << name << ' ' << ids[i].to_string() << ' ' << dash(t.trace_id) << ' '
+              << dash(t.span_id) << ' ' << dash(t.flags) << ' ' << dash(t.tracestate) << '\n';
+  }
+}
+
+void delete_from_broker(const std::string& url, const std::string& queue,
+                        const std::string& exchange) {
+  outbox::amqp::connection conn(outbox::amqp::connection_options{.url = url});
+  conn.ensure();
+  constexpr auto ch = outbox::amqp::connection::channel;
+  amqp_queue_delete(conn.state(), ch, outbox::amqp::bytes(queue), 0, 0);
+  conn.check(amqp_get_rpc_reply(conn.state()), "queue.delete");
+  amqp_exchange_delete(conn.state(), ch, outbox::amqp::bytes(exchange), 0);
+  conn.check(amqp_get_rpc_reply(conn.state()), "exchange.delete");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  if (argc < 2 || argc > 3) {
+    std::cerr << "usage: interop_publish AMQP_URL [KAFKA_BOOTSTRAP_SERVERS]\n";
+    return 2;
+  }
+  const std::string amqp_url = argv[1];
+  std::string bootstrap = argc > 2 ? argv[2] : "";
+
+  sigset_t mask;
+  sigemptyset(&mask);
+  for (int sig : {SIGINT, SIGTERM}) {
+    sigaddset(&mask, sig);
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    ::sigaction(sig, &sa, nullptr);
+  }
+  sigset_t before;
+  ::sigprocmask(SIG_BLOCK, &mask, &before);
+
+  std::mt19937_64 rng(std::random_device{}());
+  const std::string suffix = random_hex(rng, 12);
+  const std::string exchange = "outbox-interop-" + suffix;
+  const std::string queue = "outbox-interop-" + suffix;
+  const std::string topic = "outbox.interop." + suffix;
+
+  std::optional<outbox::kafka::mock_cluster> mock;
+  if (bootstrap.empty()) {
+    mock.emplace(1);
+    mock->create_topic(topic, 1, 1);
+    bootstrap = mock->bootstrap_servers();
+  }
+  std::cout << "amqp-exchange " << exchange << "\namqp-queue " << queue << "\nkafka-bootstrap "
+            << bootstrap << "\nkafka-topic " << topic << "\n";
+
+  int status = 0;
+  {
+    // The queue the reader consumes: declared (durable) and bound before anything is published.
+    outbox::amqp::receiver declare({.connection = {.url = amqp_url},
+                                    .queue = queue,
+                                    .exchange = exchange,
+                                    .binding_key = "#"});
+    declare.connect();
+  }
+  try {
+    outbox::amqp::publisher amqp({.connection = {.url = amqp_url}, .exchange = exchange});
+    write_and_relay("amqp", contexts(rng), amqp);
+    outbox::kafka::publisher kafka(
+        {.bootstrap_servers = bootstrap, .topic_pattern = topic, .delivery_timeout = 15s});
+    write_and_relay("kafka", contexts(rng), kafka);
+    std::cout << "ready" << std::endl;
+    while (!stopping) ::sigsuspend(&before);
+  } catch (const std::exception& e) {
+    std::cerr << "interop_publish: " << e.what() << std::endl;
+    status = 1;
+  }
+  delete_from_broker(amqp_url, queue, exchange);
+  return status;
+} catch (const std::exception& e) {
+  std::cerr << "interop_publish: " << e.what() << "\n";
+  return 1;
+}
