@@ -48,17 +48,23 @@ readonly ASAN_DIR=build-asan
 readonly CORE_DIR=build-core
 readonly TSAN_DIR=build-tsan
 # The build packages: the core's (compilers, Meson, Boost.Test, the tool's libraries, the checks)
-# here, each adapter's in adapters/<name>/debian-packages (one a line, # starts a comment).
+# here, each adapter's in adapters/<name>/debian-packages and a test's in
+# tests/<name>/debian-packages (one a line, # starts a comment). A line `PACKAGE if-missing
+# COMMAND` installs PACKAGE only when COMMAND is not on the PATH: Node.js and npm for
+# tests/interop/, which a machine may have from elsewhere (NodeSource's nodejs bundles npm, and
+# Debian's npm package conflicts with it).
 build_packages=(
     meson ninja-build pkg-config cmake g++ clang-14 libclang-rt-14-dev ccache python3 git clang-format
     libboost-test-dev nlohmann-json3-dev
     libcli11-dev libtomlplusplus-dev procps clang-tidy doxygen
 )
-for list in adapters/*/debian-packages; do
+for list in adapters/*/debian-packages tests/*/debian-packages; do
     while read -r pkg rest || [[ -n $pkg ]]; do
         [[ -n $pkg && $pkg != \#* ]] || continue
-        if [[ -n $rest && $rest != \#* ]]; then
-            echo "error: $list: one package a line, not '$pkg $rest'" >&2
+        if [[ $rest =~ ^if-missing[[:space:]]+([^[:space:]#]+)[[:space:]]*(#.*)?$ ]]; then
+            command -v "${BASH_REMATCH[1]}" >/dev/null 2>&1 && continue
+        elif [[ -n $rest && $rest != \#* ]]; then
+            echo "error: $list: one package a line (or PACKAGE if-missing COMMAND), not '$pkg $rest'" >&2
             exit 1
         fi
         [[ " ${build_packages[*]} " == *" $pkg "* ]] || build_packages+=("$pkg")
