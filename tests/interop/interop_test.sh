@@ -29,12 +29,16 @@ done
 
 # The packages: installed again only when the lock file changed (or an install did not finish).
 mkdir -p "$npm_dir"
+npm_dir=$(cd "$npm_dir" && pwd)
 if ! cmp -s "$src/package-lock.json" "$npm_dir/package-lock.json" || [[ ! -f $npm_dir/installed ]]; then
     rm -f "$npm_dir/installed"
     cp "$src/package.json" "$src/package-lock.json" "$npm_dir/"
     echo "npm ci in $npm_dir"
-    (cd "$npm_dir" && npm ci --prefer-offline --no-audit --no-fund --loglevel=error \
-        --cache "$npm_dir/cache") >&2
+    if ! (cd "$npm_dir" && npm ci --prefer-offline --no-audit --no-fund --loglevel=error \
+        --cache "$npm_dir/cache") >&2; then
+        echo "npm ci failed in $npm_dir (a first run downloads the packages from the npm registry)" >&2
+        exit 1
+    fi
     touch "$npm_dir/installed"
 fi
 # Beside its node_modules: Node resolves the imports from the script's own folder.
