@@ -1,6 +1,8 @@
 // The C++ side of the interop test (tests/interop/interop_test.sh): events with a W3C trace
-// context written through the outbox writer (in-memory store), relayed to RabbitMQ and to Kafka,
-// left there for another implementation (consume.mjs, OpenTelemetry JS) to read. It prints
+// context (set as `event::trace`, as the headers traceparent/tracestate and by
+// `writer_options::trace_provider`; one without) written through the outbox writer (in-memory
+// store), relayed to RabbitMQ and to Kafka, left there for another implementation (consume.mjs,
+// OpenTelemetry JS) to read. It prints
 //   amqp-exchange NAME / amqp-queue NAME / kafka-bootstrap HOST:PORT / kafka-topic NAME
 //   expect TRANSPORT EVENT_ID TRACE_ID SPAN_ID FLAGS TRACESTATE   (one per event; - for none)
 //   ready
@@ -44,18 +46,32 @@ std::string random_hex(std::mt19937_64& rng, std::size_t digits) {
   return out;
 }
 
+/// How an event gets its context: `event::trace`, the hand-set headers (the same on the wire),
+/// `writer_options::trace_provider`, or not at all.
+enum class set_by { field, headers, provider, none };
+
 /// One event and the context it carries (all empty: none).
 struct traced {
+  set_by how;
   std::string trace_id, span_id, flags, tracestate;
+
+  [[nodiscard]] outbox::trace_context context() const {
+    return {.traceparent = "00-" + trace_id + "-" + span_id + "-" + flags,
+            .tracestate = tracestate};
+  }
 };
 
-/// The events each transport gets: a context with a tracestate, one without (not sampled), and
-/// an event with no context at all (the reader must extract none).
+/// The events each transport gets: contexts with and without a tracestate, sampled and not, set
+/// each way the writer takes one, and an event with no context at all (the reader must extract
+/// none).
 std::vector<traced> contexts(std::mt19937_64& rng) {
+  const auto id = [&](std::size_t digits) { return random_hex(rng, digits); };
   return {
-      {random_hex(rng, 32), random_hex(rng, 16), "01", "outbox=t61rcWkgMzE,congo=ucfJifl5GOE"},
-      {random_hex(rng, 32), random_hex(rng, 16), "00", ""},
-      {},
+      {set_by::field, id(32), id(16), "01", "outbox=t61rcWkgMzE,congo=ucfJifl5GOE"},
+      {set_by::field, id(32), id(16), "00", ""},
+      {set_by::headers, id(32), id(16), "01", "vendor@tenant=a1"},
+      {set_by::provider, id(32), id(16), "01", "p=provided"},
+      {set_by::none, "", "", "", ""},
   };
 }
 
@@ -77,11 +93,23 @@ void write_and_relay(const std::string& name, const std::vector<traced>& events,
                       .aggregate_id = "a-" + std::to_string(n++),
                       .event_type = "traced",
                       .payload = R"({"interop":true})"};
-      // The context as the headers the core's trace context is stored as (issue 34): the same
-      // bytes on the wire.
-      if (!t.trace_id.empty())
-        e.headers.emplace("traceparent", "00-" + t.trace_id + "-" + t.span_id + "-" + t.flags);
-      if (!t.tracestate.empty()) e.headers.emplace("tracestate", t.tracestate);
+      switch (t.how) {
+        case set_by::field:
+          e.trace = t.context();
+          break;
+        case set_by::headers:
+          e.headers.emplace(outbox::traceparent_header, t.context().traceparent);
+          e.headers.emplace(outbox::tracestate_header, t.tracestate);
+          break;
+        case set_by::provider: {
+          // As an application's tracer would: the active span's context, per enqueue call.
+          outbox::writer traced_writer(app_store, {.trace_provider = [&t] { return t.context(); }});
+          ids.push_back(traced_writer.enqueue(app, e));
+          continue;
+        }
+        case set_by::none:
+          break;
+      }
       ids.push_back(writer.enqueue(app, e));
     }
     tx.commit();
