@@ -8,6 +8,8 @@
 #     (outbox_relay_published_total for the relay);
 #   - /api/v1/rules lists the shipped groups, and every rule has been evaluated without error
 #     (a query that fails only on real series, such as many-to-many matching, shows here);
+#   - no alert fires over this healthy relay (those without a `for` would at once), once
+#     each target has been scraped 3 times and the rules evaluated after that;
 #   - every query of the Grafana dashboard evaluates without error (its variables set to
 #     match everything);
 # and then each target, stopped by SIGTERM, exits 0 (the relay having published the three
@@ -54,9 +56,12 @@ free_port() {
 # Prometheus's HTTP API, read with Python's standard library (api.py BASE COMMAND ...):
 #   up JOB METRIC      the target of JOB is up and METRIC{job=JOB} > 0
 #   rules GROUP...     the groups are loaded, every rule evaluated, none with an error
+#   scraped            each outbox target scraped 3 times; prints the last scrape's time
+#   evaluated T        every rule group evaluated after T
+#   quiet              no alert is firing
 #   dashboard FILE     every query of the dashboard evaluates without error
 cat >"$dir/api.py" <<'EOF'
-import json, sys, urllib.parse, urllib.request
+import datetime, json, sys, urllib.parse, urllib.request
 
 base, command, args = sys.argv[1], sys.argv[2], sys.argv[3:]
 
@@ -89,6 +94,20 @@ elif command == "rules":
                 sys.exit(f"{g['name']}/{rule['name']}: health {rule.get('health')}: "
                          f"{rule.get('lastError', '')}")
     print(sum(len(g["rules"]) for g in groups.values()), "rules in", len(groups), "groups")
+elif command == "scraped":
+    if not vector('min(count_over_time(up{job=~"outbox.*"}[1m])) >= 3'):
+        sys.exit("not 3 scrapes yet")
+    print(vector('max(timestamp(up{job=~"outbox.*"}))')[0]["value"][1])
+elif command == "evaluated":
+    for g in get("/api/v1/rules")["data"]["groups"]:
+        when = datetime.datetime.fromisoformat(g["lastEvaluation"][:26].rstrip("Z") + "+00:00")
+        if when.timestamp() <= float(args[0]):
+            sys.exit(f"{g['name']} not evaluated after {args[0]}")
+elif command == "quiet":
+    firing = [a["labels"]["alertname"] for a in get("/api/v1/alerts")["data"]["alerts"]
+              if a["state"] == "firing"]
+    if firing:
+        sys.exit(f"alerts firing: {firing}")
 elif command == "dashboard":
     dash = json.load(open(args[0]))
     panels, n = list(dash["panels"]), 0
@@ -173,6 +192,11 @@ scraped=$SECONDS
 # A rule's health is "unknown" until its first evaluation, a second at most.
 wait_until "$(left)" api rules outbox-relay outbox-consumer outbox-targets >"$dir/rules.out" 2>&1 ||
     fail "rules: $(cat "$dir/rules.out")"
+wait_until "$(left)" api scraped >"$dir/scraped.out" 2>"$dir/scraped.err" ||
+    fail "$(tail -n 1 "$dir/scraped.err")"
+wait_until "$(left)" api evaluated "$(tail -n 1 "$dir/scraped.out")" 2>"$dir/alerts.out" ||
+    fail "$(tail -n 1 "$dir/alerts.out")"
+api quiet >"$dir/alerts.out" 2>&1 || fail "$(cat "$dir/alerts.out")"
 api dashboard "$dashboard" >"$dir/dashboard.out" 2>&1 || fail "dashboard: $(cat "$dir/dashboard.out")"
 
 # --- stop, by pid ---------------------------------------------------------------------------
@@ -184,4 +208,4 @@ for i in "${!jobs[@]}"; do
 done
 grep -q "stopped: published 3," "$dir/outbox-relay.log" || fail "the relay did not publish the 3 events"
 ok=1
-echo "prometheus_scrape: scraped ${jobs[*]} (up, published) after ${scraped}s; $(cat "$dir/rules.out"), all ok; $(cat "$dir/dashboard.out"); ${SECONDS}s in all"
+echo "prometheus_scrape: scraped ${jobs[*]} (up, published) after ${scraped}s; $(cat "$dir/rules.out"), all ok, none firing; $(cat "$dir/dashboard.out"); ${SECONDS}s in all"
