@@ -2,11 +2,17 @@
 // rendered with every family it can show (a backlog sample, a log-tailing store, aggregate
 // types), is compared with metrics_names.txt, written from the page as the tool rendered it
 // before it moved to prometheus-cpp (issue 34). A name that changes breaks dashboards and alert
-// rules: it changes here on purpose or not at all.
+// rules: it changes here on purpose or not at all. And the page is Prometheus text: `promtool
+// check metrics` reads it without a finding (when PROMTOOL names promtool).
 #define BOOST_TEST_MODULE outbox relay metric names
 #include <boost/test/unit_test.hpp>
 
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -94,4 +100,25 @@ BOOST_AUTO_TEST_CASE(the_page_keeps_its_names_types_labels_and_help) {
   std::ostringstream all;
   for (const auto& f : actual) all << f << "\n";
   BOOST_TEST(actual == expected, "the page's families now:\n" << all.str());
+}
+
+BOOST_AUTO_TEST_CASE(the_page_is_prometheus_text) {
+  const char* promtool = std::getenv("PROMTOOL");
+  if (promtool == nullptr || *promtool == '\0') {
+    BOOST_TEST_MESSAGE("PROMTOOL not set: the page is not checked with promtool");
+    return;
+  }
+  const std::string page = full_page();
+  const auto file = std::filesystem::temp_directory_path() /
+                    ("outbox-metrics-page-" + std::to_string(::getpid()) + ".txt");
+  std::ofstream(file) << page;
+  const std::string command = std::string(promtool) + " check metrics < " + file.string() + " 2>&1";
+  FILE* p = ::popen(command.c_str(), "r");
+  BOOST_TEST_REQUIRE(p != nullptr);
+  std::string out;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
+  const int status = ::pclose(p);
+  std::filesystem::remove(file);
+  BOOST_TEST(status == 0, "promtool: " << out << "\non\n" << page);
 }
