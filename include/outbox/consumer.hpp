@@ -52,10 +52,8 @@ class consumer {
   /// The business effect; runs inside the inbox transaction, writes on the given session.
   using handler_type = std::function<void(session_type&, const message&)>;
 
-  /// What happened to one delivery.
-  /// `deferred`: held back until its predecessor was applied
-  /// (`consumer_options::predecessor_wait`).
-  enum class outcome { idle, applied, duplicate, retrying, dead_lettered, deferred };
+  /// What happened to one delivery (see `delivery_outcome`).
+  using outcome = delivery_outcome;
 
   /// Reads deliveries from `receiver` and applies them with `handler` in transactions of
   /// `store`; `store` and `receiver` must outlive the consumer.
@@ -117,6 +115,7 @@ class consumer {
   ///         again and the inbox absorbs it), when a failed delivery can be neither
   ///         dead-lettered nor nacked, and `misconfigured` from the store (nacked first).
   outcome process(const delivery& d) {
+    last_delivery_.store(since_epoch(clock_.now()), std::memory_order_relaxed);
     const outcome o = process_one(d, stamp::check_and_hold);
     if (o == outcome::deferred) {
       // Room for the predecessor to arrive: apply the oldest held ones beyond it.
@@ -124,6 +123,7 @@ class consumer {
     } else {
       release_held_behind(d.msg.id, o);
     }
+    held_count_.store(held_.size(), std::memory_order_relaxed);
     return o;
   }
 
@@ -139,6 +139,7 @@ class consumer {
     while (!held_.empty()) {
       receiver_->nack(held_.front().d, true);
       held_.pop_front();
+      held_count_.store(held_.size(), std::memory_order_relaxed);
     }
   }
 
@@ -163,6 +164,7 @@ class consumer {
           self->release_held();
         } catch (...) {
           self->held_.clear();
+          self->held_count_.store(0, std::memory_order_relaxed);
         }
       }
     } guard{this};
@@ -181,8 +183,16 @@ class consumer {
 
   /// A snapshot of the counters; callable from any thread while the consumer runs.
   [[nodiscard]] consumer_stats stats() const noexcept {
-    return {applied_.load(), duplicates_.load(), retried_.load(),     dead_.load(),
-            errors_.load(),  deferred_.load(),   out_of_order_.load()};
+    return {applied_.load(),
+            duplicates_.load(),
+            retried_.load(),
+            dead_.load(),
+            errors_.load(),
+            deferred_.load(),
+            out_of_order_.load(),
+            time_point(time_point::duration(last_progress_.load())),
+            time_point(time_point::duration(last_delivery_.load())),
+            held_count_.load()};
   }
   /// The options the consumer was built with.
   [[nodiscard]] const consumer_options& options() const noexcept { return options_; }
@@ -291,6 +301,7 @@ class consumer {
     held_.erase(it);
     const outcome o = process_one(h.d, stamp::check);
     release_held_behind(h.d.msg.id, o);
+    held_count_.store(held_.size(), std::memory_order_relaxed);
     return o;
   }
 
@@ -366,7 +377,18 @@ class consumer {
   }
 
   outcome process_one(const delivery& d, stamp check) {
+    if (options_.on_delivery_start) options_.on_delivery_start(d.msg);
+    const auto started = std::chrono::steady_clock::now();
+    std::chrono::nanoseconds handler_time{0};
+    std::optional<std::chrono::nanoseconds> end_to_end;
     std::string failure;
+    // One report per call, before the ack or nack that ends it (see on_delivery).
+    const auto report = [&](outcome o) {
+      if (finished(o)) last_progress_.store(since_epoch(clock_.now()), std::memory_order_relaxed);
+      if (!options_.on_delivery) return;
+      options_.on_delivery(delivery_report{d.msg, o, std::chrono::steady_clock::now() - started,
+                                           handler_time, end_to_end, failure});
+    };
     errc kind = errc::permanent;
     bool fresh = false;
     bool committed = false;
@@ -388,15 +410,24 @@ class consumer {
         if (wait_for) {
           if (check == stamp::check_and_hold && hold_capacity() > 0) {
             // Rolled back (tx): the delivery is recorded when it is applied.
+            report(outcome::deferred);
             hold(d, *wait_for);
             return outcome::deferred;
           }
           out_of_order_.fetch_add(1, std::memory_order_relaxed);
         }
       }
-      if (fresh) handler_(store_->session(), d.msg);
+      if (fresh) {
+        const auto handler_start = std::chrono::steady_clock::now();
+        handler_(store_->session(), d.msg);
+        handler_time = std::chrono::steady_clock::now() - handler_start;
+      }
       tx.commit();
       committed = true;
+      if (fresh)
+        end_to_end = std::max(
+            std::chrono::nanoseconds{0},
+            std::chrono::duration_cast<std::chrono::nanoseconds>(clock_.now() - d.msg.created_at));
     } catch (const error& e) {
       kind = e.kind();
       failure = e.what();
@@ -411,16 +442,20 @@ class consumer {
       attempts_.erase(d.msg.id);
       transient_streak_ = 0;
       (fresh ? applied_ : duplicates_).fetch_add(1, std::memory_order_relaxed);
+      report(fresh ? outcome::applied : outcome::duplicate);
       receiver_->ack(d);
       return fresh ? outcome::applied : outcome::duplicate;
     }
+    failure = sanitize_text(failure);
     if (kind == errc::misconfigured) {
+      report(outcome::retrying);
       receiver_->nack(d, true);
-      throw error(errc::misconfigured, "core", {}, "consumer: " + sanitize_text(failure));
+      throw error(errc::misconfigured, "core", {}, "consumer: " + failure);
     }
     if (kind == errc::transient || kind == errc::in_doubt) {
       // Not the event's fault: no attempt spent, but never a tight loop either.
       block_behind(d);
+      report(outcome::retrying);
       return requeue(d, ++transient_streak_);
     }
     transient_streak_ = 0;
@@ -428,27 +463,33 @@ class consumer {
     const int attempt = ++attempts_[d.msg.id];
     if (retry_.exhausted(attempt)) {
       if (options_.dead_letters == dead_letter_route::transport) {
+        report(outcome::dead_lettered);
         receiver_->nack(d, false);
         attempts_.erase(d.msg.id);
         dead_.fetch_add(1, std::memory_order_relaxed);
         return outcome::dead_lettered;
       }
       try {
-        store_->dead_letter_delivery(options_.name, d.msg, sanitize_text(failure), clock_.now());
-      } catch (const error&) {
+        store_->dead_letter_delivery(options_.name, d.msg, failure, clock_.now());
+      } catch (const error& e) {
+        failure = "dead-lettering failed: " + sanitize_text(e.what());
+        report(outcome::retrying);
         receiver_->nack(d, true);  // keep it; a later attempt dead-letters it
         throw;
       } catch (const std::exception& e) {
+        failure = "dead-lettering failed: " + sanitize_text(e.what());
+        report(outcome::retrying);
         receiver_->nack(d, true);
-        throw error(errc::permanent, "core", {},
-                    std::string("consumer: dead-lettering failed: ") + sanitize_text(e.what()));
+        throw error(errc::permanent, "core", {}, "consumer: " + failure);
       }
       attempts_.erase(d.msg.id);
+      report(outcome::dead_lettered);
       receiver_->ack(d);
       dead_.fetch_add(1, std::memory_order_relaxed);
       return outcome::dead_lettered;
     }
     block_behind(d);
+    report(outcome::retrying);
     return requeue(d, attempt);
   }
 
@@ -521,7 +562,11 @@ class consumer {
   };
   std::unordered_map<std::string, blocker> blocked_;
   std::atomic<std::uint64_t> applied_{0}, duplicates_{0}, retried_{0}, dead_{0}, errors_{0},
-      deferred_{0}, out_of_order_{0};
+      deferred_{0}, out_of_order_{0}, held_count_{0};
+  // consumer_stats' times, as time_point::rep since the epoch (0: not yet)
+  std::atomic<time_point::rep> last_progress_{0}, last_delivery_{0};
+
+  static time_point::rep since_epoch(time_point t) noexcept { return t.time_since_epoch().count(); }
 };
 
 }  // namespace outbox

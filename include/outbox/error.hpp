@@ -2,6 +2,7 @@
 /// @file
 /// The one error type of the library and its classification.
 
+#include <exception>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -96,6 +97,20 @@ class error : public std::system_error {
   std::string native_code_;
   std::string field_;
 };
+
+namespace detail {
+/// True when `p` holds an `outbox::error` of kind `misconfigured`.
+inline bool is_misconfigured(const std::exception_ptr& p) {
+  if (!p) return false;
+  try {
+    std::rethrow_exception(p);
+  } catch (const error& e) {
+    return e.kind() == errc::misconfigured;
+  } catch (...) {
+    return false;
+  }
+}
+}  // namespace detail
 
 /// Throws an `invalid_input` error naming `field`.
 [[noreturn]] inline void throw_invalid(std::string field, const std::string& what) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include <outbox/error.hpp>
+#include <outbox/trace.hpp>
 #include <outbox/uuid.hpp>
 
 namespace outbox {
@@ -43,6 +44,10 @@ struct event {
   std::string payload{};         ///< Bytes; JSON text (validated) under a JSON content type.
   header_map headers{};          ///< Optional string headers.
   std::string content_type{json_content_type};  ///< A media type, e.g. "application/avro".
+  /// The caller's W3C trace context (validated; see `writer_options::trace_provider` for a
+  /// context taken from the caller's tracer). Stored and carried as the headers
+  /// `traceparent_header` and `tracestate_header`: set it here or as those headers, not both.
+  trace_context trace{};
 };
 
 /// A stored event, as the relay publishes it and the consumer receives it.
@@ -59,6 +64,17 @@ struct message {
   int attempts = 0;                             ///< Publish attempts, counting the current one.
   time_point created_at{};                      ///< When the writer enqueued it.
   std::int64_t sequence = 0;  ///< The store's insertion position (not meaningful across stores).
+
+  /// The event's trace context: its `traceparent` and `tracestate` headers (empty when it has
+  /// none; as received, so check it before trusting a message from another producer).
+  [[nodiscard]] trace_context trace() const {
+    trace_context t;
+    if (const auto p = headers.find(traceparent_header); p != headers.end())
+      t.traceparent = p->second;
+    if (const auto s = headers.find(tracestate_header); s != headers.end())
+      t.tracestate = s->second;
+    return t;
+  }
 };
 
 namespace detail {

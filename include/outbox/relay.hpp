@@ -365,7 +365,8 @@ class relay {
     const std::exception_ptr job_failure = worker.wait();
     // Both failed: a misconfigured transport stops `run`, whatever the database said.
     std::exception_ptr failure = job_failure;
-    if (!failure || is_misconfigured(current.result.failure)) failure = current.result.failure;
+    if (!failure || detail::is_misconfigured(current.result.failure))
+      failure = current.result.failure;
     // The other one, when both failed, is reported here (`run` reports the one rethrown).
     report(failure == job_failure ? current.result.failure : job_failure);
     const std::size_t n = current.batch.size() + current.batch.unreadable;
@@ -396,17 +397,6 @@ class relay {
     } catch (const error& e) {
       count_error(e);
     } catch (...) {  // NOLINT(bugprone-empty-catch): not ours to report
-    }
-  }
-
-  static bool is_misconfigured(const std::exception_ptr& p) {
-    if (!p) return false;
-    try {
-      std::rethrow_exception(p);
-    } catch (const error& e) {
-      return e.kind() == errc::misconfigured;
-    } catch (...) {
-      return false;
     }
   }
 
@@ -472,12 +462,19 @@ class relay {
       if (begin == end) continue;
       const std::span<const message> wave(batch.messages.data() + begin, end - begin);
       std::vector<publish_result> results;
+      if (options_.on_publish_start) options_.on_publish_start(wave);
       try {
         results = transport_->publish(wave, until);
       } catch (...) {
         out.failure = std::current_exception();
+        if (options_.on_publish)
+          options_.on_publish(
+              publish_report{wave, {}, out.failure, std::chrono::steady_clock::now() - wave_start});
         break;
       }
+      if (options_.on_publish)
+        options_.on_publish(
+            publish_report{wave, results, nullptr, std::chrono::steady_clock::now() - wave_start});
       last_wave = std::chrono::steady_clock::now() - wave_start;
       try {
         outbox::fates::decide(wave, results, std::span(fates).subspan(begin, wave.size()), retry_,

@@ -180,6 +180,31 @@ inline void check_name(std::string_view field, std::string_view value, std::size
          ends_with_nocase("+json");
 }
 
+namespace detail {
+/// The trace context of `e`, as a field or as headers (not both), is one W3C propagators read.
+inline void check_trace(const event& e) {
+  const auto hp = e.headers.find(traceparent_header);
+  const auto hs = e.headers.find(tracestate_header);
+  const bool in_headers = hp != e.headers.end() || hs != e.headers.end();
+  if (!e.trace.empty() && in_headers)
+    throw_invalid("trace",
+                  "is set both as event::trace and as traceparent/tracestate headers: set one");
+  if (!in_headers) {
+    if (const auto why = trace_problem(e.trace); !why.empty()) {
+      const char* field = e.trace.traceparent.empty()                        ? "trace"
+                          : traceparent_problem(e.trace.traceparent).empty() ? "trace.tracestate"
+                                                                             : "trace.traceparent";
+      throw_invalid(field, std::string(why));
+    }
+    return;
+  }
+  const trace_context t{hp == e.headers.end() ? std::string() : hp->second,
+                        hs == e.headers.end() ? std::string() : hs->second};
+  if (const auto why = trace_problem(t); !why.empty())
+    throw_invalid("headers", "the trace context (traceparent, tracestate) " + std::string(why));
+}
+}  // namespace detail
+
 /// Checks one event against `limits`.
 /// @throws outbox::error (`invalid_input`, `field()` names the field) on the first violation.
 inline void validate(const event& e, const validation_limits& limits = {}) {
@@ -205,6 +230,11 @@ inline void validate(const event& e, const validation_limits& limits = {}) {
       throw_invalid("headers", "the value of header '" + name + "' is not valid UTF-8");
     header_bytes += name.size() + value.size();
   }
+  detail::check_trace(e);
+  header_bytes +=
+      e.trace.traceparent.empty() ? 0 : traceparent_header.size() + e.trace.traceparent.size();
+  header_bytes +=
+      e.trace.tracestate.empty() ? 0 : tracestate_header.size() + e.trace.tracestate.size();
   if (header_bytes > limits.max_header_bytes)
     throw_invalid("headers", "total " + std::to_string(header_bytes) + " bytes, limit " +
                                  std::to_string(limits.max_header_bytes));
@@ -242,6 +272,18 @@ inline void validate(const event& e, const validation_limits& limits = {}) {
   if (headers.empty()) return "{}";
   nlohmann::json j = nlohmann::json::object();
   for (const auto& [name, value] : headers) j[name] = value;
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+/// `headers` as a JSON object, with the parts of `trace` that are set as the headers
+/// `traceparent_header` and `tracestate_header` (the writer's stored form of a trace context).
+[[nodiscard]] inline std::string headers_to_json(const header_map& headers,
+                                                 const trace_context& trace) {
+  if (trace.empty()) return headers_to_json(headers);
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [name, value] : headers) j[name] = value;
+  if (!trace.traceparent.empty()) j[std::string(traceparent_header)] = trace.traceparent;
+  if (!trace.tracestate.empty()) j[std::string(tracestate_header)] = trace.tracestate;
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 

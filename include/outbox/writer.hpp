@@ -2,7 +2,11 @@
 /// @file
 /// `writer<Store>`: enqueues events inside the application's own transaction.
 
+#include <algorithm>
+#include <deque>
+#include <functional>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -23,6 +27,20 @@ struct writer_options {
   /// (PgBouncer before 1.21, or with `max_prepared_statements = 0`): the statement would be
   /// prepared on one server connection and executed on another.
   bool prepare_statements = true;
+  /// The trace context of an event that brings none (no `event::trace`, no `traceparent`
+  /// header): typically the caller's active span, from its tracer's propagator (docs/
+  /// observability.md shows OpenTelemetry's). Called once per `enqueue` call, on the caller's
+  /// thread, only when an event needs it; empty: no context. A malformed result is treated as
+  /// `on_malformed_trace` says.
+  std::function<trace_context()> trace_provider{};
+  /// What `enqueue` does with a trace context that is not valid W3C (from the event or from
+  /// `trace_provider`).
+  enum class malformed_trace {
+    refuse,  ///< `invalid_input` naming the field; nothing is written (the default).
+    drop,    ///< The event is written without it: a broken context is never stored.
+  };
+  /// See `malformed_trace`.
+  malformed_trace on_malformed_trace = malformed_trace::refuse;
 };
 
 /// Writes events into the outbox in the caller's open transaction.
@@ -66,13 +84,25 @@ class writer {
   std::vector<uuid> enqueue(session_type& sql, std::span<const event> events) {
     std::vector<uuid> ids;
     if (events.empty()) return ids;
-    for (const auto& e : events) validate(e, options_.limits);
+    // Events as written: the caller's, or a copy without its malformed trace context (drop).
+    std::vector<const event*> chosen;
+    chosen.reserve(events.size());
+    std::deque<event> cleaned;
+    const bool drop = options_.on_malformed_trace == writer_options::malformed_trace::drop;
+    for (const auto& e : events) {
+      chosen.push_back(&e);
+      if (drop && !trace_valid(e)) chosen.back() = &cleaned.emplace_back(without_trace(e));
+      validate(*chosen.back(), options_.limits);
+    }
+    const trace_context provided = provided_trace(chosen);
+    if (!provided.empty()) check_room(chosen, provided);
     std::vector<outgoing> rows;
     rows.reserve(events.size());
     ids.reserve(events.size());
     const auto now = clock_.now();
-    for (const auto& e : events) {
-      rows.push_back(outgoing{make_uuid_v7(), &e, headers_to_json(e.headers), now});
+    for (const event* e : chosen) {
+      rows.push_back(outgoing{make_uuid_v7(), e,
+                              headers_to_json(e->headers, bare(e) ? provided : e->trace), now});
       ids.push_back(rows.back().id);
     }
     if constexpr (concepts::appender_providing_store<Store>) {
@@ -89,6 +119,61 @@ class writer {
   [[nodiscard]] const writer_options& options() const noexcept { return options_; }
 
  private:
+  /// True when `e` brings no trace context of its own (field or headers).
+  static bool bare(const event* e) {
+    return e->trace.empty() && !e->headers.contains(traceparent_header) &&
+           !e->headers.contains(tracestate_header);
+  }
+
+  /// True when `e`'s trace context (field or headers) is valid W3C, or absent.
+  static bool trace_valid(const event& e) {
+    try {
+      detail::check_trace(e);
+      return true;
+    } catch (const error&) {
+      return false;
+    }
+  }
+
+  /// `e` without its trace context, field and headers.
+  static event without_trace(const event& e) {
+    event copy = e;
+    copy.trace = {};
+    copy.headers.erase(std::string(traceparent_header));
+    copy.headers.erase(std::string(tracestate_header));
+    return copy;
+  }
+
+  /// The provider's context, when an event of `events` has none of its own; checked (refused
+  /// or dropped as `on_malformed_trace` says, with the message the field would have).
+  trace_context provided_trace(const std::vector<const event*>& events) const {
+    if (!options_.trace_provider) return {};
+    const bool needed = std::any_of(events.begin(), events.end(), bare);
+    if (!needed) return {};
+    trace_context t = options_.trace_provider();
+    if (const auto why = trace_problem(t); !why.empty()) {
+      if (options_.on_malformed_trace == writer_options::malformed_trace::drop) return {};
+      throw_invalid("trace", "the context from writer_options::trace_provider " + std::string(why));
+    }
+    return t;
+  }
+
+  /// The provided context fits beside the headers of each event it goes to.
+  void check_room(const std::vector<const event*>& events, const trace_context& t) const {
+    const std::size_t extra =
+        (t.traceparent.empty() ? 0 : traceparent_header.size() + t.traceparent.size()) +
+        (t.tracestate.empty() ? 0 : tracestate_header.size() + t.tracestate.size());
+    for (const event* e : events) {
+      if (!bare(e)) continue;
+      std::size_t bytes = extra;
+      for (const auto& [name, value] : e->headers) bytes += name.size() + value.size();
+      if (bytes > options_.limits.max_header_bytes)
+        throw_invalid("headers", "total " + std::to_string(bytes) +
+                                     " bytes with the provided trace context, limit " +
+                                     std::to_string(options_.limits.max_header_bytes));
+    }
+  }
+
   /// `to.append(sql, rows)`, with the writer's options where the store takes them.
   template <class To>
   void append_through(To&& to, session_type& sql, std::span<const outgoing> rows) {

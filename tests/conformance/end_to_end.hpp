@@ -186,6 +186,75 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_duplicate_delivery_is_applied_once, Combo, e2e_c
   BOOST_TEST(w.applied_distinct() == 2);
 }
 
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_trace_context_set_at_enqueue_reaches_the_handler_and_every_hook,
+                              Combo, e2e_combinations) {
+  e2e::world<Combo> w;
+  const outbox::trace_context given{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                                    "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"};
+  const outbox::trace_context provided{"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00",
+                                       {}};
+  outbox::writer<typename e2e::world<Combo>::store_type> traced{
+      *w.app_store, {.trace_provider = [&] { return provided; }}};
+  std::vector<outbox::uuid> ids;
+  {
+    auto tx = Combo::store_fixture::begin(*w.app_sql);
+    // Malformed: refused, naming the field, and the transaction stays usable.
+    outbox::event bad{"order", "traced", "order_placed", "{}", {}};
+    bad.trace.traceparent = "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01";
+    try {
+      (void)traced.enqueue(*w.app_sql, bad);
+      BOOST_FAIL("an uppercase traceparent was accepted");
+    } catch (const outbox::error& e) {
+      BOOST_TEST((e.kind() == outbox::errc::invalid_input));
+      BOOST_TEST(e.field() == "trace.traceparent");
+    }
+    outbox::event own{"order", "traced", "order_placed", R"({"n":1})", {}};
+    own.trace = given;
+    ids.push_back(traced.enqueue(*w.app_sql, own));  // its own context
+    ids.push_back(traced.enqueue(
+        *w.app_sql,
+        outbox::event{"order", "traced", "order_placed", R"({"n":2})", {}}));  // the provider's
+    tx->commit();
+  }
+  const std::map<outbox::uuid, outbox::trace_context> expected{{ids[0], given}, {ids[1], provided}};
+  std::map<outbox::uuid, outbox::trace_context> published_start, published, started, reported,
+      handled;
+  auto relay = w.make_relay({.on_publish_start =
+                                 [&](std::span<const outbox::message> ms) {
+                                   for (const auto& m : ms) published_start[m.id] = m.trace();
+                                 },
+                             .on_publish =
+                                 [&](const outbox::publish_report& r) {
+                                   for (const auto& m : r.messages)
+                                     if (r.results.size() == r.messages.size())
+                                       published[m.id] = m.trace();
+                                 }});
+  std::vector<outbox::delivery_outcome> outcomes;
+  auto consumer = w.make_consumer(
+      [&](const outbox::message& m) { handled[m.id] = m.trace(); },
+      [&](outbox::consumer_options& o) {
+        o.on_delivery_start = [&](const outbox::message& m) { started[m.id] = m.trace(); };
+        o.on_delivery = [&](const outbox::delivery_report& r) {  // maybe on another thread
+          reported[r.msg.id] = r.msg.trace();
+          outcomes.push_back(r.end_to_end && r.failure.empty() ? r.outcome
+                                                               : outbox::delivery_outcome::idle);
+        };
+      });
+  w.with_consumer(consumer, [&] { w.drain(relay); });
+  w.consume_all(consumer);
+  BOOST_TEST(w.applied() == 2);
+  BOOST_TEST((published_start == expected));
+  BOOST_TEST((published == expected));
+  BOOST_TEST((started == expected));
+  BOOST_TEST((reported == expected));
+  BOOST_TEST((handled == expected));
+  BOOST_TEST(outcomes.size() == 2u);
+  for (const auto o : outcomes) BOOST_TEST((o == outbox::delivery_outcome::applied));
+  const auto s = consumer.stats();
+  BOOST_TEST((s.last_progress != outbox::time_point{}));
+  BOOST_TEST((s.last_delivery != outbox::time_point{}));
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_throwing_handler_rolls_back_is_retried_then_dead_lettered, Combo,
                               e2e_combinations) {
   e2e::world<Combo> w;

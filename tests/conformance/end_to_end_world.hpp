@@ -111,15 +111,19 @@ struct world {
     return relay_type(*relay_store, wire, o, retry, clock);
   }
 
-  /// A consumer whose handler records (consumer, event id, aggregate id) in `applied`.
-  consumer_type make_consumer(std::function<void(const outbox::message&)> before = {}) {
+  /// A consumer whose handler records (consumer, event id, aggregate id) in `applied`; `tune`
+  /// may set more of its options (hooks).
+  consumer_type make_consumer(std::function<void(const outbox::message&)> before = {},
+                              const std::function<void(outbox::consumer_options&)>& tune = {}) {
+    outbox::consumer_options o{.name = "billing", .poll_timeout = 200ms};
+    if (tune) tune(o);
     return consumer_type(
         *consumer_store, net.receiver(),
         [before](typename SF::session_type& sql, const outbox::message& m) {
           if (before) before(m);
           SF::record_applied(sql, "billing", m.id.to_string(), m.aggregate_id);
         },
-        {.name = "billing", .poll_timeout = 200ms},
+        std::move(o),
         outbox::exponential_backoff{
             .initial = 1ms, .max_delay = 5ms, .jitter = 0, .max_attempts = 3},
         clock);

@@ -6,9 +6,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include <outbox/error.hpp>
+#include <outbox/message.hpp>
 #include <outbox/retry.hpp>
 
 namespace outbox {
@@ -24,6 +27,32 @@ enum class dead_letter_route {
   /// construction; on a receiver without that member, `nack(d, false)` means whatever that
   /// transport documents (the in-memory one drops the delivery).
   transport,
+};
+
+/// What happened to one delivery (`consumer::outcome` is this type).
+enum class delivery_outcome {
+  idle,           ///< `poll_once` received nothing.
+  applied,        ///< New: the handler ran and its transaction committed.
+  duplicate,      ///< Already in the inbox: acknowledged without the handler.
+  retrying,       ///< Failed (the handler, the database, the inbox): given back for a retry.
+  dead_lettered,  ///< Failed its last attempt: dead-lettered.
+  /// Held back until its predecessor was applied (`consumer_options::predecessor_wait`);
+  /// processed again later, with a report of its own.
+  deferred,
+};
+
+/// What one processed delivery came to (`consumer_options::on_delivery`): where a tracer ends
+/// the consumer span it began in `consumer_options::on_delivery_start`, and metrics count.
+struct delivery_report {
+  const message& msg;        ///< The delivery's message (`message::trace` gives its context).
+  delivery_outcome outcome;  ///< Never `idle`.
+  /// From `on_delivery_start` to the outcome: the inbox transaction, the handler, the commit.
+  std::chrono::nanoseconds handling{0};
+  std::chrono::nanoseconds handler{0};  ///< The handler alone (0 when it did not run).
+  /// From the event's `created_at` (the writer's clock) to the commit of its effect (the
+  /// consumer's clock; clocks apart by a negative amount read as 0); set when `applied`.
+  std::optional<std::chrono::nanoseconds> end_to_end{};
+  std::string_view failure{};  ///< Why, when `retrying` or `dead_lettered`.
 };
 
 /// Options of a consumer.
@@ -64,6 +93,14 @@ struct consumer_options {
   /// false: for consumers that need no per-aggregate order (several on one queue), which then
   /// apply them at once. Needs `predecessor_wait` > 0 and `concepts::inbox_lookup_store`.
   bool hold_behind_retry = true;
+  /// Called before each delivery is processed (the inbox transaction not begun yet): where a
+  /// tracer starts a consumer span, child of `message::trace`, and makes it current so that the
+  /// handler's own spans nest under it. `on_delivery` follows for the same delivery, however it
+  /// ends (before its ack or nack). On the consumer's thread; must not throw.
+  std::function<void(const message&)> on_delivery_start{};
+  /// Called once a delivery's outcome is known (see `delivery_report`), on the consumer's
+  /// thread; must not throw, and should be quick.
+  std::function<void(const delivery_report&)> on_delivery{};
 };
 
 /// The default retry policy of a consumer: short delays, five attempts.
@@ -87,6 +124,12 @@ struct consumer_stats {
   /// Applied although their stamped predecessor was not applied here: the wait ran out, or no
   /// room was left to hold them (`consumer_options::predecessor_wait`, `max_deferred`).
   std::uint64_t out_of_order = 0;
+  /// When a delivery last finished here (applied, a duplicate, or dead-lettered), by the
+  /// consumer's clock; the epoch when none has yet. With `last_delivery`, for health checks:
+  /// deliveries arriving while this stands still is a consumer that makes no progress.
+  time_point last_progress{};
+  time_point last_delivery{};  ///< When a delivery was last received; the epoch when never.
+  std::uint64_t held = 0;      ///< Deliveries held back for their predecessor now.
 };
 
 }  // namespace outbox

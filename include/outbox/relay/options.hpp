@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <span>
 #include <string>
@@ -28,6 +29,15 @@ struct batch_report {
   /// How long the settle took.
   std::span<const message> messages{};  ///< The batch (in publish order).
   std::span<const settlement> fates{};  ///< What became of each of `messages` (same order).
+};
+
+/// One publish call of a relay (`relay_options::on_publish`): where a tracer ends the producer
+/// span it began in `relay_options::on_publish_start`.
+struct publish_report {
+  std::span<const message> messages{};        ///< As sent (stamps included), in call order.
+  std::span<const publish_result> results{};  ///< One per message; empty when the call threw.
+  std::exception_ptr failure{};               ///< What the call threw, if it did.
+  std::chrono::nanoseconds took{0};           ///< From the call to its return.
 };
 
 /// Options of a relay. Fill with designated initialisers: `relay_options{.batch_size = 1000}`.
@@ -83,6 +93,13 @@ struct relay_options {
   /// relay's worker); must not throw, and should be quick (it delays the next batch). Not
   /// called for a batch whose settle failed (that is an error, see `on_error`).
   std::function<void(const batch_report&)> on_batch{};
+  /// Called right before each publish call to the transport, with the messages it sends (each
+  /// with its trace context, `message::trace`): where a tracer starts a producer span (linked
+  /// to the messages' contexts). Then `on_publish` follows, however the call ends. On the
+  /// relay's thread; must not throw, and should be quick.
+  std::function<void(std::span<const message>)> on_publish_start{};
+  /// Called after each publish call (see `on_publish_start`), with what the transport said.
+  std::function<void(const publish_report&)> on_publish{};
 };
 
 /// Counters of one relay (a snapshot; the relay updates them as it goes).
