@@ -1,10 +1,11 @@
-// The Prometheus adapter (adapters/prometheus/): relay and backlog metrics fed by a real relay
-// over the in-memory store and transport count what the relay counted; label values are valid
-// UTF-8 and their sets bounded; the registry's text is Prometheus text (`promtool check
-// metrics`, when PROMTOOL names it).
+// The Prometheus adapter (adapters/prometheus/): relay and backlog metrics fed by a real relay,
+// and consumer metrics fed by a real consumer, over the in-memory store and transport, count
+// what the relay and the consumer counted; label values are valid UTF-8 and their sets bounded; the
+// registry's text is Prometheus text (`promtool check metrics`, when PROMTOOL names it).
 #define BOOST_TEST_MODULE outbox prometheus
 #include <boost/test/unit_test.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -108,6 +109,91 @@ BOOST_AUTO_TEST_CASE(two_relays_share_the_families_with_their_own_series) {
   BOOST_TEST(p.value("outbox_relay_published_total", R"(relay="b")") == 2);
   BOOST_TEST(p.help_lines("outbox_relay_published_total") == 1);
   BOOST_TEST(p.check_with_promtool());
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(consumer_metrics)
+
+// A consumer that applies three events of two aggregate types, fails one until it is
+// dead-lettered (two attempts) and meets a redelivery: the counters say what `consumer_stats`
+// says, the histograms are by aggregate type (bounded: "order" first, the other type in
+// "_other"), the times and `held` come from the stats, and every series names the consumer.
+BOOST_AUTO_TEST_CASE(a_real_consumer_is_counted_by_outcome) {
+  memory_database db;
+  memory_session app(db), relay_sql(db), consumer_sql(db);
+  memory_store store(app), relay_store(relay_sql), consumer_store(consumer_sql);
+  write(app, store, 3, "order");  // "0", "1", "2" (which fails)
+  write(app, store, 1, "invoice");
+  outbox::testing::memory_transport broker({.record = true});
+  outbox::relay relay(relay_store, broker);
+  BOOST_TEST(relay.run_once() == 4u);
+
+  ::prometheus::Registry registry;
+  outbox::prometheus::consumer_metrics metrics(registry, {.name = "shipping", .max_types = 1});
+  const auto handler = [](memory_session& sql, const outbox::message& m) {
+    if (m.aggregate_type == "order" && m.aggregate_id == "2")
+      throw outbox::error(outbox::errc::permanent, "test", {}, "refused");
+    sql.insert("shipments", m.aggregate_type + "/" + m.aggregate_id, "1");
+  };
+  outbox::consumer shipping(
+      consumer_store, broker, handler,
+      {.name = "shipping", .poll_timeout = 10ms, .on_delivery = metrics.on_delivery()},
+      outbox::exponential_backoff{.initial = 0ms, .max_attempts = 2});
+  const auto drain = [&] {
+    for (int idle = 0; idle < 3;)
+      idle = shipping.poll_once() == outbox::delivery_outcome::idle ? idle + 1 : 0;
+  };
+  drain();
+  BOOST_TEST_REQUIRE(broker.redeliver(broker.wire().front().id));
+  drain();
+  const auto s = shipping.stats();
+  BOOST_TEST(s.applied == 3u);
+  BOOST_TEST(s.duplicates_skipped == 1u);
+  BOOST_TEST(s.retried == 1u);
+  BOOST_TEST(s.dead_lettered == 1u);
+  metrics.sample(s);
+
+  page p(registry);
+  const std::string me = R"(consumer="shipping")";
+  BOOST_TEST(p.value("outbox_consumer_applied_total", me) == 3);
+  BOOST_TEST(p.value("outbox_consumer_duplicates_total", me) == 1);
+  BOOST_TEST(p.value("outbox_consumer_retried_total", me) == 1);
+  BOOST_TEST(p.value("outbox_consumer_dead_lettered_total", me) == 1);
+  BOOST_TEST(p.value("outbox_consumer_deferred_total", me) == 0);
+  BOOST_TEST(p.value("outbox_consumer_out_of_order_total", me) == 0);
+  BOOST_TEST(p.value("outbox_consumer_errors_total", me) == 0);
+  BOOST_TEST(p.value("outbox_consumer_held", me) == 0);
+  const double progress = p.value("outbox_consumer_last_progress_timestamp_seconds", me);
+  BOOST_TEST(progress > 1.7e9);
+  const double delivery = p.value("outbox_consumer_last_delivery_timestamp_seconds", me);
+  BOOST_TEST(delivery > 1.7e9);  // received, then finished: apart by the handling
+  BOOST_TEST(std::abs(delivery - progress) < 60);
+  // The handler's time of each applied event (a handler that threw has none), and the
+  // end-to-end time of each: "order" has its own series, "invoice" came second.
+  const auto handled =
+      p.by_label("outbox_consumer_handler_duration_seconds_count", "aggregate_type");
+  BOOST_TEST(handled.size() == 2u);
+  BOOST_TEST(handled.at("order") == 2);
+  BOOST_TEST(handled.at("_other") == 1);
+  const auto end_to_end = p.by_label("outbox_consumer_end_to_end_seconds_count", "aggregate_type");
+  BOOST_TEST(end_to_end.at("order") == 2);
+  BOOST_TEST(end_to_end.at("_other") == 1);
+  for (const auto& [series, value] : p.samples)
+    BOOST_TEST(series.find(me) != std::string::npos, series);
+  BOOST_TEST(p.check_with_promtool());
+}
+
+// Before any delivery the times are 0 (none yet), which the stalled-consumer rule reads as
+// "no progress" only once deliveries arrive; a consumer needs its name.
+BOOST_AUTO_TEST_CASE(an_idle_consumer_has_zero_times_and_a_name_is_required) {
+  ::prometheus::Registry registry;
+  outbox::prometheus::consumer_metrics metrics(registry, {.name = "billing"});
+  metrics.sample({});
+  page p(registry);
+  BOOST_TEST(p.value("outbox_consumer_last_progress_timestamp_seconds", "billing") == 0);
+  BOOST_TEST(p.value("outbox_consumer_last_delivery_timestamp_seconds", "billing") == 0);
+  BOOST_CHECK_THROW(outbox::prometheus::consumer_metrics(registry, {}), std::invalid_argument);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
