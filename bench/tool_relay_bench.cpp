@@ -4,7 +4,7 @@
 //   - an embedded relay configured as the tool configures its own (tools/relay_command.cpp): two
 //     sessions and stores, pipelined, the store options' defaults with `listen` on the first
 //     store only, lease 30 s, publish timeout 10 s, `exponential_backoff{.max_attempts = 10}`,
-//     batch `--batch`, and an `on_batch` doing the tool's histogram work (tools/metrics.hpp);
+//     batch `--batch`, and the tool's `on_batch` (outbox::prometheus::relay_metrics);
 //     not the tool's backlog sampler (a session of its own, every 5 s) nor its HTTP server:
 //     they are what the tool adds;
 //   - the tool as a process (`--tool`, or OUTBOX_TOOL, or this build's tools/outbox):
@@ -56,12 +56,13 @@
 #include <libpq-fe.h>
 #include <soci/soci.h>
 
+#include <prometheus/registry.h>
 #include <outbox/amqp/amqp.hpp>
 #include <outbox/outbox.hpp>
 #include <outbox/postgresql/store.hpp>
+#include <outbox/prometheus/relay_metrics.hpp>
 
 #include "../tools/common.hpp"
-#include "../tools/metrics.hpp"
 #include "amqp_scratch.hpp"
 #include "bench_common.hpp"
 #include "postgresql_pristine.hpp"
@@ -183,25 +184,6 @@ std::string store_url_of(const std::string& conninfo) {
          "/" + percent_encode(db) + query;
 }
 
-/// What the tool's `on_batch` does per batch: three histograms and the last batch's time.
-struct tool_like_metrics {
-  outbox_tool::histogram batch_duration{outbox_tool::latency_bounds()};
-  outbox_tool::histogram publish_duration{outbox_tool::latency_bounds()};
-  outbox_tool::histogram event_latency{outbox_tool::latency_bounds()};
-  std::atomic<double> last_batch_at{0};
-
-  void observe(const outbox::batch_report& r) {
-    const auto now = std::chrono::system_clock::now();
-    batch_duration.observe(std::chrono::duration<double>(r.claim + r.publish + r.settle).count());
-    publish_duration.observe(std::chrono::duration<double>(r.publish).count());
-    for (std::size_t i = 0; i < r.messages.size() && i < r.fates.size(); ++i)
-      if (r.fates[i].what == outbox::settlement::kind::published)
-        event_latency.observe(
-            std::chrono::duration<double>(now - r.messages[i].created_at).count());
-    last_batch_at = std::chrono::duration<double>(now.time_since_epoch()).count();
-  }
-};
-
 /// The embedded relay, set up as `outbox relay` sets up each of its relay threads.
 run_times embedded_run(const args& a, const std::string& conninfo,
                        const outbox::amqp::publisher_options& po) {
@@ -221,13 +203,14 @@ run_times embedded_run(const args& a, const std::string& conninfo,
   pg::store second(*sql1, so);
   outbox::amqp::publisher pub(po);
   pub.connect();
-  tool_like_metrics metrics;
+  ::prometheus::Registry registry;  // what the tool's on_batch feeds
+  outbox::prometheus::relay_metrics metrics(registry);
   outbox::relay_options ro{.batch_size = static_cast<std::size_t>(a.batch),
                            .lease = 30s,
                            .publish_timeout = 10s,
                            .pipeline = true};
   ro.on_error = [](const outbox::error&) {};
-  ro.on_batch = [&metrics](const outbox::batch_report& r) { metrics.observe(r); };
+  ro.on_batch = metrics.on_batch();
   outbox::relay<pg::store, outbox::amqp::publisher> relay(
       first, second, pub, ro, outbox::exponential_backoff{.max_attempts = 10});
   if (!relay.pipelines()) invalid("the embedded relay does not pipeline");

@@ -34,7 +34,6 @@
 #include <outbox/postgresql/tailing_store.hpp>
 #endif
 
-#include "../../tools/metrics.hpp"
 #include "../amqp/fixture.hpp"
 #include "../support/tcp_proxy.hpp"
 #include "outbox_relay_transports.hpp"
@@ -571,24 +570,6 @@ BOOST_AUTO_TEST_CASE(a_publish_timeout_a_locking_claim_would_outlast_is_refused)
 #endif
 
 BOOST_AUTO_TEST_SUITE_END()
-
-// An aggregate type is a label value on /metrics: one byte Prometheus cannot read there (not
-// UTF-8, a control character) would fail the whole scrape.
-BOOST_AUTO_TEST_CASE(label_values_are_escaped_valid_utf8) {
-  using outbox_tool::prom_label;
-  BOOST_TEST(prom_label("order") == "order");
-  BOOST_TEST(prom_label("a\"b\\c\nd") == "a\\\"b\\\\c\\nd");
-  BOOST_TEST(prom_label("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x93\xA6") ==
-             "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x93\xA6");
-  const std::string bad(
-      "ord\xFF"
-      "er\x00\r\xC3",
-      9);
-  BOOST_TEST(prom_label(bad) ==
-             "ord\xEF\xBF\xBD"
-             "er\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
-  BOOST_TEST(outbox::is_valid_utf8(prom_label("\xED\xA0\x80\xC0\xAF")));  // surrogate, overlong
-}
 
 BOOST_AUTO_TEST_SUITE(outbox_relay_in_bad_weather,
                       *boost::unit_test::precondition(outbox::test::services_of<fixture>))

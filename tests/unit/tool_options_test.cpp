@@ -1,8 +1,8 @@
 // The `outbox` tool's option parsing and slot alarm (tools/common.hpp), without a server: the
 // ages and sizes its options take, what it refuses, and each reason the slot guard gives
 // (`slot status --max-kept`, `relay --max-slot-kept`), including the wal_status a test server
-// cannot be brought to on demand (unreserved, lost); and the per-type series of /metrics
-// (tools/metrics.hpp).
+// cannot be brought to on demand (unreserved, lost). (The per-type series of /metrics: the
+// Prometheus adapter's tests/prometheus/.)
 #define BOOST_TEST_MODULE outbox tool options
 #include <boost/test/unit_test.hpp>
 
@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "../../tools/common.hpp"
-#include "../../tools/metrics.hpp"
 
 namespace {
 
@@ -108,30 +107,4 @@ BOOST_AUTO_TEST_CASE(the_slot_alarm_names_each_reason_and_is_quiet_otherwise) {
       }
     }
   }
-}
-
-// Aggregate types that differ only in bytes that are not valid UTF-8 have one label value once
-// made valid: one series (their counts added, the oldest age kept), never two samples of one
-// series, which fail the whole scrape.
-BOOST_AUTO_TEST_CASE(aggregate_types_with_one_label_value_are_one_series) {
-  const auto stats = [](std::int64_t pending, std::int64_t dead, std::chrono::milliseconds age) {
-    outbox::backlog_stats s;
-    s.pending = pending;
-    s.dead = dead;
-    s.oldest_pending_age = age;
-    return s;
-  };
-  const std::vector<outbox::aggregate_type_stats> types{
-      {"order\xFF", stats(2, 1, 5s)}, {"invoice", stats(7, 0, 1s)}, {"order\xFE", stats(3, 0, 9s)}};
-  const auto series = outbox_tool::by_label(types);
-  BOOST_TEST_REQUIRE(series.size() == 2u);
-  BOOST_TEST(series[0].aggregate_type == "invoice");
-  BOOST_TEST(series[0].stats.pending == 7);
-  BOOST_TEST(series[1].aggregate_type == "order\xEF\xBF\xBD");  // U+FFFD
-  BOOST_TEST(series[1].stats.pending == 5);
-  BOOST_TEST(series[1].stats.dead == 1);
-  BOOST_TEST((series[1].stats.oldest_pending_age == 9s));
-  // A label that needs escaping is escaped once.
-  const auto quoted = outbox_tool::by_label({{"a\"b", stats(1, 0, 0s)}});
-  BOOST_TEST(quoted.at(0).aggregate_type == "a\\\"b");
 }

@@ -1,6 +1,6 @@
 #pragma once
-// `outbox relay`'s /metrics page (Prometheus text format), rendered from what the relays and the
-// backlog sampler report.
+// `outbox relay`'s /metrics page (Prometheus text format, prometheus-cpp's TextSerializer),
+// rendered from what the relays and the backlog sampler report.
 
 #include <cstddef>
 #include <cstdint>
@@ -24,7 +24,8 @@ struct relay_view {
   double stranded = 0;        ///< Table-mode events the stream passed over.
 };
 
-/// Renders the page (`m.backlog_mutex` taken here).
+/// Renders the page (`m.backlog_mutex` taken here): brings `m.registry` up to `v` and the last
+/// backlog sample, then serializes it. One caller at a time (the page's own lock).
 std::string render_metrics(const relay_view& v, shared_metrics& m);
 
 }  // namespace outbox_tool::relay_service

@@ -249,17 +249,7 @@ class service {
     }
   }
 
-  void on_batch(const outbox::batch_report& r) {
-    const auto now = std::chrono::system_clock::now();
-    metrics_.batch_duration.observe(
-        std::chrono::duration<double>(r.claim + r.publish + r.settle).count());
-    metrics_.publish_duration.observe(std::chrono::duration<double>(r.publish).count());
-    for (std::size_t i = 0; i < r.messages.size() && i < r.fates.size(); ++i)
-      if (r.fates[i].what == outbox::settlement::kind::published)
-        metrics_.event_latency.observe(
-            std::chrono::duration<double>(now - r.messages[i].created_at).count());
-    metrics_.last_batch_at = unix_seconds(now);
-  }
+  void on_batch(const outbox::batch_report& r) { metrics_.relay.record(r); }
 
   void sample_backlog() {
     try {

@@ -4,23 +4,28 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include <prometheus/registry.h>
 #include <outbox/outbox.hpp>
-
-#include "../metrics.hpp"
+#include <outbox/prometheus/prometheus.hpp>
 
 namespace outbox_tool::relay_service {
 
-/// What every relay thread feeds and the metrics server reads.
+struct page_families;  // metrics_page.cpp's
+
+/// What every relay thread feeds and the metrics server reads: a prometheus-cpp registry
+/// (/metrics serializes it) with the relays' metrics, which their `on_batch` feeds and the
+/// page's render raises to their stats (metrics_page.cpp), and the last backlog sample, which
+/// the render copies into the registry's backlog gauges.
 struct shared_metrics {
-  histogram batch_duration{latency_bounds()};
-  histogram publish_duration{latency_bounds()};
-  histogram event_latency{latency_bounds()};
-  std::atomic<double> last_batch_at{0};  ///< Unix seconds of the last settled batch; 0: none.
+  ::prometheus::Registry registry;
+  outbox::prometheus::relay_metrics relay{registry};
+  std::shared_ptr<page_families> page;  ///< metrics_page.cpp's, from the first render.
 
   std::mutex backlog_mutex;
   std::optional<outbox::backlog_stats> backlog;  ///< The last sample; none until one succeeded.
