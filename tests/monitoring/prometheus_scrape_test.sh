@@ -14,12 +14,12 @@
 #     match everything);
 # and then each target, stopped by SIGTERM, exits 0 (the relay having published the three
 # events).
-#   prometheus_scrape_test.sh PROMETHEUS|"" OUTBOX_TOOL KAFKA_MOCK_CLUSTER RULES DASHBOARD
+#   prometheus_scrape_test.sh PROMETHEUS|"" OUTBOX_TOOL KAFKA_MOCK_CLUSTER RULES DASHBOARD CONSUMER
 # Without prometheus (Debian's package): 77 (SKIP), 1 under OUTBOX_REQUIRE_SERVICES=1.
 # Every process it starts is stopped by pid, and its directory removed, on any exit (meson's
 # timeout ends the test's process group, these processes with it).
 set -euo pipefail
-prometheus=$1 tool=$2 mock_cluster=$3 rules=$4 dashboard=$5
+prometheus=$1 tool=$2 mock_cluster=$3 rules=$4 dashboard=$5 consumer=$6
 if [[ -z $prometheus ]]; then
     if [[ ${OUTBOX_REQUIRE_SERVICES:-} == 1 ]]; then echo "prometheus is not installed: FAIL" >&2; exit 1; fi
     echo "prometheus is not installed (Debian: prometheus): SKIP" >&2
@@ -167,6 +167,7 @@ EOF
 target outbox-relay outbox_relay_published_total \
     "$tool" relay --store "$store" --transport "kafka://$bootstrap?topic_pattern=outbox.event.{aggregate_type}" \
     --backlog-interval 1s --metrics-address @ADDR@
+target outbox-consumer outbox_consumer_applied_total "$consumer" "$bootstrap" @ADDR@
 
 # --- Prometheus -----------------------------------------------------------------------------
 {
@@ -207,5 +208,6 @@ for i in "${!jobs[@]}"; do
     ((status == 0)) || fail "${jobs[$i]} exited $status after SIGTERM"
 done
 grep -q "stopped: published 3," "$dir/outbox-relay.log" || fail "the relay did not publish the 3 events"
+grep -qx "applied 3" "$dir/outbox-consumer.out" || fail "the consumer did not apply the 3 events"
 ok=1
 echo "prometheus_scrape: scraped ${jobs[*]} (up, published) after ${scraped}s; $(cat "$dir/rules.out"), all ok, none firing; $(cat "$dir/dashboard.out"); ${SECONDS}s in all"
