@@ -273,7 +273,6 @@ class consumer {
     if (same == held_.end()) {
       held_.push_back({d, predecessor, std::chrono::steady_clock::now() + options_.predecessor_wait,
                        false, detail::aggregate_key(d.msg)});
-      deferred_.fetch_add(1, std::memory_order_relaxed);
       return;
     }
     const delivery old = std::exchange(same->d, d);
@@ -382,8 +381,10 @@ class consumer {
     std::chrono::nanoseconds handler_time{0};
     std::optional<std::chrono::nanoseconds> end_to_end;
     std::string failure;
-    // One report per call, before the ack or nack that ends it (see on_delivery).
+    // One report per call, before the ack or nack that ends it (see on_delivery); the counters
+    // of consumer_stats count the reports, so the two always agree.
     const auto report = [&](outcome o) {
+      count(o);
       if (finished(o)) last_progress_.store(since_epoch(clock_.now()), std::memory_order_relaxed);
       if (!options_.on_delivery) return;
       options_.on_delivery(delivery_report{d.msg, o, std::chrono::steady_clock::now() - started,
@@ -419,7 +420,12 @@ class consumer {
       }
       if (fresh) {
         const auto handler_start = std::chrono::steady_clock::now();
-        handler_(store_->session(), d.msg);
+        try {
+          handler_(store_->session(), d.msg);
+        } catch (...) {
+          handler_time = std::chrono::steady_clock::now() - handler_start;
+          throw;
+        }
         handler_time = std::chrono::steady_clock::now() - handler_start;
       }
       tx.commit();
@@ -441,7 +447,6 @@ class consumer {
       // Committed: count it now; a failing ack below only means a redelivery the inbox absorbs.
       attempts_.erase(d.msg.id);
       transient_streak_ = 0;
-      (fresh ? applied_ : duplicates_).fetch_add(1, std::memory_order_relaxed);
       report(fresh ? outcome::applied : outcome::duplicate);
       receiver_->ack(d);
       return fresh ? outcome::applied : outcome::duplicate;
@@ -463,10 +468,15 @@ class consumer {
     const int attempt = ++attempts_[d.msg.id];
     if (retry_.exhausted(attempt)) {
       if (options_.dead_letters == dead_letter_route::transport) {
-        report(outcome::dead_lettered);
-        receiver_->nack(d, false);
+        try {
+          receiver_->nack(d, false);
+        } catch (const std::exception& e) {  // not dead-lettered: the delivery comes again
+          failure = "dead-lettering failed: " + sanitize_text(e.what());
+          report(outcome::retrying);
+          throw;
+        }
         attempts_.erase(d.msg.id);
-        dead_.fetch_add(1, std::memory_order_relaxed);
+        report(outcome::dead_lettered);
         return outcome::dead_lettered;
       }
       try {
@@ -485,7 +495,6 @@ class consumer {
       attempts_.erase(d.msg.id);
       report(outcome::dead_lettered);
       receiver_->ack(d);
-      dead_.fetch_add(1, std::memory_order_relaxed);
       return outcome::dead_lettered;
     }
     block_behind(d);
@@ -528,8 +537,15 @@ class consumer {
   outcome requeue(const delivery& d, int attempt) {
     pause(retry_.delay(attempt, rng_));
     receiver_->nack(d, true);
-    retried_.fetch_add(1, std::memory_order_relaxed);
     return outcome::retrying;
+  }
+
+  /// Counts one reported outcome in its counter of consumer_stats (by delivery_outcome's order).
+  void count(outcome o) noexcept {
+    static_assert(static_cast<int>(outcome::deferred) == 5, "counters[] follows the enum");
+    std::atomic<std::uint64_t>* const counters[] = {nullptr,   &applied_, &duplicates_,
+                                                    &retried_, &dead_,    &deferred_};
+    if (auto* c = counters[static_cast<std::size_t>(o)]) c->fetch_add(1, std::memory_order_relaxed);
   }
 
   /// The class of a foreign exception (the handler's own statement failed): the store's

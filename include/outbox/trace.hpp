@@ -83,9 +83,13 @@ constexpr bool is_tracestate_value(std::string_view v) noexcept {
 }
 }  // namespace detail
 
+/// The longest `traceparent` accepted: a later version's extra fields included.
+inline constexpr std::size_t max_traceparent_bytes = 256;
+
 /// Why `s` is not a W3C `traceparent` a propagator accepts; empty when it is one. Version 00 is
 /// exactly `00-<32 hex>-<16 hex>-<2 hex>`, lowercase, ids not all zero; a later version (not
-/// `ff`) may append `-...` fields, which are kept as given.
+/// `ff`) may append `-` and lowercase hex fields (up to `max_traceparent_bytes` in all), which
+/// are kept as given.
 [[nodiscard]] constexpr std::string_view traceparent_problem(std::string_view s) noexcept {
   if (s.size() < 55) return "is shorter than a W3C traceparent (version-traceid-parentid-flags)";
   if (s[2] != '-' || s[35] != '-' || s[52] != '-')
@@ -95,6 +99,12 @@ constexpr bool is_tracestate_value(std::string_view v) noexcept {
     return "has a version that is not two lowercase hex digits (or is ff)";
   if (version == "00" && s.size() != 55) return "is longer than a version 00 traceparent";
   if (s.size() > 55 && s[55] != '-') return "has a later version's extra field without '-'";
+  // A later version's extra fields: kept as given, so only what its fields can be (lowercase
+  // hex, '-'), and not more than a few of them.
+  if (s.size() > max_traceparent_bytes) return "is longer than 256 bytes";
+  for (char c : s.substr(55))
+    if (c != '-' && !detail::is_lower_hex(c))
+      return "has a later version's extra field that is not lowercase hex";
   const auto trace_id = s.substr(3, 32);
   const auto parent_id = s.substr(36, 16);
   if (!detail::all_lower_hex(trace_id) || !detail::all_lower_hex(parent_id) ||

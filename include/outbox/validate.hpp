@@ -198,6 +198,9 @@ inline void check_trace(const event& e) {
     }
     return;
   }
+  if ((hp != e.headers.end() && hp->second.empty()) ||
+      (hs != e.headers.end() && hs->second.empty()))
+    throw_invalid("headers", "an empty traceparent or tracestate header: leave it out");
   const trace_context t{hp == e.headers.end() ? std::string() : hp->second,
                         hs == e.headers.end() ? std::string() : hs->second};
   if (const auto why = trace_problem(t); !why.empty())

@@ -30,8 +30,9 @@ struct writer_options {
   /// The trace context of an event that brings none (no `event::trace`, no `traceparent`
   /// header): typically the caller's active span, from its tracer's propagator (docs/
   /// observability.md shows OpenTelemetry's). Called once per `enqueue` call, on the caller's
-  /// thread, only when an event needs it; empty: no context. A malformed result is treated as
-  /// `on_malformed_trace` says.
+  /// thread, only when an event needs it (not for one whose own context was dropped); empty: no
+  /// context. A malformed result is treated as `on_malformed_trace` says; an exception from it
+  /// leaves `enqueue` before anything is written.
   std::function<trace_context()> trace_provider{};
   /// What `enqueue` does with a trace context that is not valid W3C (from the event or from
   /// `trace_provider`).
@@ -87,22 +88,27 @@ class writer {
     // Events as written: the caller's, or a copy without its malformed trace context (drop).
     std::vector<const event*> chosen;
     chosen.reserve(events.size());
-    std::deque<event> cleaned;
+    std::deque<event> cleaned;  // events whose context was dropped: none from the provider
     const bool drop = options_.on_malformed_trace == writer_options::malformed_trace::drop;
     for (const auto& e : events) {
       chosen.push_back(&e);
       if (drop && !trace_valid(e)) chosen.back() = &cleaned.emplace_back(without_trace(e));
       validate(*chosen.back(), options_.limits);
     }
-    const trace_context provided = provided_trace(chosen);
-    if (!provided.empty()) check_room(chosen, provided);
+    const auto takes_provided = [&](const event* e) {
+      return bare(e) &&
+             std::none_of(cleaned.begin(), cleaned.end(), [e](const event& c) { return &c == e; });
+    };
+    const trace_context provided = provided_trace(chosen, takes_provided);
+    if (!provided.empty()) check_room(chosen, provided, takes_provided);
     std::vector<outgoing> rows;
     rows.reserve(events.size());
     ids.reserve(events.size());
     const auto now = clock_.now();
     for (const event* e : chosen) {
       rows.push_back(outgoing{make_uuid_v7(), e,
-                              headers_to_json(e->headers, bare(e) ? provided : e->trace), now});
+                              headers_to_json(e->headers, takes_provided(e) ? provided : e->trace),
+                              now});
       ids.push_back(rows.back().id);
     }
     if constexpr (concepts::appender_providing_store<Store>) {
@@ -146,9 +152,10 @@ class writer {
 
   /// The provider's context, when an event of `events` has none of its own; checked (refused
   /// or dropped as `on_malformed_trace` says, with the message the field would have).
-  trace_context provided_trace(const std::vector<const event*>& events) const {
+  template <class Takes>
+  trace_context provided_trace(const std::vector<const event*>& events, const Takes& takes) const {
     if (!options_.trace_provider) return {};
-    const bool needed = std::any_of(events.begin(), events.end(), bare);
+    const bool needed = std::any_of(events.begin(), events.end(), takes);
     if (!needed) return {};
     trace_context t = options_.trace_provider();
     if (const auto why = trace_problem(t); !why.empty()) {
@@ -159,12 +166,14 @@ class writer {
   }
 
   /// The provided context fits beside the headers of each event it goes to.
-  void check_room(const std::vector<const event*>& events, const trace_context& t) const {
+  template <class Takes>
+  void check_room(const std::vector<const event*>& events, const trace_context& t,
+                  const Takes& takes) const {
     const std::size_t extra =
         (t.traceparent.empty() ? 0 : traceparent_header.size() + t.traceparent.size()) +
         (t.tracestate.empty() ? 0 : tracestate_header.size() + t.tracestate.size());
     for (const event* e : events) {
-      if (!bare(e)) continue;
+      if (!takes(e)) continue;
       std::size_t bytes = extra;
       for (const auto& [name, value] : e->headers) bytes += name.size() + value.size();
       if (bytes > options_.limits.max_header_bytes)

@@ -119,7 +119,9 @@ struct consumer_stats {
   std::uint64_t retried = 0;             ///< Handler or store failed; nacked for redelivery.
   std::uint64_t dead_lettered = 0;       ///< Failed `max_attempts` times; dead-lettered.
   std::uint64_t errors = 0;              ///< Errors the run loop backed off from.
-  std::uint64_t deferred = 0;  ///< Held back until their predecessor was applied (see below).
+  /// Deliveries held back until their predecessor was applied (see below); a copy of one held
+  /// that arrives again counts again. Each counter counts the `delivery_report`s of its outcome.
+  std::uint64_t deferred = 0;
 
   /// Applied although their stamped predecessor was not applied here: the wait ran out, or no
   /// room was left to hold them (`consumer_options::predecessor_wait`, `max_deferred`).

@@ -2,7 +2,9 @@
 // writer's provider and its malformed-context policy) and the consumer's delivery reports.
 #include <boost/test/unit_test.hpp>
 
+#include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <outbox/outbox.hpp>
@@ -60,7 +62,7 @@ BOOST_AUTO_TEST_SUITE(trace_context)
 BOOST_AUTO_TEST_CASE(traceparent_follows_w3c) {
   BOOST_TEST(outbox::traceparent_problem(w3c_parent).empty());
   // A later version may append fields after a '-'; version 00 may not.
-  BOOST_TEST(outbox::traceparent_problem(std::string("01") + (w3c_parent + 2) + "-xyz").empty());
+  BOOST_TEST(outbox::traceparent_problem(std::string("01") + (w3c_parent + 2) + "-00ab").empty());
   BOOST_TEST(!outbox::traceparent_problem(std::string(w3c_parent) + "-xyz").empty());
   BOOST_TEST(!outbox::traceparent_problem(std::string("ff") + (w3c_parent + 2)).empty());
   BOOST_TEST(!outbox::traceparent_problem("00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01")
@@ -74,6 +76,13 @@ BOOST_AUTO_TEST_CASE(traceparent_follows_w3c) {
   BOOST_TEST(
       !outbox::traceparent_problem("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7").empty());
   BOOST_TEST(!outbox::traceparent_problem("").empty());
+  // A later version's extra fields: lowercase hex and '-' only, 256 bytes in all.
+  const std::string later = std::string("01") + (w3c_parent + 2);
+  BOOST_TEST(outbox::traceparent_problem(later + "-00ff-ab").empty());
+  BOOST_TEST(!outbox::traceparent_problem(later + std::string("-a\0b", 4)).empty());
+  BOOST_TEST(!outbox::traceparent_problem(later + "-\xff").empty());
+  BOOST_TEST(!outbox::traceparent_problem(later + "-\r\nX: 1").empty());
+  BOOST_TEST(!outbox::traceparent_problem(later + "-" + std::string(250, 'a')).empty());
   const outbox::trace_context t{w3c_parent, {}};
   BOOST_TEST(t.trace_id() == "4bf92f3577b34da6a3ce929d0e0e4736");
   BOOST_TEST(t.parent_id() == "00f067aa0ba902b7");
@@ -113,6 +122,11 @@ BOOST_AUTO_TEST_CASE(validation_names_the_field_of_a_malformed_context) {
   BOOST_TEST(refused_field(e) == "headers");
   e.headers = {{"traceparent", w3c_parent}};
   BOOST_TEST(refused_field(e).empty());
+  e.headers = {{"traceparent", ""}};  // would go on the wire empty and keep the provider out
+  BOOST_TEST(refused_field(e) == "headers");
+  e.headers = {{"traceparent", w3c_parent}, {"tracestate", ""}};
+  BOOST_TEST(refused_field(e) == "headers");
+  e.headers = {{"traceparent", w3c_parent}};
   e.trace = {w3c_parent, {}};  // both ways at once
   BOOST_TEST(refused_field(e) == "trace");
   e = plain();
@@ -167,6 +181,23 @@ BOOST_AUTO_TEST_CASE(the_writer_drops_a_broken_context_when_told_and_keeps_the_e
   BOOST_TEST((stored[1] == outbox::header_map{{"k", "v"}}));
 }
 
+BOOST_AUTO_TEST_CASE(a_dropped_context_is_not_replaced_by_the_providers) {
+  memory_outbox o;
+  outbox::writer<outbox::testing::memory_store<>> w(
+      o.app_store, {.trace_provider =
+                        [] {
+                          return outbox::trace_context{w3c_parent, {}};
+                        },
+                    .on_malformed_trace = outbox::writer_options::malformed_trace::drop});
+  auto bad = plain("bad");
+  bad.trace.traceparent = "00-nothex";
+  o.enqueue(w, {bad, plain("bare")});
+  const auto stored = o.stored();
+  BOOST_TEST_REQUIRE(stored.size() == 2u);
+  BOOST_TEST(stored[0].empty());  // written without any context, as the option says
+  BOOST_TEST(stored[1].at("traceparent") == w3c_parent);
+}
+
 BOOST_AUTO_TEST_CASE(the_provider_fills_in_events_without_a_context_once_per_call) {
   memory_outbox o;
   int calls = 0;
@@ -211,7 +242,72 @@ BOOST_AUTO_TEST_CASE(the_provider_fills_in_events_without_a_context_once_per_cal
 
 BOOST_AUTO_TEST_SUITE_END()
 
+namespace {
+/// The in-memory transport, whose next ack or nack fails as a lost connection would.
+struct failing_acks : outbox::testing::memory_transport {
+  using memory_transport::memory_transport;
+  int fail_acks = 0, fail_nacks = 0;
+  void ack(const outbox::delivery& d) {
+    if (fail_acks > 0 && fail_acks-- > 0)
+      throw outbox::error(outbox::errc::transient, "test", {}, "ack: connection lost");
+    memory_transport::ack(d);
+  }
+  void nack(const outbox::delivery& d, bool requeue) {
+    if (fail_nacks > 0 && fail_nacks-- > 0)
+      throw outbox::error(outbox::errc::transient, "test", {}, "nack: connection lost");
+    memory_transport::nack(d, requeue);
+  }
+};
+}  // namespace
+
 BOOST_AUTO_TEST_SUITE(delivery_reports)
+
+BOOST_AUTO_TEST_CASE(the_counters_count_the_reports_when_an_ack_or_nack_fails) {
+  memory_outbox o;
+  failing_acks wire;
+  outbox::writer<outbox::testing::memory_store<>> w(o.app_store);
+  o.enqueue(w, {plain("a"), plain("b"), plain("c")});
+  outbox::relay<outbox::testing::memory_store<>, failing_acks> relay(o.relay_store, wire);
+  while (relay.run_once() > 0) {
+  }
+  std::map<outbox::delivery_outcome, std::uint64_t> reported;
+  std::chrono::nanoseconds failed_handler{0};
+  outbox::consumer<outbox::testing::memory_store<>, failing_acks> c(
+      o.consumer_store, wire,
+      [](outbox::testing::memory_session&, const outbox::message& m) {
+        if (m.aggregate_id != "a") {
+          std::this_thread::sleep_for(2ms);  // a failing handler's time is reported too
+          throw std::runtime_error("handler failed");
+        }
+      },
+      {.name = "counted",
+       .poll_timeout = 10ms,
+       .dead_letters = outbox::dead_letter_route::transport,
+       .on_delivery =
+           [&](const outbox::delivery_report& r) {
+             ++reported[r.outcome];
+             if (r.msg.aggregate_id != "a") failed_handler = std::max(failed_handler, r.handler);
+           }},
+      outbox::exponential_backoff{
+          .initial = 1ms, .max_delay = 1ms, .jitter = 0, .max_attempts = 2});
+  wire.fail_acks = 1;   // a's ack: applied all the same (committed), a's copy comes again
+  wire.fail_nacks = 2;  // b's requeue, then the dead-lettering nack of one of them
+  for (int i = 0; i < 50; ++i) {
+    try {
+      if (c.poll_once() == outbox::delivery_outcome::idle) break;
+    } catch (const outbox::error&) {  // what run backs off from; the connection is gone:
+      wire.crash_consumer();          // what was not acknowledged comes again
+    }
+  }
+  const auto s = c.stats();
+  BOOST_TEST(s.applied == reported[outbox::delivery_outcome::applied]);
+  BOOST_TEST(s.duplicates_skipped == reported[outbox::delivery_outcome::duplicate]);
+  BOOST_TEST(s.retried == reported[outbox::delivery_outcome::retrying]);
+  BOOST_TEST(s.dead_lettered == reported[outbox::delivery_outcome::dead_lettered]);
+  BOOST_TEST(s.applied == 1u);
+  BOOST_TEST(s.dead_lettered == 2u);  // b and c, once each: a failed dead-lettering is a retry
+  BOOST_TEST((failed_handler >= 2ms));
+}
 
 BOOST_AUTO_TEST_CASE(every_processed_delivery_is_reported_once_with_its_outcome_and_times) {
   memory_outbox o;
