@@ -4,10 +4,10 @@
 // fixtures). The writer (both modes) and the consumer's inbox are on one PostgreSQL database;
 // the relay reads the WAL through a slot of the test's own. What the matrix checks for the
 // polling stores, here for the stream: commit publishes and rollback does not, a failure
-// retried through the table keeps its aggregate's order at the consumer, a dead letter lets
-// the rest flow, a relay that died before settling is replayed and every event is applied once.
-// No include guard: each cell includes it, inside its suite, after tailing_world.hpp (included
-// at file scope first).
+// retried through the table keeps its aggregate's order at the consumer, both writer modes
+// carry the trace context, a dead letter lets the rest flow, a relay that died before settling is
+// replayed and every event is applied once. No include guard: each cell includes it, inside its
+// suite, after tailing_world.hpp (included at file scope first).
 
 using namespace std::chrono_literals;
 namespace pg = outbox::postgresql;
@@ -32,6 +32,22 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(both_writer_modes_publish_on_commit_and_never_on_r
   BOOST_TEST(w.wiretap.sent().back().aggregate_id == "sentinel");
   BOOST_TEST(Combo::store_fixture::applied_rows(*w.app_sql) == 4);
   BOOST_TEST(w.db.count(*w.app_sql, "SELECT count(*) FROM outbox") == 0);  // streamed row gone
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(both_writer_modes_carry_the_trace_context_to_the_wire, Combo,
+                              e2e_combinations) {
+  e2e::tail_world<Combo> w;
+  auto relay = w.make_relay();
+  auto consumer = w.make_consumer();
+  const outbox::trace_context streamed{"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                                       "congo=t61rcWkgMzE"};
+  const outbox::trace_context tabled{"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00", {}};
+  const auto s = w.place("1", "order_placed", true, streamed);
+  const auto t = w.template place<pg::tailing_store::table_mode>("2", "order_placed", true, tabled);
+  BOOST_TEST_REQUIRE(w.relay_until(relay, consumer, 2));
+  std::map<outbox::uuid, outbox::trace_context> seen;
+  for (const auto& m : w.wiretap.sent()) seen[m.id] = m.trace();
+  BOOST_TEST((seen == std::map<outbox::uuid, outbox::trace_context>{{s, streamed}, {t, tabled}}));
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_failure_retried_through_the_table_keeps_the_order_at_the_consumer,

@@ -72,15 +72,16 @@ struct tail_world {
         clock);
   }
 
-  /// An order and its event in one transaction, written by `Mode`'s writer.
+  /// An order and its event (with `trace`) in one transaction, written by `Mode`'s writer.
   template <class Mode = pg::tailing_store>
   outbox::uuid place(const std::string& order_id, const std::string& type = "order_placed",
-                     bool commit = true) {
+                     bool commit = true, const outbox::trace_context& trace = {}) {
     outbox::writer<Mode> w;
     auto tx = DB::begin(*app_sql);
     DB::insert_order(*app_sql, order_id + "-" + type, 1);
-    auto id = w.enqueue(*app_sql,
-                        outbox::event{"order", order_id, type, R"({"order":")" + order_id + "\"}"});
+    outbox::event e{"order", order_id, type, R"({"order":")" + order_id + "\"}"};
+    e.trace = trace;
+    auto id = w.enqueue(*app_sql, e);
     if (commit)
       tx->commit();
     else
