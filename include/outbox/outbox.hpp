@@ -2,6 +2,7 @@
 /// @file
 /// Umbrella header of the core: everything but the adapters and the testing doubles.
 
+#include <outbox/cause.hpp>
 #include <outbox/concepts/store.hpp>
 #include <outbox/concepts/transport.hpp>
 #include <outbox/consumer.hpp>
