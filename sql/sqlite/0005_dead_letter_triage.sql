@@ -12,7 +12,8 @@ ALTER TABLE outbox ADD COLUMN replayed_at INTEGER;
 CREATE INDEX outbox_dead_by_cause ON outbox (dead_cause, seq) WHERE state = 2;
 
 CREATE TABLE outbox_archive (
-  seq            INTEGER PRIMARY KEY,  -- the row's seq in the outbox
+  seq            INTEGER NOT NULL,  -- the row's seq in the outbox (SQLite may reuse a seq
+                                    -- after a delete: not a key here)
   event_id       TEXT    NOT NULL,
   aggregate_type TEXT    NOT NULL,
   aggregate_id   TEXT    NOT NULL,
