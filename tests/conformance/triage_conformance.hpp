@@ -138,9 +138,11 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_discard_never_takes_a_row_a_relay_holds_or_an_op
   auto relay_store = fx.make_store(*relay_sql, outbox::retention::keep);
   auto held = relay_store->claim(conformance::req(clock));
   BOOST_TEST_REQUIRE(held.size() == 1u);
-  // The discard of the group takes only the row still dead: the held one is neither archived
-  // nor deleted under the relay.
-  BOOST_TEST(st->discard({.cause = std::string("k: a")}, clock.now(), 10) == 1u);
+  // The discard of the group takes only the row still dead, never the held one. MySQL may
+  // skip it too (SKIP LOCKED: a locking claim's scan can hold locks on index records near the
+  // rows it took); it is then left for the next run, not lost.
+  const auto first = st->discard({.cause = std::string("k: a")}, clock.now(), 10);
+  BOOST_TEST(first <= 1u);
   // The relay's settle dead-letters it again: it is a dead letter once, not lost, not archived.
   std::vector<outbox::settlement> f(1);
   f[0].what = outbox::settlement::kind::dead;
@@ -148,6 +150,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_discard_never_takes_a_row_a_relay_holds_or_an_op
   BOOST_TEST(relay_store->settle(held, f, clock.now()).dead == 1u);
   relay_store.reset();
   relay_sql.reset();
+  BOOST_TEST(first + st->discard({.id = ids[1]}, clock.now(), 10) == 1u);
   const auto dead = st->dead_letters(10);
   BOOST_TEST_REQUIRE(dead.size() == 1u);
   BOOST_TEST(dead[0].msg.id == ids[0]);
