@@ -2,7 +2,7 @@
 /// @file
 /// The memory store's dead-letter triage and replay (`concepts::triage_store`,
 /// `concepts::replay_store`), over the database's rows under its mutex: what the SQL stores'
-/// statements do (sql/<dialect>/dead_groups.sql, discard.sql, replay.sql, ...).
+/// statements do (`sql/DIALECT/dead_groups.sql`, `discard.sql`, `replay.sql`, ...).
 
 #include <algorithm>
 #include <cstddef>
