@@ -165,7 +165,7 @@ result run_bare(soci::session& check, const args& a, outbox::claim_policy p, out
       else
         sp.add(token);
       sp.add(now).add(ids).add("{}").add("{}").add("{}").add("{}");
-      sp.add(r == outbox::retention::delete_on_publish ? "t" : "f");
+      sp.add(r == outbox::retention::delete_on_publish ? "t" : "f").add("{}");
       pd::exec_prepared(c, "bare_settle", sp, "settle");
       if (locking) pd::exec(c, "COMMIT");
     }

@@ -1,7 +1,8 @@
 // outbox: the operator's command-line tool. One binary for every store this build has, picked at
 // run time from a URL (--store, or OUTBOX_STORE), of the forms each adapter's file under
 // adapters/ says (`outbox --help` lists them).
-// Subcommands: migrate, stats, dead-letters (list, show), requeue, purge, slot (status, drop).
+// Subcommands: migrate, stats, dead-letters (list, show, groups, discard), requeue, purge,
+// replay, slot (status, drop).
 // `outbox --help` and `outbox <subcommand> --help` say more. Exit codes: 0 ok, 1 error (the class,
 // the adapter and its native code are printed; never a password), 2 usage, 3 a check that found
 // what it looks for (`slot status --max-kept`).
@@ -62,11 +63,35 @@ int main(int argc, char** argv) {
   show->add_option("id", o.id, "the event id")->required();
   show->add_option("--scan", o.scan, "look among the oldest N dead letters (default 100000)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{10'000'000}));
+  auto* groups = dead->add_subcommand(
+      "groups",
+      "dead letters by cause (the error class and message, ids and numbers stripped): count, "
+      "first and last seen, event types, a sample id; the largest first");
+  with_store(groups);
+  groups->add_option("--limit", o.limit, "at most this many groups (default 100)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1'000'000}));
+  auto* discard = dead->add_subcommand(
+      "discard",
+      "move dead letters to the archive (kept until purge --archive-before): ids, or a filter "
+      "(--group, --event-type, --since: all that are given must match), or --all");
+  with_store(discard);
+  discard->add_option("ids", o.ids, "event ids");
+  discard->add_option("--group", o.group, "the cause key, as dead-letters groups prints it");
+  discard->add_option("--event-type", o.event_type, "only dead letters of this event type");
+  discard->add_option("--since", o.since, "only those dead-lettered within this age (1h, 2d)");
+  discard->add_flag("--all", o.all, "every dead letter");
+  discard->add_option("--batch", o.batch, "dead letters per transaction (default 1000)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{100'000}));
   auto* requeue = app.add_subcommand(
-      "requeue", "put dead letters back in the outbox (pending, attempts reset): ids, or --all");
+      "requeue",
+      "put dead letters back in the outbox (pending, attempts reset, replays counted): ids, "
+      "--group KEY, or --all");
   with_store(requeue);
   requeue->add_option("ids", o.ids, "event ids");
   requeue->add_flag("--all", o.all, "every dead letter, the oldest first, in bounded batches");
+  requeue->add_option("--group", o.group,
+                      "the dead letters of one cause key (dead-letters groups), in bounded "
+                      "batches");
   requeue->add_option("--event-type", o.event_type,
                       "with --all: only these (among the oldest --scan dead letters)");
   requeue->add_option("--since", o.since,
@@ -85,7 +110,25 @@ int main(int argc, char** argv) {
                     "published events older than this (7d, 12h, 30m, 45s)");
   purge->add_option("--inbox-before", o.inbox_before,
                     "consumers' inbox records older than this (at least 7d without --force)");
+  purge->add_option("--archive-before", o.archive_before,
+                    "dead letters discarded (archived) longer ago than this");
   purge->add_flag("--force", o.force, "take an inbox window under 7 days");
+  auto* replay = app.add_subcommand(
+      "replay",
+      "send published events again (retention keep), with their ids, in their original order "
+      "per aggregate, in bounded batches; consumers skip what their inbox has applied");
+  with_store(replay);
+  replay
+      ->add_option("--since", o.since,
+                   "events created since then: an age (2h) or a UTC time (2026-12-07T09:00:00Z)")
+      ->required();
+  replay->add_option("--until", o.until, "and before then (default: now)");
+  replay->add_option("--event-type", o.event_type, "only events of this type");
+  replay->add_option("--aggregate-type", o.aggregate_type, "only events of this aggregate type");
+  replay->add_option("--aggregate-id", o.aggregate_id, "only events of this aggregate id");
+  replay->add_flag("--dry-run", o.dry_run, "count what would be sent; change nothing");
+  replay->add_option("--batch", o.batch, "events per statement (default 1000)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{100'000}));
   purge->add_option("--batch", o.batch, "rows per statement (default 1000)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{100'000}));
 
@@ -218,7 +261,15 @@ int main(int argc, char** argv) {
     if (stats->parsed()) return cmd_stats(*store, o);
     if (list->parsed()) return cmd_dead_letters_list(*store, o);
     if (show->parsed()) return cmd_dead_letters_show(*store, o);
+    if (groups->parsed()) return cmd_dead_letters_groups(*store, o);
+    if (discard->parsed()) return cmd_dead_letters_discard(*store, o);
+    if (requeue->parsed() && o.group) {
+      if (o.all || !o.ids.empty() || !o.event_type.empty() || !o.since.empty())
+        throw usage_error("requeue --group takes no ids, --all, --event-type or --since");
+      return cmd_requeue_group(*store, o);
+    }
     if (requeue->parsed()) return cmd_requeue(*store, o);
+    if (replay->parsed()) return cmd_replay(*store, o);
     if (purge->parsed()) return cmd_purge(*store, o);
     if (slot_status->parsed()) return cmd_slot_status(*store, o);
     if (slot_drop->parsed()) return cmd_slot_drop(*store, o);

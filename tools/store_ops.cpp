@@ -57,7 +57,53 @@ class store_ops_for final : public store_ops {
     return store().purge_inbox(before, n);
   }
 
+  static constexpr bool triage = outbox::concepts::triage_store<Store>;
+  std::vector<outbox::dead_letter_group> dead_letter_groups(std::size_t n) override {
+    if constexpr (triage) return store().dead_letter_groups(n);
+    no_triage();
+  }
+  std::size_t requeue_group(const std::string& key, std::size_t n) override {
+    if constexpr (triage) return store().requeue_group(key, std::chrono::system_clock::now(), n);
+    no_triage();
+  }
+  std::size_t discard(const outbox::dead_letter_filter& f, std::size_t n) override {
+    if constexpr (triage) return store().discard(f, std::chrono::system_clock::now(), n);
+    no_triage();
+  }
+  std::size_t purge_archive(outbox::time_point before, std::size_t n) override {
+    if constexpr (triage) return store().purge_archive(before, n);
+    no_triage();
+  }
+  outbox::replay_estimate replay_count(const outbox::replay_filter& f) override {
+    if constexpr (replays()) return store().replay_count(f);
+    no_replay();
+  }
+  std::size_t replay(const outbox::replay_filter& f, std::size_t n) override {
+    if constexpr (replays()) return store().replay(f, std::chrono::system_clock::now(), n);
+    no_replay();
+  }
+
  private:
+  static constexpr bool replays() {
+    if constexpr (requires { Store::tails_the_log; })
+      return false;
+    else
+      return outbox::concepts::replay_store<Store>;
+  }
+  [[noreturn]] static void no_triage() {
+    throw usage_error(
+        "this store keeps no cause keys or archive (dead-letters groups, discard, requeue "
+        "--group, purge --archive-before): a log-tailing store's dead letters are listed and "
+        "requeued by id");
+  }
+  [[noreturn]] static void no_replay() {
+    if constexpr (requires { Store::tails_the_log; })
+      throw usage_error(
+          "replay: not on a log-tailing store: its relay reads new rows from the WAL, and a "
+          "replayed row is an old one (replay where a polling relay runs)");
+    else
+      throw usage_error("replay: this store cannot send published events again");
+  }
   soci::session& session() {
     if (!sql_) {
       auto sql = std::make_unique<soci::session>();

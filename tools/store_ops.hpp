@@ -39,6 +39,14 @@ class store_ops {
   virtual bool requeue(const outbox::uuid& id) = 0;
   virtual std::size_t purge_published(outbox::time_point before, std::size_t n) = 0;
   virtual std::size_t purge_inbox(outbox::time_point before, std::size_t n) = 0;
+  // Triage and replay (outbox::concepts::triage_store, replay_store): a usage error on a store
+  // without them.
+  virtual std::vector<outbox::dead_letter_group> dead_letter_groups(std::size_t n) = 0;
+  virtual std::size_t requeue_group(const std::string& key, std::size_t n) = 0;
+  virtual std::size_t discard(const outbox::dead_letter_filter& f, std::size_t n) = 0;
+  virtual std::size_t purge_archive(outbox::time_point before, std::size_t n) = 0;
+  virtual outbox::replay_estimate replay_count(const outbox::replay_filter& f) = 0;
+  virtual std::size_t replay(const outbox::replay_filter& f, std::size_t n) = 0;
 };
 
 /// The store `u` names, on a session of its own opened on first use (so that bad arguments are

@@ -170,6 +170,9 @@ struct settlement {
   kind what = kind::release;  ///< The fate; a default settlement releases the message.
   time_point retry_at{};      ///< For `retry`: when the row is claimable again.
   std::string error{};  ///< For `retry` and `dead`: the reason, kept as the last error of the row.
+  /// For `dead`: the cause key the row keeps (`cause_key`); empty: the store makes one of
+  /// `error` with the class "unknown".
+  std::string cause{};
 };
 
 /// What `settle` did. `fenced` counts rows that were no longer held under the batch's token
@@ -187,6 +190,10 @@ struct dead_letter {
   message msg{};             ///< The event as stored, with its attempt count.
   std::string last_error{};  ///< The reason it was dead-lettered (empty if none was stored).
   time_point dead_at{};      ///< When it was dead-lettered (by the clock of the settling relay).
+  std::string
+      cause{};  ///< Its cause key (`cause_key`; empty for one dead before the schema kept it).
+  std::int64_t replays = 0;  ///< How often an operator requeued or replayed it.
+  time_point replayed_at{};  ///< When it was last requeued or replayed (epoch: never).
 };
 
 /// Backlog signals for monitoring.

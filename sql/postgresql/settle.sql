@@ -11,7 +11,8 @@
 -- Returns the four counts: published, retried, dead, released.
 -- $1 fencing token (NULL under locking), $2 now (Unix us), $3 published seqs (bigint[]),
 -- $4 other seqs, $5 their kinds (int[]), $6 retry times (Unix us, bigint[]), $7 errors (text[]),
--- $8 delete published rows (boolean: retention delete_on_publish).
+-- $8 delete published rows (boolean: retention delete_on_publish), $9 cause keys of the other
+-- rows (text[], kept by a dead letter: outbox::cause_key).
 WITH pub_keep AS (
   UPDATE outbox SET state = 1, published_at = outbox_ts($2::bigint), lease_owner = NULL,
                     lease_token = NULL
@@ -23,8 +24,8 @@ pub_delete AS (
   WHERE $8::boolean AND seq = ANY($3::bigint[])
     AND ($1::bigint IS NULL OR lease_token = $1::bigint) AND state = 0
   RETURNING 1),
-f AS (SELECT * FROM unnest($4::bigint[], $5::int[], $6::bigint[], $7::text[])
-      AS f(seq, kind, at, err)),
+f AS (SELECT * FROM unnest($4::bigint[], $5::int[], $6::bigint[], $7::text[], $9::text[])
+      AS f(seq, kind, at, err, cause)),
 oth AS (
   UPDATE outbox o SET
     state = CASE WHEN f.kind = 3 THEN 2 ELSE 0 END,
@@ -37,6 +38,7 @@ oth AS (
                  ELSE o.attempts END,
     dead_at = CASE WHEN f.kind = 3 THEN outbox_ts($2::bigint) ELSE o.dead_at END,
     last_error = CASE WHEN f.kind IN (2, 3) THEN f.err ELSE o.last_error END,
+    dead_cause = CASE WHEN f.kind = 3 THEN f.cause ELSE o.dead_cause END,
     lease_owner = NULL, lease_token = NULL
   FROM f
   WHERE o.seq = f.seq AND o.state = 0

@@ -1,6 +1,8 @@
 -- Dead letters (state 2), oldest first: the message columns of outbox::sql::column, then
--- last_error and dead_at (Unix ms).
+-- last_error, dead_at (Unix ms), the cause key, the replays and the last replay (Unix ms, 0:
+-- none).
 -- ?1 limit.
 SELECT seq, event_id, aggregate_type, aggregate_id, event_type, payload, headers, attempts,
-       created_at, content_type, coalesce(last_error, ''), coalesce(dead_at, 0)
+       created_at, content_type, coalesce(last_error, ''), coalesce(dead_at, 0), dead_cause,
+       replays, coalesce(replayed_at, 0)
 FROM outbox WHERE state = 2 ORDER BY seq LIMIT ?1

@@ -120,8 +120,10 @@ struct mysql_fixture : soci_fixture_base {
 
   /// A time for `outbox_schema_migrations.applied_at` in SQL text.
   static constexpr const char* now_literal = "CURRENT_TIMESTAMP(6)";
-  /// The schema `insert_raw_previous_schema` writes for: the one before the latest.
-  static constexpr int previous_schema_version = store_type::schema_version - 1;
+  /// The schema `insert_raw_previous_schema` writes for: before migration 2 (no content type).
+  /// Migration 3 (dead-letter triage) changes nothing the writer or an old row needs, so "one
+  /// behind" is the release before 2.
+  static constexpr int previous_schema_version = 1;
   /// Sets every outbox row's attempt count to the largest value the column holds, as another
   /// program might.
   static void max_out_attempts(session_type& sql) {

@@ -70,10 +70,17 @@ inline std::string base64(std::string_view bytes) {
 /// A dead letter as JSON; `whole`: with its content type, headers and payload (JSON as JSON,
 /// anything else as base64).
 inline nlohmann::json to_json(const outbox::dead_letter& d, bool whole) {
-  nlohmann::json j{{"id", d.msg.id.to_string()},         {"aggregate_type", d.msg.aggregate_type},
-                   {"aggregate_id", d.msg.aggregate_id}, {"event_type", d.msg.event_type},
-                   {"attempts", d.msg.attempts},         {"last_error", d.last_error},
-                   {"dead_at", iso8601(d.dead_at)},      {"created_at", iso8601(d.msg.created_at)}};
+  nlohmann::json j{{"id", d.msg.id.to_string()},
+                   {"aggregate_type", d.msg.aggregate_type},
+                   {"aggregate_id", d.msg.aggregate_id},
+                   {"event_type", d.msg.event_type},
+                   {"attempts", d.msg.attempts},
+                   {"last_error", d.last_error},
+                   {"dead_at", iso8601(d.dead_at)},
+                   {"created_at", iso8601(d.msg.created_at)},
+                   {"cause", d.cause},
+                   {"replays", d.replays}};
+  if (d.replays > 0) j["replayed_at"] = iso8601(d.replayed_at);
   if (whole) {
     j["content_type"] = d.msg.content_type;
     j["headers"] = d.msg.headers;

@@ -13,6 +13,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include <outbox/cause.hpp>
 #include <outbox/error.hpp>
 #include <outbox/message.hpp>
 #include <outbox/retry.hpp>
@@ -35,6 +36,7 @@ std::size_t set_aside_spent(std::vector<message>& msgs, std::span<settlement> fa
     fates[i].error = "gave up after " + std::to_string(msgs[i].attempts - 1) +
                      " attempts that never settled (a relay stopped or crashed while "
                      "publishing it)";
+    fates[i].cause = cause_key("spent", fates[i].error);
   }
   return sendable;
 }
@@ -83,6 +85,7 @@ void decide(std::span<const message> wave, std::span<const publish_result> resul
     const int attempt = wave[i].attempts;
     if (cls == errc::permanent || retry.exhausted(attempt)) {
       fate.what = settlement::kind::dead;
+      fate.cause = cause_key(cause_class(cls), fate.error);
     } else {
       fate.what = settlement::kind::retry;
       fate.retry_at = now + retry.delay(attempt, rng);

@@ -92,6 +92,9 @@ template <row_view Row>
   d.msg = read_message(row, why);
   d.last_error = row.text(column::after_message);
   d.dead_at = row.time(column::after_message + 1);
+  d.cause = row.text(column::after_message + 2);
+  d.replays = row.int64(column::after_message + 3);
+  d.replayed_at = row.time(column::after_message + 4);
   return d;
 }
 

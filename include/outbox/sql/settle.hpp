@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include <outbox/cause.hpp>
 #include <outbox/message.hpp>
 #include <outbox/sql/row.hpp>
 
@@ -21,6 +22,7 @@ struct settle_plan {
     fate_code code;       ///< `retry` or `dead`.
     time_point retry_at;  ///< For `retry`.
     std::string error;    ///< Storable.
+    std::string cause{};  ///< For `dead`: its cause key (`settlement::cause`, or one of `error`).
   };
 
   std::vector<std::int64_t> published;  ///< Sequences confirmed by the transport.
@@ -48,7 +50,9 @@ struct settle_plan {
           p.failed.push_back({seq, fate_code::retry, f.retry_at, storable_text(f.error)});
           break;
         case settlement::kind::dead:
-          p.failed.push_back({seq, fate_code::dead, f.retry_at, storable_text(f.error)});
+          p.failed.push_back(
+              {seq, fate_code::dead, f.retry_at, storable_text(f.error),
+               f.cause.empty() ? cause_key("unknown", f.error) : storable_text(f.cause)});
           break;
       }
     }

@@ -57,13 +57,16 @@
 #include <utility>
 #include <vector>
 
+#include <outbox/cause.hpp>
 #include <outbox/concepts/store.hpp>
+#include <outbox/concepts/triage.hpp>
 #include <outbox/error.hpp>
 #include <outbox/message.hpp>
 #include <outbox/retry.hpp>
 #include <outbox/sql/row.hpp>
 #include <outbox/store_options.hpp>
 #include <outbox/testing/memory_database.hpp>
+#include <outbox/testing/memory_triage.hpp>
 #include <outbox/validate.hpp>
 
 namespace outbox::testing {
@@ -185,6 +188,7 @@ class memory_store {
       row.state = memory_row::state_type::dead;
       row.dead_at = req.now;
       row.last_error = outbox::sql::storable_text("unreadable row: " + why);
+      row.dead_cause = cause_key("unreadable", why);
       clear_lease(row);
       ++batch.unreadable;
     }
@@ -235,6 +239,8 @@ class memory_store {
           row.state = memory_row::state_type::dead;
           row.dead_at = now;
           row.last_error = outbox::sql::storable_text(f.error);
+          row.dead_cause =
+              f.cause.empty() ? cause_key("unknown", f.error) : outbox::sql::storable_text(f.cause);
           break;
         case settlement::kind::release:
           ++r.released;
@@ -347,6 +353,9 @@ class memory_store {
       d.msg = read_message(row, why);
       d.last_error = row.last_error;
       d.dead_at = row.dead_at.value_or(time_point{});
+      d.cause = row.dead_cause;
+      d.replays = row.replays;
+      d.replayed_at = row.replayed_at.value_or(time_point{});
       out.push_back(std::move(d));
     }
     return out;
@@ -366,6 +375,8 @@ class memory_store {
       row.attempts = 0;
       row.available_at = time_point{};
       row.dead_at.reset();
+      ++row.replays;
+      row.replayed_at = clock_.now();
       clear_lease(row);
       ++db_->appended_;
     }
@@ -406,6 +417,31 @@ class memory_store {
     if (old.size() > limit) old.resize(limit);
     for (const auto& it : old) db_->inbox_.erase(it);
     return old.size();
+  }
+
+  /// Dead-letter triage and replay (`concepts::triage_store`, `concepts::replay_store`).
+  std::vector<dead_letter_group> dead_letter_groups(std::size_t n) {
+    return memory_triage::groups(*db_, n);
+  }
+  /// See `concepts::triage_store`.
+  std::size_t requeue_group(const std::string& key, time_point now, std::size_t n) {
+    return memory_triage::requeue_group(*db_, key, now, n);
+  }
+  /// See `concepts::triage_store`.
+  std::size_t discard(const dead_letter_filter& f, time_point now, std::size_t n) {
+    return memory_triage::discard(*db_, f, now, n);
+  }
+  /// See `concepts::triage_store`.
+  std::size_t purge_archive(time_point before, std::size_t n) {
+    return memory_triage::purge_archive(*db_, before, n);
+  }
+  /// See `concepts::replay_store`.
+  replay_estimate replay_count(const replay_filter& f) {
+    return memory_triage::replay_count(*db_, f);
+  }
+  /// See `concepts::replay_store`.
+  std::size_t replay(const replay_filter& f, time_point now, std::size_t n) {
+    return memory_triage::replay(*db_, f, now, n);
   }
 
   // ---- waking ---------------------------------------------------------------------------------
@@ -501,5 +537,6 @@ static_assert(concepts::waking_store<memory_store<>>);
 static_assert(concepts::classifying_store<memory_store<>>);
 static_assert(concepts::inbox_lookup_store<memory_store<>>);
 static_assert(concepts::aggregate_stats_store<memory_store<>>);
+static_assert(concepts::triage_store<memory_store<>> && concepts::replay_store<memory_store<>>);
 
 }  // namespace outbox::testing

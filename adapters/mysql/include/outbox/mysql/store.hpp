@@ -40,6 +40,7 @@
 #include <nlohmann/json.hpp>
 
 #include <outbox/concepts/store.hpp>
+#include <outbox/concepts/triage.hpp>
 #include <outbox/error.hpp>
 #include <outbox/message.hpp>
 #include <outbox/mysql/appender.hpp>
@@ -47,6 +48,7 @@
 #include <outbox/mysql/detail/link.hpp>
 #include <outbox/mysql/detail/migration.hpp>
 #include <outbox/mysql/detail/queries.hpp>
+#include <outbox/mysql/detail/triage.hpp>
 #include <outbox/mysql/schema.hpp>
 #include <outbox/sql/backend.hpp>
 #include <outbox/sql/migrate.hpp>
@@ -219,8 +221,9 @@ class store : public outbox::sql::server_store<detail::dialect, store> {
             if (why.empty())
               batch.messages.push_back(std::move(m));
             else
-              bad.push_back(
-                  {{"s", seq}, {"e", outbox::sql::storable_text("unreadable row: " + why)}});
+              bad.push_back({{"s", seq},
+                             {"e", outbox::sql::storable_text("unreadable row: " + why)},
+                             {"c", cause_key("unreadable", why)}});
             continue;
           }
           held_back = true;
@@ -310,12 +313,14 @@ class store : public outbox::sql::server_store<detail::dialect, store> {
           for (std::size_t i = off; i < std::min(failed.size(), off + detail::settle_chunk); ++i)
             list.push_back({{"s", failed[i]->seq},
                             {"a", detail::to_us(failed[i]->retry_at)},
-                            {"e", failed[i]->error}});
+                            {"e", failed[i]->error},
+                            {"c", failed[i]->cause}});
           std::string text = list.dump();
           const auto n = static_cast<std::size_t>(retrying(!locking, [&] {
             return detail::execute(sql, statements::settle_failed, ::soci::use(dead, "dead"),
-                                   ::soci::use(lock, "locking"), ::soci::use(now_us, "now"),
-                                   ::soci::use(text, "fates"), ::soci::use(token, "token"));
+                                   ::soci::use(dead, "dead2"), ::soci::use(lock, "locking"),
+                                   ::soci::use(now_us, "now"), ::soci::use(text, "fates"),
+                                   ::soci::use(token, "token"));
           }));
           (dead ? out.dead : out.retried) += n;
         }
@@ -454,6 +459,48 @@ class store : public outbox::sql::server_store<detail::dialect, store> {
     });
   }
 
+  /// At most `n` groups of dead letters by cause key, the largest first
+  /// (`concepts::triage_store`).
+  std::vector<dead_letter_group> dead_letter_groups(std::size_t n) {
+    return link_->run("dead_letter_groups",
+                      [&](MYSQL*) { return detail::dead_letter_groups(link_->session(), n); });
+  }
+  /// Requeues at most `n` dead letters of cause `key`, oldest first; how many.
+  std::size_t requeue_group(const std::string& key, time_point now, std::size_t n) {
+    return link_->run("requeue_group", [&](MYSQL* c) {
+      return retrying(true,
+                      [&] { return detail::requeue_group(link_->session(), c, key, now, n); });
+    });
+  }
+  /// Moves at most `n` dead letters matching `f`, oldest first, to the archive; how many.
+  std::size_t discard(const dead_letter_filter& f, time_point now, std::size_t n) {
+    return link_->run("discard", [&](MYSQL* c) {
+      return retrying(true, [&] { return detail::discard(link_->session(), c, f, now, n); });
+    });
+  }
+  /// Deletes at most `n` archived dead letters archived before `before`, oldest first.
+  std::size_t purge_archive(time_point before, std::size_t n) {
+    return link_->run("purge_archive", [&](MYSQL*) {
+      long long at = detail::to_us(before);
+      long long limit = static_cast<long long>(std::min<std::size_t>(n, 1u << 30));
+      return static_cast<std::size_t>(retrying(true, [&] {
+        return detail::execute(link_->session(), statements::purge_archive,
+                               ::soci::use(at, "before"), ::soci::use(limit, "limit"));
+      }));
+    });
+  }
+  /// What `replay(f, ...)` would send (`concepts::replay_store`).
+  replay_estimate replay_count(const replay_filter& f) {
+    return link_->run("replay_count",
+                      [&](MYSQL*) { return detail::replay_count(link_->session(), f); });
+  }
+  /// Makes at most `n` published events matching `f` pending again, oldest first; how many.
+  std::size_t replay(const replay_filter& f, time_point now, std::size_t n) {
+    return link_->run("replay", [&](MYSQL*) {
+      return retrying(true, [&] { return detail::replay(link_->session(), f, now, n); });
+    });
+  }
+
   /// The most published rows `purge_published` chooses with one statement.
   static constexpr std::size_t purge_select_limit = 100'000;
 
@@ -534,5 +581,6 @@ class store : public outbox::sql::server_store<detail::dialect, store> {
 };
 
 static_assert(outbox::sql::server_store_concepts<store>);
+static_assert(concepts::triage_store<store> && concepts::replay_store<store>);
 
 }  // namespace outbox::mysql

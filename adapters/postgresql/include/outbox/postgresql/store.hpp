@@ -32,12 +32,14 @@
 #include <vector>
 
 #include <outbox/concepts/store.hpp>
+#include <outbox/concepts/triage.hpp>
 #include <outbox/error.hpp>
 #include <outbox/message.hpp>
 #include <outbox/postgresql/appender.hpp>
 #include <outbox/postgresql/detail/connection.hpp>
 #include <outbox/postgresql/detail/link.hpp>
 #include <outbox/postgresql/detail/migration.hpp>
+#include <outbox/postgresql/detail/triage.hpp>
 #include <outbox/postgresql/detail/wakeup.hpp>
 #include <outbox/postgresql/schema.hpp>
 #include <outbox/sql/backend.hpp>
@@ -156,7 +158,7 @@ class store : public outbox::sql::server_store<detail::dialect, store> {
                          std::to_string(options_.idle_in_transaction_timeout.count()))
                             .c_str());
       }
-      detail::array_literal bad_seqs, bad_errors;  // rows that cannot be read, and why
+      detail::array_literal bad_seqs, bad_errors, bad_causes;  // unreadable rows, and why
       const auto take = [&](const detail::result& r, int i) {
         std::string why;
         message m = outbox::sql::read_message(detail::row{r, i}, why);
@@ -166,6 +168,7 @@ class store : public outbox::sql::server_store<detail::dialect, store> {
         }
         bad_seqs.add(m.sequence);
         bad_errors.add_text("unreadable row: " + why);
+        bad_causes.add_text(cause_key("unreadable", why));
       };
       if (!locking) {
         detail::params p;
@@ -221,7 +224,7 @@ class store : public outbox::sql::server_store<detail::dialect, store> {
           bad.add_null();
         else
           bad.add(batch.token);
-        bad.add(detail::to_us(req.now));
+        bad.add(detail::to_us(req.now)).add(bad_causes.str());
         batch.unreadable =
             static_cast<std::size_t>(detail::exec(c, std::string(statements::dead_unreadable), bad,
                                                   "claim: dead-letter unreadable rows")
@@ -243,19 +246,21 @@ class store : public outbox::sql::server_store<detail::dialect, store> {
     return link_->run("settle", [&](PGconn* c) {
       const bool locking = options_.policy == claim_policy::locking;
       if (auto stale = stale_settle(batch, fates.size())) return *stale;
-      detail::array_literal published, others, kinds, ats, errors;
+      detail::array_literal published, others, kinds, ats, errors, causes;
       for (const auto seq : plan.published) published.add(seq);
       for (const auto seq : plan.released) {
         others.add(seq);
         kinds.add(static_cast<int>(outbox::sql::fate_code::release));
         ats.add(0);
         errors.add_text({});
+        causes.add_text({});
       }
       for (const auto& f : plan.failed) {
         others.add(f.seq);
         kinds.add(static_cast<int>(f.code));
         ats.add(detail::to_us(f.retry_at));
         errors.add_text(f.error);
+        causes.add_text(f.cause);
       }
       detail::params p;
       if (locking)
@@ -268,7 +273,8 @@ class store : public outbox::sql::server_store<detail::dialect, store> {
           .add(kinds.str())
           .add(ats.str())
           .add(errors.str())
-          .add(options_.retention == retention::delete_on_publish ? "t" : "f");
+          .add(options_.retention == retention::delete_on_publish ? "t" : "f")
+          .add(causes.str());
       auto r = detail::exec_prepared(c, "outbox_settle", p, "settle");
       settle_result out;
       out.published = static_cast<std::size_t>(r.int64(0, 0));
@@ -447,6 +453,34 @@ class store : public outbox::sql::server_store<detail::dialect, store> {
     return purge("purge_inbox", statements::purge_inbox, before, limit);
   }
 
+  /// At most `n` groups of dead letters by cause key, the largest first
+  /// (`concepts::triage_store`).
+  std::vector<dead_letter_group> dead_letter_groups(std::size_t n) {
+    return link_->run("dead_letter_groups",
+                      [&](PGconn* c) { return detail::dead_letter_groups(c, n); });
+  }
+  /// Requeues at most `n` dead letters of cause `key`, oldest first; how many.
+  std::size_t requeue_group(const std::string& key, time_point now, std::size_t n) {
+    return link_->run("requeue_group",
+                      [&](PGconn* c) { return detail::requeue_group(c, key, now, n); });
+  }
+  /// Moves at most `n` dead letters matching `f`, oldest first, to the archive; how many.
+  std::size_t discard(const dead_letter_filter& f, time_point now, std::size_t n) {
+    return link_->run("discard", [&](PGconn* c) { return detail::discard(c, f, now, n); });
+  }
+  /// Deletes at most `n` archived dead letters archived before `before`, oldest first.
+  std::size_t purge_archive(time_point before, std::size_t n) {
+    return purge("purge_archive", statements::purge_archive, before, n);
+  }
+  /// What `replay(f, ...)` would send (`concepts::replay_store`).
+  replay_estimate replay_count(const replay_filter& f) {
+    return link_->run("replay_count", [&](PGconn* c) { return detail::replay_count(c, f); });
+  }
+  /// Makes at most `n` published events matching `f` pending again, oldest first; how many.
+  std::size_t replay(const replay_filter& f, time_point now, std::size_t n) {
+    return link_->run("replay", [&](PGconn* c) { return detail::replay(c, f, now, n); });
+  }
+
   /// The statement the store prepares as its claim under `policy` (sql/postgresql/claim_*.sql).
   [[nodiscard]] static constexpr std::string_view claim_statement(claim_policy policy) noexcept {
     return policy == claim_policy::leasing ? statements::claim_leasing : statements::claim_locking;
@@ -499,5 +533,6 @@ class store : public outbox::sql::server_store<detail::dialect, store> {
 };
 
 static_assert(outbox::sql::server_store_concepts<store>);
+static_assert(concepts::triage_store<store> && concepts::replay_store<store>);
 
 }  // namespace outbox::postgresql

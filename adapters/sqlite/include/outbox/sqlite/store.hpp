@@ -29,6 +29,7 @@
 #include <vector>
 
 #include <outbox/concepts/store.hpp>
+#include <outbox/concepts/triage.hpp>
 #include <outbox/error.hpp>
 #include <outbox/message.hpp>
 #include <outbox/sql/backend.hpp>
@@ -37,6 +38,7 @@
 #include <outbox/sql/settle.hpp>
 #include <outbox/sql/statements.hpp>
 #include <outbox/sqlite/detail/connection.hpp>
+#include <outbox/sqlite/detail/triage.hpp>
 #include <outbox/sqlite/schema.hpp>
 #include <outbox/store_options.hpp>
 #include <outbox/validate.hpp>
@@ -291,8 +293,13 @@ class store {
     // reason; the rest of the batch flows.
     for (const auto& [seq, why] : unreadable) {
       const auto text = outbox::sql::storable_text("unreadable row: " + why);
-      batch.unreadable += static_cast<std::size_t>(
-          st_.dead.bind(1, now).bind(2, text).bind(3, seq).bind(4, batch.token).run());
+      const auto cause = cause_key("unreadable", why);
+      batch.unreadable += static_cast<std::size_t>(st_.dead.bind(1, now)
+                                                       .bind(2, text)
+                                                       .bind(3, seq)
+                                                       .bind(4, batch.token)
+                                                       .bind(5, cause)
+                                                       .run());
     }
     tx.commit();
     batch.sort_by_sequence();  // RETURNING gives no order guarantee
@@ -330,8 +337,12 @@ class store {
                                                   .bind(4, batch.token)
                                                   .run());
       else
-        r.dead += static_cast<std::size_t>(
-            st_.dead.bind(1, at).bind(2, f.error).bind(3, f.seq).bind(4, batch.token).run());
+        r.dead += static_cast<std::size_t>(st_.dead.bind(1, at)
+                                               .bind(2, f.error)
+                                               .bind(3, f.seq)
+                                               .bind(4, batch.token)
+                                               .bind(5, f.cause)
+                                               .run());
     }
     tx.commit();
     return plan.finish(r);
@@ -448,6 +459,37 @@ class store {
     return done;
   }
 
+  /// At most `n` groups of dead letters by cause key, the largest first
+  /// (`concepts::triage_store`).
+  std::vector<dead_letter_group> dead_letter_groups(std::size_t n) {
+    prepare();
+    return detail::dead_letter_groups(db_, n);
+  }
+  /// Requeues at most `n` dead letters of cause `key`, oldest first; how many.
+  std::size_t requeue_group(const std::string& key, time_point now, std::size_t n) {
+    prepare();
+    return detail::requeue_group(db_, key, now, n);
+  }
+  /// Moves at most `n` dead letters matching `f`, oldest first, to the archive; how many.
+  std::size_t discard(const dead_letter_filter& f, time_point now, std::size_t n) {
+    prepare();
+    return detail::discard(db_, f, now, n);
+  }
+  /// Deletes at most `n` archived dead letters archived before `before`, oldest first.
+  std::size_t purge_archive(time_point before, std::size_t n) {
+    return purge(statements::purge_archive, before, n);
+  }
+  /// What `replay(f, ...)` would send (`concepts::replay_store`).
+  replay_estimate replay_count(const replay_filter& f) {
+    prepare();
+    return detail::replay_count(db_, f);
+  }
+  /// Makes at most `n` published events matching `f` pending again, oldest first; how many.
+  std::size_t replay(const replay_filter& f, time_point now, std::size_t n) {
+    prepare();
+    return detail::replay(db_, f, now, n);
+  }
+
   /// Deletes at most `limit` rows published before `before`, oldest first.
   /// @returns how many (call again while it returns `limit`).
   std::size_t purge_published(time_point before, std::size_t limit) {
@@ -510,5 +552,6 @@ class store {
 static_assert(concepts::store<store>);
 static_assert(concepts::inbox_lookup_store<store>);
 static_assert(concepts::aggregate_stats_store<store>);
+static_assert(concepts::triage_store<store> && concepts::replay_store<store>);
 
 }  // namespace outbox::sqlite

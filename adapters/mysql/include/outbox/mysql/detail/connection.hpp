@@ -237,9 +237,9 @@ struct stats_row {
 
 /// Rows of a claim or a dead-letter listing, fetched into column vectors (SOCI's bulk into).
 struct message_rows {
-  std::vector<long long> seq, attempts, created_at, dead_at;
+  std::vector<long long> seq, attempts, created_at, dead_at, replays, replayed_at;
   std::vector<std::string> event_id, aggregate_type, aggregate_id, event_type, payload, headers,
-      content_type, last_error;
+      content_type, last_error, dead_cause;
 
   /// Sizes every vector to `n` (SOCI fetches as many rows as the vectors hold).
   void resize(std::size_t n, bool dead_letter_columns = false) {
@@ -248,8 +248,9 @@ struct message_rows {
                     &content_type})
       v->resize(n);
     if (dead_letter_columns) {
-      dead_at.resize(n);
+      for (auto* v : {&dead_at, &replays, &replayed_at}) v->resize(n);
       last_error.resize(n);
+      dead_cause.resize(n);
     }
   }
   [[nodiscard]] std::size_t size() const noexcept { return seq.size(); }
@@ -270,6 +271,9 @@ struct message_rows {
     if (dead_letter_columns) {
       st.exchange(::soci::into(last_error));
       st.exchange(::soci::into(dead_at));
+      st.exchange(::soci::into(dead_cause));
+      st.exchange(::soci::into(replays));
+      st.exchange(::soci::into(replayed_at));
     }
   }
 };
@@ -286,6 +290,10 @@ struct row {
         return r.attempts[i];
       case outbox::sql::column::created_at:
         return r.created_at[i];
+      case outbox::sql::column::after_message + 3:  // of a dead-letter listing
+        return r.replays[i];
+      case outbox::sql::column::after_message + 4:
+        return r.replayed_at[i];
       default:
         return r.dead_at[i];  // after_message + 1 of a dead-letter listing
     }
@@ -306,6 +314,8 @@ struct row {
         return r.headers[i];
       case outbox::sql::column::content_type:
         return r.content_type[i];
+      case outbox::sql::column::after_message + 2:  // of a dead-letter listing
+        return r.dead_cause[i];
       default:
         return r.last_error[i];  // after_message of a dead-letter listing
     }
