@@ -67,20 +67,20 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_scheduled_event_is_claimed_only_once_its_time_ha
   BOOST_TEST(st->stats(clock.now()).scheduled == 0);
 }
 
-BOOST_AUTO_TEST_CASE_TEMPLATE(a_later_event_of_its_aggregate_waits_behind_a_scheduled_one,
-                              Fixture, store_fixtures) {
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_later_event_of_its_aggregate_waits_behind_a_scheduled_one, Fixture,
+                              store_fixtures) {
   // The order of an aggregate holds: its unscheduled events written after a scheduled one go
   // after it (as behind a retry); other aggregates flow.
   Fixture fx;
   auto sql = fx.open_session();
   auto st = fx.make_store(*sql);
   outbox::testing::manual_clock clock;
-  conformance::commit_events(fx,
-                             {conformance::make_event("a", "first"),
-                              conformance::scheduled_event("a", clock.now() + 5s, "second"),
-                              conformance::make_event("a", "third"),
-                              conformance::make_event("b", "other")},
-                             clock);
+  conformance::commit_events(
+      fx,
+      {conformance::make_event("a", "first"),
+       conformance::scheduled_event("a", clock.now() + 5s, "second"),
+       conformance::make_event("a", "third"), conformance::make_event("b", "other")},
+      clock);
   auto b1 = st->claim(conformance::req(clock));
   BOOST_TEST_REQUIRE(b1.size() == 2u);
   BOOST_TEST(b1.messages[0].event_type == "first");
