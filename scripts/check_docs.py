@@ -6,6 +6,7 @@ Usage: check_docs.py [ROOT]
 - Every relative link names a file that exists, and its #anchor a heading of that file
   (GitHub's slugs).
 - README.md has at most 250 lines and a docs/ page at most 400.
+- No merge conflict marker is left in a page.
 - Every ```cpp block is preceded by one of
     <!-- example: examples/NAME.cpp -->   the block is the regions of that file between the lines
                                           "// README: begin" and "// README: end", joined in
@@ -22,6 +23,7 @@ import sys
 
 LIMITS = {"README.md": 250}
 PAGE_LIMIT = 400
+CONFLICT = re.compile(r"^(<{7}|>{7}) |^={7}$")
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 MARK = re.compile(r"^<!-- (example: (\S+)|fragment) -->$")
 
@@ -68,6 +70,9 @@ def check(root, rel, problems):
     limit = LIMITS.get(rel, PAGE_LIMIT if rel.startswith("docs/") else None)
     if limit is not None and len(lines) > limit:
         problems.append(f"{rel}:{len(lines)}: {len(lines)} lines, more than {limit}")
+    for n, line in enumerate(lines, 1):
+        if CONFLICT.match(line):
+            problems.append(f"{rel}:{n}: a merge conflict marker")
     fence, block, start, mark = None, [], 0, None
     for n, line in enumerate(lines, 1):
         if fence is None:

@@ -45,7 +45,8 @@ int main(int argc, char** argv) {
   auto* stats = app.add_subcommand(
       "stats",
       "the backlog: pending (and of those, waiting for a retry), in flight, dead-lettered, the "
-      "oldest pending event's age; in total and per aggregate type");
+      "oldest pending event's age; scheduled events not due yet, apart; in total and per "
+      "aggregate type");
   with_store(stats);
   stats->add_option("--watch", o.watch,
                     "look again every interval (2s, 500ms) until Ctrl-C, with the rates since "

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -48,6 +49,11 @@ struct event {
   /// context taken from the caller's tracer). Stored and carried as the headers
   /// `traceparent_header` and `tracestate_header`: set it here or as those headers, not both.
   trace_context trace{};
+  /// Scheduled delivery: the relay publishes the event no sooner than this (a reminder, a
+  /// timeout). Empty, or a time not after the `enqueue` call: at once. Further ahead than
+  /// `writer_options::schedule_horizon` is refused (`invalid_input`). The event waits in the
+  /// outbox table; a later event of its aggregate waits behind it (docs/guarantees.md).
+  std::optional<time_point> deliver_at{};
 };
 
 /// A stored event, as the relay publishes it and the consumer receives it.
@@ -106,6 +112,12 @@ struct outgoing {
   const event* source = nullptr;  ///< Non-owning; valid for the duration of `append`.
   std::string headers_json{};     ///< "{}" when there are none.
   time_point created_at{};        ///< The time of the `enqueue` call, by the writer clock.
+  /// Not claimable before this (`event::deliver_at` when after `created_at`); the epoch (the
+  /// default) when the event is due at once. A store rounds it up to its own time unit.
+  time_point available_at{};
+
+  /// True when the row must wait for `available_at` (a scheduled event).
+  [[nodiscard]] bool scheduled() const noexcept { return available_at != time_point{}; }
 };
 
 /// How long a name a store keeps whole (`concepts::consumer_name_limited_store`): at most `max`
@@ -198,18 +210,26 @@ struct dead_letter {
 
 /// Backlog signals for monitoring.
 struct backlog_stats {
-  std::int64_t pending = 0;    ///< Waiting to be published (including those awaiting a retry).
-  std::int64_t in_flight = 0;  ///< Claimed under a lease that has not expired.
-  std::int64_t dead = 0;       ///< Dead-lettered.
+  /// Waiting to be published (including those awaiting a retry), scheduled events not yet
+  /// due excepted (`scheduled`).
+  std::int64_t pending = 0;
+  std::int64_t in_flight = 0;                       ///< Claimed under a lease that has not expired.
+  std::int64_t dead = 0;                            ///< Dead-lettered.
   std::chrono::milliseconds oldest_pending_age{0};  ///< 0 when nothing is pending.
   /// Of `pending`, those waiting for a retry: held by no claim (no lease token, live or
-  /// expired) and claimable only after `now` (`available_at`, the retry time). Only the settle
-  /// of a failed attempt leaves a row so (a claim stamps a lease token; a release and a requeue
-  /// make the row claimable at once), so these rows failed at least once and are not due yet;
+  /// expired), attempted at least once, and claimable only after `now` (`available_at`, the
+  /// retry time). Only the settle of a failed attempt leaves an attempted row so (a claim
+  /// stamps a lease token; a release and a requeue make the row claimable at once; a row never
+  /// attempted is `scheduled`), so these rows failed at least once and are not due yet;
   /// the other `pending - waiting_retry` are due (claimable, unless an earlier row of their
   /// aggregate holds them back). The same test on every store; under a *locking* claim policy
   /// a claimed row counts in `pending` (not `in_flight`), never here.
   std::int64_t waiting_retry = 0;
+  /// Scheduled events not due yet (`event::deliver_at` after `now`): held by no claim, never
+  /// attempted, claimable only after `now`. Not in `pending`, `waiting_retry` or
+  /// `oldest_pending_age`: they are not late. Once due they count in `pending`, their age
+  /// from their `enqueue`.
+  std::int64_t scheduled = 0;
   /// Log-tailing stores only (0 elsewhere): WAL bytes between the slot's confirmed position
   /// and the server's current one (events committed and not yet confirmed by the broker, and
   /// any other WAL written since).

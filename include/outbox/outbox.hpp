@@ -12,6 +12,7 @@
 #include <outbox/migration.hpp>
 #include <outbox/relay.hpp>
 #include <outbox/retry.hpp>
+#include <outbox/schedule.hpp>
 #include <outbox/triage.hpp>
 #include <outbox/uuid.hpp>
 #include <outbox/validate.hpp>

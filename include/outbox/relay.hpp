@@ -29,6 +29,7 @@
 #include <outbox/relay/order.hpp>
 #include <outbox/relay/worker.hpp>
 #include <outbox/retry.hpp>
+#include <outbox/schedule.hpp>
 #include <outbox/uuid.hpp>
 
 namespace outbox {
@@ -293,7 +294,7 @@ class relay {
         idle = options_.idle_poll_min;
         continue;
       }
-      sleep_for(stop, idle);
+      sleep_for(stop, detail::idle_sleep(*stores_[0], clock_, idle));  // or until a row is due
       if (n == 0) idle = std::min(idle * 2, options_.idle_poll_max);
     }
   }

@@ -3,6 +3,7 @@
 /// `writer<Store>`: enqueues events inside the application's own transaction.
 
 #include <algorithm>
+#include <chrono>
 #include <deque>
 #include <functional>
 #include <span>
@@ -13,6 +14,7 @@
 #include <outbox/concepts/store.hpp>
 #include <outbox/message.hpp>
 #include <outbox/retry.hpp>
+#include <outbox/schedule.hpp>
 #include <outbox/uuid.hpp>
 #include <outbox/validate.hpp>
 
@@ -21,6 +23,10 @@ namespace outbox {
 /// Options of a writer.
 struct writer_options {
   validation_limits limits{};  ///< What `enqueue` refuses before any SQL runs.
+  /// How far ahead `event::deliver_at` may be, from the `enqueue` call (by the writer's clock):
+  /// further is refused as `invalid_input` naming `deliver_at` (most likely a unit mistake,
+  /// and a row that would sit in the outbox for years). One year by default.
+  std::chrono::seconds schedule_horizon{std::chrono::hours(24 * 365)};
   /// Stores that can (PostgreSQL) send the one-event INSERT as a statement prepared once per
   /// connection instead of parsing and planning it on every call. Set false behind a
   /// connection pooler in transaction mode that does not keep prepared statements per client
@@ -90,10 +96,12 @@ class writer {
     chosen.reserve(events.size());
     std::deque<event> cleaned;  // events whose context was dropped: none from the provider
     const bool drop = options_.on_malformed_trace == writer_options::malformed_trace::drop;
+    const auto now = clock_.now();
     for (const auto& e : events) {
       chosen.push_back(&e);
       if (drop && !trace_valid(e)) chosen.back() = &cleaned.emplace_back(without_trace(e));
       validate(*chosen.back(), options_.limits);
+      detail::check_schedule(*chosen.back(), now, options_.schedule_horizon);
     }
     const auto takes_provided = [&](const event* e) {
       return bare(e) &&
@@ -104,11 +112,10 @@ class writer {
     std::vector<outgoing> rows;
     rows.reserve(events.size());
     ids.reserve(events.size());
-    const auto now = clock_.now();
     for (const event* e : chosen) {
       rows.push_back(outgoing{make_uuid_v7(), e,
                               headers_to_json(e->headers, takes_provided(e) ? provided : e->trace),
-                              now});
+                              now, detail::available_at(*e, now)});
       ids.push_back(rows.back().id);
     }
     if constexpr (concepts::appender_providing_store<Store>) {

@@ -3,8 +3,9 @@
 -- session's max_allowed_packet: store.hpp, appender::append).
 -- Placeholders, bound by position: event_id (UUID text), aggregate_type, aggregate_id,
 -- event_type, payload (bytes: _binary, so the connection's character set never touches them),
--- headers (JSON object text), created_at (Unix us), content_type.
+-- headers (JSON object text), created_at (Unix us), content_type, available_at (Unix us; 0: at
+-- once; later: a scheduled event, not claimable before it).
 INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload, headers,
-                    created_at, content_type)
+                    created_at, content_type, available_at)
 VALUES (:event_id, :aggregate_type, :aggregate_id, :event_type, _binary :payload, :headers,
-        :created_at, :content_type)
+        :created_at, :content_type, :available_at)

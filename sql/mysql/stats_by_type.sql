@@ -4,11 +4,15 @@
 -- aggregate types on every other store). Only pending (0) and dead (2) rows are read, a range
 -- of outbox_claim, so published rows kept under retention keep cost nothing; the groups are
 -- then sorted (a few rows, one per type).
--- :now, :now2, :now3 (Unix us, three times).
+-- :now ... :now5 (Unix us, five times).
 SELECT CAST(aggregate_type AS BINARY) AS type_bytes,
-       SUM(state = 0 AND NOT (lease_token IS NOT NULL AND available_at > :now)),
-       SUM(state = 0 AND lease_token IS NULL AND available_at > :now2),
+       SUM(state = 0 AND NOT (available_at > :now AND (lease_token IS NOT NULL OR attempts = 0))),
+       SUM(state = 0 AND lease_token IS NULL AND attempts > 0 AND available_at > :now2),
        SUM(state = 0 AND lease_token IS NOT NULL AND available_at > :now3),
-       SUM(state = 2), COALESCE(MIN(CASE WHEN state = 0 THEN created_at END), 0)
+       SUM(state = 2),
+       COALESCE(MIN(CASE WHEN state = 0 AND NOT (lease_token IS NULL AND attempts = 0
+                                                 AND available_at > :now4)
+                         THEN created_at END), 0),
+       SUM(state = 0 AND lease_token IS NULL AND attempts = 0 AND available_at > :now5)
 FROM outbox FORCE INDEX (outbox_claim) WHERE state IN (0, 2)
 GROUP BY type_bytes ORDER BY type_bytes

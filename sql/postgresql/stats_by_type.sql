@@ -5,13 +5,17 @@
 -- published rows kept under retention keep are not scanned once the table is large.
 -- $1 now (Unix us).
 SELECT aggregate_type,
-       count(*) FILTER (WHERE state = 0 AND NOT (lease_token IS NOT NULL
-                                                 AND available_at > outbox_ts($1::bigint))),
-       count(*) FILTER (WHERE state = 0 AND lease_token IS NULL
+       count(*) FILTER (WHERE state = 0 AND NOT (available_at > outbox_ts($1::bigint)
+                                                 AND (lease_token IS NOT NULL OR attempts = 0))),
+       count(*) FILTER (WHERE state = 0 AND lease_token IS NULL AND attempts > 0
                           AND available_at > outbox_ts($1::bigint)),
        count(*) FILTER (WHERE state = 0 AND lease_token IS NOT NULL
                           AND available_at > outbox_ts($1::bigint)),
        count(*) FILTER (WHERE state = 2),
-       coalesce(outbox_us(min(created_at) FILTER (WHERE state = 0)), 0)
+       coalesce(outbox_us(min(created_at) FILTER (
+                  WHERE state = 0 AND NOT (lease_token IS NULL AND attempts = 0
+                                           AND available_at > outbox_ts($1::bigint)))), 0),
+       count(*) FILTER (WHERE state = 0 AND lease_token IS NULL AND attempts = 0
+                          AND available_at > outbox_ts($1::bigint))
 FROM outbox WHERE state = 0 OR state = 2
 GROUP BY aggregate_type ORDER BY aggregate_type COLLATE "C"

@@ -1034,3 +1034,5 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_huge_claim_limit_reserves_nothing_up_front, Fixt
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+#include "store_schedule_conformance.hpp"

@@ -214,6 +214,7 @@ BOOST_AUTO_TEST_CASE(the_per_type_series_are_capped_and_follow_the_samples) {
   backlog.sample(store.stats(now), store.stats_by_aggregate_type(now));
   page p(registry);
   BOOST_TEST(p.value("outbox_backlog_pending") == 42);
+  BOOST_TEST(p.value("outbox_backlog_scheduled") == 0);
   const auto pending = p.by_label("outbox_backlog_type_pending", "aggregate_type");
   BOOST_TEST(pending.size() == 4u);
   BOOST_TEST(pending.at("type-0") == 5);
@@ -222,8 +223,9 @@ BOOST_AUTO_TEST_CASE(the_per_type_series_are_capped_and_follow_the_samples) {
   BOOST_TEST(p.samples.count("outbox_log_lag_bytes") == 0u);  // not a log-tailing store
   BOOST_TEST(p.check_with_promtool());
 
-  backlog.sample({.pending = 1}, {{"type-1", {.pending = 1}}});
+  backlog.sample({.pending = 1, .scheduled = 3}, {{"type-1", {.pending = 1}}});
   page q(registry);
+  BOOST_TEST(q.value("outbox_backlog_scheduled") == 3);  // apart from the backlog
   BOOST_TEST(q.by_label("outbox_backlog_type_pending", "aggregate_type").size() == 1u);
   BOOST_TEST(q.value("outbox_backlog_type_pending", R"(aggregate_type="type-1")") == 1);
 }

@@ -220,6 +220,33 @@ BOOST_AUTO_TEST_CASE(dead_letters_are_listed_shown_requeued_and_published) {
   BOOST_TEST(json_of(tool({"dead-letters", "list", "--store", url, "--json"})).empty());
 }
 
+// A reminder scheduled an hour ahead: `stats` counts it as scheduled, apart from the backlog
+// (not pending, no age), in total and under its type, in JSON and in text.
+BOOST_AUTO_TEST_CASE(stats_count_scheduled_events_apart_from_the_backlog) {
+  outbox::event e{"reminder", "7", "due", "{}", {}};
+  e.deliver_at = std::chrono::system_clock::now() + 1h;
+  fixture fx;
+  const auto url = url_of(fx);
+  {
+    auto sql = fx.open_session();
+    auto st = fx.make_store(*sql);  // sets the session up: before the transaction
+    auto tx = fixture::begin(*sql);
+    (void)outbox::writer(*st).enqueue(*sql, e);
+    tx->commit();
+  }
+  BOOST_TEST(publish_pending(fx) == 0u);  // not due
+  const auto j = json_of(tool({"stats", "--store", url, "--json"}));
+  BOOST_TEST(j.at("scheduled").get<int>() == 1);
+  BOOST_TEST(j.at("pending").get<int>() == 0);
+  BOOST_TEST(j.at("waiting_retry").get<int>() == 0);
+  BOOST_TEST(j.at("oldest_pending_age_ms").get<std::int64_t>() == 0);
+  const auto& types = j.at("by_aggregate_type");
+  BOOST_TEST_REQUIRE(types.size() == 1u, j.dump());
+  BOOST_TEST(types[0].at("scheduled").get<int>() == 1);
+  const auto text = tool({"stats", "--store", url});
+  BOOST_TEST(text.out.find("scheduled            1 (not due yet") != std::string::npos, text.out);
+}
+
 // Events of two aggregate types; the "invoice" ones fail once and wait an hour for their retry:
 // `stats` counts them as pending and waiting for a retry, in total and under their type (the
 // published "order" ones make no entry); `--watch` looks again until SIGINT and exits 0.

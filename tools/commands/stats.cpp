@@ -25,6 +25,7 @@ namespace {
 nlohmann::json to_json(const outbox::backlog_stats& st) {
   return {{"pending", st.pending},
           {"waiting_retry", st.waiting_retry},
+          {"scheduled", st.scheduled},
           {"in_flight", st.in_flight},
           {"dead", st.dead},
           {"oldest_pending_age_ms", st.oldest_pending_age.count()},
@@ -77,6 +78,8 @@ void print_backlog(const backlog_view& v, const backlog_view* before, const opti
   std::printf("pending              %lld (waiting for a retry: %lld)\n",
               static_cast<long long>(t.pending), static_cast<long long>(t.waiting_retry));
   std::printf("in flight            %lld\n", static_cast<long long>(t.in_flight));
+  std::printf("scheduled            %lld (not due yet; not in the backlog)\n",
+              static_cast<long long>(t.scheduled));
   std::printf("dead-lettered        %lld\n", static_cast<long long>(t.dead));
   std::printf("oldest pending age   %s\n", seconds_text(t.oldest_pending_age).c_str());
   if (t.log_lag_bytes > 0 || t.log_lag.count() > 0)  // a log-tailing store's slot
@@ -92,14 +95,15 @@ void print_backlog(const backlog_view& v, const backlog_view* before, const opti
         "relay's /metrics)\n",
         rate(backlog(v.total), backlog(before->total)), rate(v.total.dead, before->total.dead));
   if (v.by_type.empty()) return;
-  std::printf("\n%-24s %10s %12s %10s %10s %12s\n", "aggregate type", "pending", "retry wait",
-              "in flight", "dead", "oldest age");
+  std::printf("\n%-24s %10s %12s %10s %10s %10s %12s\n", "aggregate type", "pending", "retry wait",
+              "in flight", "dead", "scheduled", "oldest age");
   for (const auto& e : v.by_type)
-    std::printf("%-24.24s %10lld %12lld %10lld %10lld %12s\n",
+    std::printf("%-24.24s %10lld %12lld %10lld %10lld %10lld %12s\n",
                 outbox::sanitize_text(e.aggregate_type, 24).c_str(),
                 static_cast<long long>(e.stats.pending),
                 static_cast<long long>(e.stats.waiting_retry),
                 static_cast<long long>(e.stats.in_flight), static_cast<long long>(e.stats.dead),
+                static_cast<long long>(e.stats.scheduled),
                 seconds_text(e.stats.oldest_pending_age).c_str());
 }
 

@@ -262,6 +262,7 @@ class service {
         for (const auto& t : by_type) {
           s.pending += t.stats.pending;
           s.waiting_retry += t.stats.waiting_retry;
+          s.scheduled += t.stats.scheduled;
           s.in_flight += t.stats.in_flight;
           s.dead += t.stats.dead;
           s.oldest_pending_age = std::max(s.oldest_pending_age, t.stats.oldest_pending_age);

@@ -176,6 +176,18 @@ concept waking_store = requires(S& s, std::chrono::milliseconds d) {
   { s.interrupt() } -> std::same_as<void>;
 };
 
+/// Capability: a store that tells when its next waiting row falls due (a scheduled event, a
+/// retry), so an idle relay sleeps until then rather than a whole poll (`relay::run`).
+/// Optional: without it, such a row is claimed within one idle poll after its time.
+///
+/// | operation         | returns                     | guarantees                                    | errors |
+/// |-------------------|-----------------------------|-----------------------------------------------|--------|
+/// | `s.next_due(now)` | `std::optional<time_point>` | the earliest time after `now` at which a pending row held by no claim becomes claimable; `nullopt` when none waits | `transient` |
+template <class S>
+concept due_telling_store = claiming_store<S> && requires(S& s, time_point now) {
+  { s.next_due(now) } -> std::same_as<std::optional<time_point>>;
+};
+
 /// A store that can classify the exceptions of its own database client, so the consumer treats
 /// a handler's failed statement by its native code rather than as a handler bug (a PostgreSQL
 /// deadlock, 40P01, is retried without spending an attempt; a check violation is not).

@@ -101,11 +101,12 @@ template <row_view Row>
 /// The columns of a backlog count, in this order on every dialect: stats.sql's, and
 /// stats_by_type.sql's after its aggregate type. The meanings are `backlog_stats`'.
 enum class stats_column : int {
-  pending = 0,        ///< Pending (state 0) and not under a live lease.
-  waiting_retry,      ///< Of those: no lease token and `available_at` after now.
+  pending = 0,        ///< Pending (state 0), not under a live lease, not scheduled.
+  waiting_retry,      ///< Of those: no lease token, attempted, `available_at` after now.
   in_flight,          ///< Pending under a live lease.
   dead,               ///< Dead-lettered (state 2).
   oldest_created_at,  ///< The oldest pending row's creation time (any value when there is none).
+  scheduled,          ///< Pending, no lease token, never attempted, `available_at` after now.
 };
 
 /// A row of a backlog count: `int64(c)`, the integer in column `c`.
@@ -125,6 +126,7 @@ template <class Period, backlog_row Row>
   s.waiting_retry = at(stats_column::waiting_retry);
   s.in_flight = at(stats_column::in_flight);
   s.dead = at(stats_column::dead);
+  s.scheduled = at(stats_column::scheduled);
   if (s.pending + s.in_flight > 0) {
     const std::chrono::duration<std::int64_t, Period> age(
         elapsed(now, at(stats_column::oldest_created_at)));

@@ -138,6 +138,7 @@ class memory_store {
         row.headers_json = r.headers_json;
         row.content_type = r.source->content_type;
         row.created_at = r.created_at;
+        row.available_at = r.available_at;
         sql.appended_.push_back(std::move(row));
       }
     });
@@ -444,6 +445,20 @@ class memory_store {
     return memory_triage::replay(*db_, f, now, n);
   }
 
+  /// The earliest `available_at` after `now` of a pending row held by no claim (a scheduled
+  /// event, a retry), `concepts::due_telling_store`. @throws outbox::error an injected fault
+  /// (`operations`).
+  std::optional<time_point> next_due(time_point now) {
+    std::lock_guard lock(db_->mutex_);
+    db_->check_fault(memory_operation::operations, "next_due");
+    std::optional<time_point> due;
+    for (const auto& [seq, row] : db_->rows_)
+      if (row.state == memory_row::state_type::pending && !row.lease_token &&
+          row.available_at > now && (!due || row.available_at < *due))
+        due = row.available_at;
+    return due;
+  }
+
   // ---- waking ---------------------------------------------------------------------------------
 
   /// Waits up to `d` for a commit that adds outbox rows (or a requeue) since the last call, or
@@ -484,6 +499,9 @@ class memory_store {
       if (row.state != memory_row::state_type::pending) return;
       if (row.lease_token && row.available_at > now) {
         ++counts.in_flight;
+      } else if (!row.lease_token && row.available_at > now && row.attempts == 0) {
+        ++counts.scheduled;
+        return;
       } else {
         ++counts.pending;
         if (!row.lease_token && row.available_at > now) ++counts.waiting_retry;

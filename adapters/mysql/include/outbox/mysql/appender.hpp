@@ -4,6 +4,7 @@
 /// transaction (`outbox::writer<mysql::store>`).
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <span>
 #include <string>
@@ -14,6 +15,7 @@
 #include <outbox/error.hpp>
 #include <outbox/mysql/detail/connection.hpp>
 #include <outbox/mysql/schema.hpp>
+#include <outbox/schedule.hpp>
 #include <outbox/sql/statements.hpp>
 #include <outbox/validate.hpp>
 
@@ -73,7 +75,7 @@ class appender {
                     "payload with a NUL byte cannot be sent; remove it from the session's "
                     "sql_mode");
     }
-    constexpr int per_row = 8;
+    constexpr int per_row = 9;
     constexpr std::size_t max_rows = 500;
     // The statement text without values: `head` once, then `tuple` (",(...)") per row.
     static const std::size_t one_row =
@@ -88,7 +90,7 @@ class appender {
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const outgoing& r = rows[i];
       const event& e = *r.source;
-      sizes[i] = tuple + 36 + 2 + 20 + detail::sent_size(e.aggregate_type) +
+      sizes[i] = tuple + 36 + 2 + 20 + 20 + detail::sent_size(e.aggregate_type) +
                  detail::sent_size(e.aggregate_id) + detail::sent_size(e.event_type) +
                  detail::sent_size(e.payload) + detail::sent_size(r.headers_json) +
                  detail::sent_size(e.content_type);
@@ -127,9 +129,10 @@ class appender {
       detail::translated("append", [&] {
         ::soci::statement st(sql);
         std::vector<std::string> ids;  // alive until the statement ran
-        std::vector<long long> times;
+        std::vector<long long> times, due;
         ids.reserve(n);
         times.reserve(n);
+        due.reserve(n);
         for (const outgoing& r : part) {
           ids.push_back(r.id.to_string());
           times.push_back(detail::to_us(r.created_at));
@@ -141,6 +144,8 @@ class appender {
           st.exchange(::soci::use(r.headers_json));
           st.exchange(::soci::use(times.back()));
           st.exchange(::soci::use(r.source->content_type));
+          due.push_back(outbox::detail::to_unix_ceil<std::chrono::microseconds>(r.available_at));
+          st.exchange(::soci::use(due.back()));
         }
         st.alloc();
         st.prepare(text);

@@ -434,6 +434,20 @@ class store : public outbox::sql::server_store<detail::dialect, store> {
     });
   }
 
+  /// When the next waiting row (a scheduled event, a retry) falls due, after `now`; nullopt when
+  /// none waits (`concepts::due_telling_store`: an idle relay wakes then, not a poll later).
+  std::optional<time_point> next_due(time_point now) {
+    return link_->run("next_due", [&](MYSQL*) -> std::optional<time_point> {
+      long long at = detail::to_us(now), us = 0;
+      detail::translated("next_due", [&] {
+        link_->session() << std::string(statements::next_due), ::soci::use(at, "now"),
+            ::soci::into(us);
+      });
+      if (us <= 0) return std::nullopt;
+      return detail::from_us(us);
+    });
+  }
+
   /// The backlog per aggregate type, in one statement (`concepts::aggregate_stats_store`); what
   /// `stats` says of locking holds per type too.
   std::vector<aggregate_type_stats> stats_by_aggregate_type(time_point now) {

@@ -3,6 +3,7 @@
 /// The PostgreSQL store's writer side: rows appended on the application's session, inside its
 /// transaction (`outbox::writer<postgresql::store>`).
 
+#include <chrono>
 #include <span>
 #include <string>
 #include <string_view>
@@ -10,6 +11,7 @@
 #include <outbox/concepts/store.hpp>
 #include <outbox/postgresql/detail/connection.hpp>
 #include <outbox/postgresql/schema.hpp>
+#include <outbox/schedule.hpp>
 #include <outbox/sql/statements.hpp>
 #include <outbox/writer.hpp>
 
@@ -44,7 +46,8 @@ class appender {
           .add_bytes(r.source->payload)
           .add(r.headers_json)
           .add(detail::to_us(r.created_at))
-          .add(r.source->content_type);
+          .add(r.source->content_type)
+          .add(outbox::detail::to_unix_ceil<std::chrono::microseconds>(r.available_at));
     };
     if (rows.size() == 1 && o.prepare_statements) {
       detail::params p;
@@ -52,7 +55,7 @@ class appender {
       detail::exec_prepared_once<Name>(c, single_row_insert, p, "append");
       return;
     }
-    outbox::sql::insert_in_chunks(single_row_insert, 8, rows, 500,
+    outbox::sql::insert_in_chunks(single_row_insert, 9, rows, 500,
                                   [&](const std::string& text, std::span<const outgoing> part) {
                                     detail::params p;
                                     for (const outgoing& r : part) add(p, r);

@@ -43,7 +43,8 @@ class backlog_metrics {
   explicit backlog_metrics(::prometheus::Registry& registry, backlog_metrics_options options = {})
       : options_(std::move(options)),
         pending_(gauge(registry, "outbox_backlog_pending",
-                       "Events waiting to be published (those waiting for a retry included).")),
+                       "Events waiting to be published (those waiting for a retry included, "
+                       "scheduled ones not due yet not).")),
         in_flight_(
             gauge(registry, "outbox_backlog_in_flight", "Events claimed under a live lease.")),
         dead_(gauge(registry, "outbox_backlog_dead_lettered", "Dead letters in the store.")),
@@ -51,6 +52,8 @@ class backlog_metrics {
                       "Age of the oldest pending event (0: none).")),
         waiting_retry_(gauge(registry, "outbox_backlog_waiting_retry",
                              "Pending events that failed and wait for their retry time.")),
+        scheduled_(gauge(registry, "outbox_backlog_scheduled",
+                         "Scheduled events not due yet (deliver_at ahead; not in the backlog).")),
         sampled_at_(gauge(registry, "outbox_backlog_sample_timestamp_seconds",
                           "When the backlog gauges were sampled (Unix time).")),
         type_pending_(
@@ -91,6 +94,7 @@ class backlog_metrics {
     set(dead_, {}, static_cast<double>(s.dead));
     set(oldest_, {}, seconds(s.oldest_pending_age));
     set(waiting_retry_, {}, static_cast<double>(s.waiting_retry));
+    set(scheduled_, {}, static_cast<double>(s.scheduled));
     if (options_.log_tailing) {
       set(*log_lag_bytes_, {}, static_cast<double>(s.log_lag_bytes));
       set(*log_lag_, {}, seconds(s.log_lag));
@@ -149,6 +153,7 @@ class backlog_metrics {
   family& dead_;
   family& oldest_;
   family& waiting_retry_;
+  family& scheduled_;
   family& sampled_at_;
   family& type_pending_;
   family& type_waiting_retry_;

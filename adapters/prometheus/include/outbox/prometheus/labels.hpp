@@ -92,6 +92,7 @@ inline std::vector<outbox::aggregate_type_stats> by_label(
     m.in_flight += t.stats.in_flight;
     m.dead += t.stats.dead;
     m.waiting_retry += t.stats.waiting_retry;
+    m.scheduled += t.stats.scheduled;
     m.oldest_pending_age = std::max(m.oldest_pending_age, t.stats.oldest_pending_age);
   }
   std::vector<outbox::aggregate_type_stats> out;
@@ -121,6 +122,7 @@ inline std::vector<outbox::aggregate_type_stats> cap_types(
     other.stats.in_flight += t->stats.in_flight;
     other.stats.dead += t->stats.dead;
     other.stats.waiting_retry += t->stats.waiting_retry;
+    other.stats.scheduled += t->stats.scheduled;
     other.stats.oldest_pending_age =
         std::max(other.stats.oldest_pending_age, t->stats.oldest_pending_age);
   }

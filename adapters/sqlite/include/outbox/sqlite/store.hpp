@@ -32,6 +32,7 @@
 #include <outbox/concepts/triage.hpp>
 #include <outbox/error.hpp>
 #include <outbox/message.hpp>
+#include <outbox/schedule.hpp>
 #include <outbox/sql/backend.hpp>
 #include <outbox/sql/migrate.hpp>
 #include <outbox/sql/row.hpp>
@@ -151,7 +152,7 @@ class store {
     /// 500 rows (SQLite's parameter limit), payloads as BLOBs (exact bytes).
     void append(session_type& sql, std::span<const outgoing> rows) {
       auto* db = detail::handle(sql);
-      constexpr int per_row = 8;
+      constexpr int per_row = 9;
       outbox::sql::insert_in_chunks(
           statements::append, per_row, rows, 500,
           [&](const std::string& text, std::span<const outgoing> part) {
@@ -169,7 +170,9 @@ class store {
                   .bind_blob(b + 5, r.source->payload)
                   .bind(b + 6, r.headers_json)
                   .bind(b + 7, detail::to_ms(r.created_at))
-                  .bind(b + 8, r.source->content_type);
+                  .bind(b + 8, r.source->content_type)
+                  .bind(b + 9,
+                        outbox::detail::to_unix_ceil<std::chrono::milliseconds>(r.available_at));
             }
             st.run();
           });
@@ -421,6 +424,17 @@ class store {
     detail::statement st(db_, statements::stats);
     st.bind(1, t).step();
     return outbox::sql::read_backlog<std::milli>(detail::row{st}, 0, t);
+  }
+
+  /// When the next waiting row (a scheduled event, a retry) falls due, after `now`; nullopt when
+  /// none waits (`concepts::due_telling_store`: an idle relay wakes then, not a poll later).
+  std::optional<time_point> next_due(time_point now) {
+    prepare();
+    detail::statement st(db_, statements::next_due);
+    st.bind(1, detail::to_ms(now)).step();
+    const std::int64_t ms = st.column_int64(0);
+    if (ms <= 0) return std::nullopt;
+    return detail::from_ms(ms);
   }
 
   /// The backlog per aggregate type, in one statement (`concepts::aggregate_stats_store`).

@@ -209,7 +209,7 @@ inline void append_hex(std::string& out, std::string_view s) {
 /// (stats_by_type.sql only), then the `outbox::sql::stats_column`s.
 struct stats_rows {
   static constexpr std::size_t columns =
-      static_cast<std::size_t>(outbox::sql::stats_column::oldest_created_at) + 1;
+      static_cast<std::size_t>(outbox::sql::stats_column::scheduled) + 1;
   std::vector<std::string> aggregate_type;
   std::array<std::vector<long long>, columns> counts;
 

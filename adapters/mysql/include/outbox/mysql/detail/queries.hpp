@@ -77,7 +77,7 @@ void for_chunks(const std::vector<std::int64_t>& seqs, F&& f) {
 /// `by_type`, stats_by_type.sql (a row per type).
 inline std::vector<aggregate_type_stats> count_backlog(::soci::session& sql, std::string_view text,
                                                        bool by_type, long long now) {
-  long long at = now, at2 = now, at3 = now;
+  long long at = now, at2 = now, at3 = now, at4 = now, at5 = now;
   std::vector<aggregate_type_stats> out;
   ::soci::statement st(sql);
   stats_rows chunk;
@@ -85,6 +85,8 @@ inline std::vector<aggregate_type_stats> count_backlog(::soci::session& sql, std
   st.exchange(::soci::use(at, "now"));
   st.exchange(::soci::use(at2, "now2"));
   st.exchange(::soci::use(at3, "now3"));
+  st.exchange(::soci::use(at4, "now4"));
+  st.exchange(::soci::use(at5, "now5"));
   st.alloc();
   st.prepare(std::string(text));
   st.define_and_bind();

@@ -14,8 +14,21 @@
 #include <outbox/postgresql/detail/wal.hpp>
 #include <outbox/postgresql/schema.hpp>
 #include <outbox/postgresql/store.hpp>
+#include <outbox/validate.hpp>
 
 namespace outbox::postgresql::detail {
+
+/// Refuses scheduled events (`event::deliver_at` ahead), before any SQL runs: the log-tailing
+/// relay reads events from the WAL as they commit, and parking one there until its time in
+/// order with the rest of its aggregate is not built yet (docs/operations.md, "Scheduled
+/// delivery").
+inline void refuse_scheduled(std::span<const outgoing> rows) {
+  for (const outgoing& r : rows)
+    if (r.scheduled())
+      throw_invalid("deliver_at",
+                    "is not supported by the log-tailing store's writers; schedule with "
+                    "postgresql::store (a polling relay)");
+}
 
 /// The table-free writer (`tailing_store::appender`).
 class tail_appender {
@@ -26,6 +39,7 @@ class tail_appender {
   /// event goes as a statement prepared once per connection (sql/postgresql/emit.sql),
   /// unless `o.prepare_statements` is false (poolers in transaction mode).
   void append(session_type& sql, std::span<const outgoing> rows, const writer_options& o = {}) {
+    refuse_scheduled(rows);
     PGconn* c = handle(sql);
     if (rows.size() == 1) {
       params p;
@@ -61,6 +75,7 @@ class tail_table_appender {
   /// Inserts `rows` on `sql` inside the caller's open transaction, as `store::appender`
   /// does (one prepared statement for one event, else multi-row INSERTs of 500).
   void append(session_type& sql, std::span<const outgoing> rows, const writer_options& o = {}) {
+    refuse_scheduled(rows);
     store::appender::insert<append_streamed_statement>(sql, rows, o, statements::append_streamed);
   }
 };
