@@ -133,16 +133,25 @@ class storm_guard {
   void after_publish(std::span<const message> sent, std::span<const publish_result> results,
                      std::span<settlement> fates, time_point now) {
     if (options_.max_dead == 0 || results.empty()) return;
-    std::unordered_map<uuid, const publish_result*> by_id;
-    by_id.reserve(results.size());
-    for (const auto& r : results) by_id.emplace(r.id, &r);
+    // The usual call (nothing failed for good, no route paused) costs a scan: no route names.
+    const bool refused = std::any_of(results.begin(), results.end(), [](const auto& r) {
+      return !r.confirmed && r.error_class == errc::permanent;
+    });
     std::vector<route_change> changes;
     {
       std::lock_guard lock(mutex_);
+      const bool tripped = std::any_of(routes_.begin(), routes_.end(),
+                                       [](const auto& r) { return r.second.tripped; });
+      if (!refused && !tripped) return;
+      std::unordered_map<uuid, const publish_result*> by_id;
+      by_id.reserve(results.size());
+      for (const auto& r : results) by_id.emplace(r.id, &r);
       std::vector<std::string> names(sent.size());
       for (std::size_t i = 0; i < sent.size(); ++i) {
+        if (fates[i].what != settlement::kind::published && fates[i].what != settlement::kind::dead)
+          continue;
         names[i] = route_of(*transport_, sent[i]);
-        if (fates[i].what != settlement::kind::published) continue;
+        if (!tripped || fates[i].what != settlement::kind::published) continue;
         const auto it = routes_.find(names[i]);
         if (it == routes_.end() || !it->second.tripped) continue;
         it->second = route_state{};  // a confirm: the route works again
