@@ -208,6 +208,15 @@ int main(int argc, char** argv) {
                    "log-tailing stores: /healthz fails while a table-mode event written longer "
                    "ago than this is still unpublished (default off; at least 10s)")
       ->type_name("AGE");
+  relay->add_option("--storm-max-dead", ro.storm_max_dead,
+                    "storm guard: a route (topic, exchange and routing key) that dead-letters "
+                    "more than this within --storm-window is paused, its events kept pending "
+                    "(default 100; 0: off)");
+  relay->add_option("--storm-window", ro.storm_window, "storm guard: the window (default 60s)");
+  relay->add_option("--storm-pause", ro.storm_pause,
+                    "storm guard: the first pause of a route, doubling after each failed probe "
+                    "up to --storm-max-pause (defaults 30s, 10m)");
+  relay->add_option("--storm-max-pause", ro.storm_max_pause, "storm guard: the longest pause");
   // Before the subcommand: `outbox --config /etc/outbox/relay.toml relay`, the relay's options
   // under [relay]. A key that names no option is an error, not ignored.
   add_config_option(app,

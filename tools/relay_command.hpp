@@ -29,6 +29,10 @@ struct relay_command_options {
   /// Log-tailing stores: /healthz fails while a table-mode event written longer ago than this
   /// (an age such as 60s) is still unpublished (an outbox row in state 3). "off": never.
   std::string max_streamed_age = "off";
+  /// The storm guard (relay_options::storm_guard): dead letters of one route let through per
+  /// window (0: off), the window, the first pause and the longest.
+  std::size_t storm_max_dead = 100;
+  std::string storm_window = "60s", storm_pause = "30s", storm_max_pause = "10m";
 };
 
 /// Runs relays until SIGTERM or SIGINT; returns the exit code (0 after a graceful stop, 1 when a

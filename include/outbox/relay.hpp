@@ -27,6 +27,7 @@
 #include <outbox/relay/fates.hpp>
 #include <outbox/relay/options.hpp>
 #include <outbox/relay/order.hpp>
+#include <outbox/relay/storm_guard.hpp>
 #include <outbox/relay/worker.hpp>
 #include <outbox/retry.hpp>
 #include <outbox/schedule.hpp>
@@ -90,7 +91,8 @@ class relay {
         options_(std::move(options)),
         retry_(std::move(retry)),
         clock_(std::move(clock)),
-        rng_(std::random_device{}()) {
+        rng_(std::random_device{}()),
+        storm_(transport, options_.storm_guard) {
     if (options_.batch_size == 0 || options_.batch_size > relay_options::max_batch_size)
       throw error(errc::misconfigured, "core", {},
                   "relay_options.batch_size must be between 1 and " +
@@ -235,13 +237,15 @@ class relay {
 
   /// A snapshot of the counters; callable from any thread while the relay runs.
   [[nodiscard]] relay_stats stats() const noexcept {
-    return {batches_.load(), published_.load(), retried_.load(),
-            dead_.load(),    released_.load(),  fenced_.load(),
-            errors_.load(),  reordered_.load(), consecutive_errors_.load(),
-            steps_.load()};
+    return {batches_.load(), published_.load(),    retried_.load(),
+            dead_.load(),    released_.load(),     fenced_.load(),
+            errors_.load(),  reordered_.load(),    consecutive_errors_.load(),
+            steps_.load(),   storm_.paused_count()};
   }
   /// The options the relay runs with (`owner` filled in when it was given empty).
   [[nodiscard]] const relay_options& options() const noexcept { return options_; }
+  /// The storm guard (`relay_options::storm_guard`): which routes are paused; any thread.
+  [[nodiscard]] const storm_guard<Transport>& routes() const noexcept { return storm_; }
 
  private:
   /// What publishing a batch came to: a fate per message, and the transport's exception when
@@ -436,9 +440,12 @@ class relay {
     const auto publish_start = std::chrono::steady_clock::now();
     outcome out{std::vector<settlement>(n), nullptr};
     std::vector<settlement>& fates = out.fates;
-    // Spent messages (attempts that never settled) go to the end, dead, out of the waves; a
-    // dead letter does not hold its aggregate back.
-    const std::size_t sendable = outbox::fates::set_aside_spent(batch.messages, fates, retry_);
+    // Spent messages (attempts that never settled) go to the end, dead (a dead letter does not
+    // hold its aggregate back), then paused routes' (storm guard; their aggregates held back).
+    std::unordered_set<std::string> failed_aggregates;
+    const std::size_t sendable = storm_.set_aside(
+        batch.messages, outbox::fates::set_aside_spent(batch.messages, fates, retry_), fates,
+        clock_.now(), failed_aggregates);
     constexpr bool keeps_order = concepts::order_keeping_transport<Transport>;
     const bool one_call = keeps_order || options_.stamp_predecessors;
     if (!keeps_order && options_.stamp_predecessors)
@@ -447,8 +454,7 @@ class relay {
       if (!one_call) return ordering::arrange_waves(std::span(batch.messages).first(sendable));
       return sendable == 0 ? ordering::wave_ranges{} : ordering::wave_ranges{{0, sendable}};
     }();
-    const auto until = publish_deadline(batch);
-    std::unordered_set<std::string> failed_aggregates;
+    const auto until = detail::publish_deadline(options_, batch.lease_until - clock_.now());
     std::chrono::steady_clock::duration last_wave{0};
 
     for (std::size_t w = 0; w < waves.size() && !out.failure; ++w) {
@@ -480,6 +486,8 @@ class relay {
       try {
         outbox::fates::decide(wave, results, std::span(fates).subspan(begin, wave.size()), retry_,
                               rng_, clock_.now(), waves.size() > 1 ? &failed_aggregates : nullptr);
+        storm_.after_publish(wave, results, std::span(fates).subspan(begin, wave.size()),
+                             clock_.now());
       } catch (...) {  // a misconfigured transport: stop here, do not dead-letter the backlog
         out.failure = std::current_exception();
         for (std::size_t i = begin; i < end; ++i)
@@ -515,19 +523,6 @@ class relay {
     dead_.fetch_add(r.dead, std::memory_order_relaxed);
     released_.fetch_add(r.released, std::memory_order_relaxed);
     fenced_.fetch_add(r.fenced, std::memory_order_relaxed);
-  }
-
-  /// The publish deadline: `publish_timeout` from now, but never past the lease minus a margin
-  /// (the claim may have waited for a lock), so no other relay can take over a batch in flight.
-  std::chrono::steady_clock::time_point publish_deadline(const claimed_batch& batch) const {
-    const auto now = std::chrono::steady_clock::now();
-    const auto margin =
-        std::min<std::chrono::milliseconds>(std::chrono::seconds(1), options_.lease / 10);
-    const auto lease_left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(batch.lease_until - clock_.now()) -
-        margin;
-    return now +
-           std::max(std::chrono::milliseconds(0), std::min(options_.publish_timeout, lease_left));
   }
 
   /// Settling is idempotent under the fencing token, so a transient failure (e.g. the database
@@ -581,6 +576,7 @@ class relay {
   Retry retry_;
   Clock clock_;
   std::mt19937_64 rng_;
+  storm_guard<Transport> storm_;
 
   std::mutex wake_mutex_;
   std::condition_variable_any wake_cv_;

@@ -214,7 +214,7 @@ BOOST_AUTO_TEST_CASE(an_unroutable_message_is_returned_and_never_confirmed) {
   for (std::size_t i = 0; i < batch.size(); ++i) {
     BOOST_TEST(results[i].id == batch[i].id);
     BOOST_TEST(!results[i].confirmed);
-    BOOST_TEST((results[i].error_class == outbox::errc::transient));
+    BOOST_TEST((results[i].error_class == outbox::errc::permanent));  // the route's fault
     BOOST_TEST(results[i].error.find("312") != std::string::npos, results[i].error);
     BOOST_TEST(results[i].error.find("NO_ROUTE") != std::string::npos, results[i].error);
   }

@@ -121,11 +121,31 @@ bool have_rabbitmqctl() {
 
 BOOST_AUTO_TEST_SUITE(amqp_faults)
 
-BOOST_AUTO_TEST_CASE(an_unroutable_event_is_retried_then_dead_lettered_by_the_relay) {
+BOOST_AUTO_TEST_CASE(an_unroutable_event_is_dead_lettered_by_the_relay_at_once) {
   using world = e2e::world<e2e::combo<outbox::test::sqlite_fixture, amqp_fixture>>;
   world w;
   const std::string lonely = w.net.exchange() + "-unbound";
   outbox::amqp::publisher pub({.connection = {.url = amqp_fixture::url()}, .exchange = lonely});
+  w.place("lost");
+  outbox::relay<outbox::sqlite::store, outbox::amqp::publisher, outbox::exponential_backoff,
+                outbox::testing::manual_clock>
+      relay(*w.relay_store, pub, {.owner = "unroutable"}, world::fast_retry, w.clock);
+  BOOST_TEST(relay.run_once() == 1u);
+  BOOST_TEST(relay.stats().retried == 0u);
+  BOOST_TEST(relay.stats().dead_lettered == 1u);
+  const auto dead = w.app_store->dead_letters(10);
+  BOOST_TEST_REQUIRE(dead.size() == 1u);
+  BOOST_TEST(dead[0].last_error.find("312") != std::string::npos, dead[0].last_error);
+  BOOST_TEST(dead[0].msg.attempts == 1);
+  outbox::test::amqp_admin(amqp_fixture::url()).delete_exchange(lonely);
+}
+
+BOOST_AUTO_TEST_CASE(with_retry_unroutable_an_unroutable_event_is_retried_then_dead_lettered) {
+  using world = e2e::world<e2e::combo<outbox::test::sqlite_fixture, amqp_fixture>>;
+  world w;
+  const std::string lonely = w.net.exchange() + "-unbound";
+  outbox::amqp::publisher pub(
+      {.connection = {.url = amqp_fixture::url()}, .exchange = lonely, .retry_unroutable = true});
   w.place("lost");
   outbox::relay<outbox::sqlite::store, outbox::amqp::publisher, outbox::exponential_backoff,
                 outbox::testing::manual_clock>

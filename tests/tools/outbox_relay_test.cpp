@@ -432,6 +432,9 @@ BOOST_AUTO_TEST_CASE(a_refused_login_or_a_bad_option_ends_it_with_a_clear_messag
   BOOST_TEST(tool(relay_args(url, "zmq+tcp://127.0.0.1:5", {"--threads", "2"})).code == 2);
   BOOST_TEST(tool(relay_args(url, "zmq+tcp://127.0.0.1:5", {"--lease", "5s"})).code == 2);
   BOOST_TEST(tool(relay_args(url, "zmq+tcp://127.0.0.1:5", {"--retention", "forever"})).code == 2);
+  BOOST_TEST(tool(relay_args(url, "zmq+tcp://127.0.0.1:5",
+                             {"--storm-pause", "60s", "--storm-max-pause", "30s"}))
+                 .code == 2);  // the storm guard's pauses contradict each other
   BOOST_TEST(tool({"relay", "--store", url}).code == 2);  // no transport
   auto named = relay_args(url, "zmq+tcp://127.0.0.1:5");
   named[6] = "metrics.example:0";  // a name, not an address: refused before connecting

@@ -4,11 +4,13 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <outbox/outbox.hpp>
 
@@ -146,6 +148,27 @@ inline void check_options(const relay_command_options& o) {
       throw usage_error("--max-slot-kept is for a log-tailing store (a postgresql+tail:// URL)");
   }
   (void)parse_address(o.metrics_address);
+  const auto storm_pause = parse_age(o.storm_pause, "--storm-pause");
+  if (parse_age(o.storm_window, "--storm-window") < 1s || storm_pause < 1s ||
+      parse_age(o.storm_max_pause, "--storm-max-pause") < storm_pause)
+    throw usage_error(
+        "--storm-window and --storm-pause take at least 1s, and --storm-max-pause at least "
+        "--storm-pause");
+}
+
+/// The log line of a storm guard's change of a route (without the relay's number).
+inline std::string route_change_text(const outbox::route_change& c,
+                                     const std::vector<std::string>& secrets) {
+  const std::string route = "route " + (c.route.empty() ? "(the transport)" : c.route);
+  if (!c.paused) return route + " resumed: its probe was confirmed, its events flow again";
+  const auto secs =
+      std::chrono::duration_cast<std::chrono::seconds>(c.until - std::chrono::system_clock::now());
+  return route +
+         (c.probe ? " still refused at its probe"
+                  : " paused after " + std::to_string(c.dead) + " dead letters in the window") +
+         "; its events wait, pending; next probe in " +
+         std::to_string(std::max<long>(0, secs.count())) + " s (" + iso8601(c.until) +
+         "): " + redact(c.last_error, secrets);
 }
 
 }  // namespace outbox_tool::relay_service

@@ -71,6 +71,10 @@ class service {
         .error_backoff_max = parse_age(o_.max_backoff, "--max-backoff"),
         .pipeline = !o_.no_pipeline,
         .stamp_predecessors = o_.stamp_predecessors,
+        .storm_guard = {.max_dead = o_.storm_max_dead,
+                        .window = parse_age(o_.storm_window, "--storm-window"),
+                        .pause = parse_age(o_.storm_pause, "--storm-pause"),
+                        .max_pause = parse_age(o_.storm_max_pause, "--storm-max-pause")},
     };
     const outbox::exponential_backoff retry{.max_attempts = o_.max_attempts};
     const auto unhealthy_after = parse_age(o_.unhealthy_after, "--unhealthy-after");
@@ -139,6 +143,9 @@ class service {
       thread_parts* self = t.get();
       opts.on_error = [this, self](const outbox::error& e) { on_error(*self, e); };
       opts.on_batch = [this](const outbox::batch_report& r) { on_batch(r); };
+      opts.storm_guard.on_change = [this, self](const outbox::route_change& c) {
+        log_(describe_route_change(self->state.index, c));
+      };
       t->relay =
           two_stores
               ? std::make_unique<relay_type>(*t->store[0], *t->store[1], *t->transport, opts, retry)
@@ -250,6 +257,11 @@ class service {
   }
 
   void on_batch(const outbox::batch_report& r) { metrics_.relay.record(r); }
+
+  /// The log line of a storm guard's change (the words: route_change_text, checks.hpp).
+  std::string describe_route_change(unsigned index, const outbox::route_change& c) const {
+    return "relay " + std::to_string(index) + ": " + route_change_text(c, secrets_);
+  }
 
   void sample_backlog() {
     try {
@@ -402,6 +414,7 @@ class service {
       sum.fenced += s.fenced;
       sum.errors += s.errors;
       sum.reordered += s.reordered;
+      sum.routes_paused += s.routes_paused;
     }
     return sum;
   }
@@ -431,7 +444,14 @@ class service {
                 who + " failing for " + std::to_string(since / 1000) +
                     " s: " + redact(st.last_error, secrets_) + "\n"};
     }
-    return {200, "text/plain; charset=utf-8", "ok\n"};
+    // A paused route is reported, not failed: a restart would forget the pause (and let
+    // --storm-max-dead more dead letters through); the gauge outbox_relay_routes_paused alerts.
+    std::string paused;
+    for (auto& t : parts_)
+      for (const auto& r : t->relay->routes().paused())
+        paused += "route " + r.route + " paused until " + iso8601(r.until) + ": " +
+                  redact(r.last_error, secrets_) + "\n";
+    return {200, "text/plain; charset=utf-8", "ok\n" + paused};
   }
 
   /// The /metrics page, rendered at most once a second and shared by the answers in between: a

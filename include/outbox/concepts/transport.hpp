@@ -7,6 +7,7 @@
 #include <concepts>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include <outbox/message.hpp>
@@ -40,6 +41,18 @@ concept transport = requires(T& t, std::span<const message> batch,
 template <class T>
 concept order_keeping_transport = transport<T> && requires {
   requires T::keeps_publish_order;
+};
+
+/// Capability: a transport that names the route (destination) of each message, so the relay's
+/// storm guard (`relay_options::storm_guard`) pauses one broken route, not the whole transport.
+/// Without it the transport is one route, named "".
+///
+/// | operation    | returns       | guarantees | errors |
+/// |--------------|---------------|------------|--------|
+/// | `t.route(m)` | `std::string` | the destination `publish` sends `m` to, with the transport's name (`kafka:orders`, `amqp:outbox/order.created`); the same for the same message; cheap (called twice per message sent) | should not throw (a throw counts as route "") |
+template <class T>
+concept routing_transport = transport<T> && requires(T& t, const message& m) {
+  { t.route(m) } -> std::convertible_to<std::string>;
 };
 
 /// The receiving side a consumer reads from.

@@ -2,6 +2,7 @@
 /// @file
 /// What a relay is told (`relay_options`) and what it reports (`relay_stats`, `batch_report`).
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -12,6 +13,7 @@
 
 #include <outbox/error.hpp>
 #include <outbox/message.hpp>
+#include <outbox/relay/storm_guard.hpp>
 
 namespace outbox {
 
@@ -100,6 +102,12 @@ struct relay_options {
   std::function<void(std::span<const message>)> on_publish_start{};
   /// Called after each publish call (see `on_publish_start`), with what the transport said.
   std::function<void(const publish_report&)> on_publish{};
+  /// Pauses a route (a topic, an exchange and routing key) that dead-letters more than
+  /// `max_dead` messages for a permanent error within `window`: its events stay pending and
+  /// the route is tried again after a growing pause (docs/running.md, "Storm guard"). On by
+  /// default (100 in 60 s; 30 s doubling to 10 min); `.storm_guard = {.max_dead = 0}` turns it
+  /// off.
+  storm_guard_options storm_guard{};
 };
 
 /// Counters of one relay (a snapshot; the relay updates them as it goes).
@@ -123,6 +131,22 @@ struct relay_stats {
   /// `errors`, a measure of progress. Neither moving for long means the relay is stuck (a
   /// database or broker that holds a connection open and never answers), for health checks.
   std::uint64_t steps = 0;
+  /// Routes the storm guard holds paused or is probing (`relay_options::storm_guard`).
+  std::uint64_t routes_paused = 0;
 };
+
+namespace detail {
+/// The publish deadline of a batch under `options`, `lease_left` before its lease ends:
+/// `publish_timeout` from now, but never past the lease minus a margin (the claim may have
+/// waited for a lock), so no other relay can take over a batch in flight.
+inline std::chrono::steady_clock::time_point publish_deadline(
+    const relay_options& options, std::chrono::system_clock::duration lease_left) {
+  const auto margin =
+      std::min<std::chrono::milliseconds>(std::chrono::seconds(1), options.lease / 10);
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(lease_left) - margin;
+  return std::chrono::steady_clock::now() +
+         std::max(std::chrono::milliseconds(0), std::min(options.publish_timeout, left));
+}
+}  // namespace detail
 
 }  // namespace outbox

@@ -60,6 +60,21 @@ class faulty_transport {
     std::lock_guard lock(mutex_);
     never_confirm_ = on;
   }
+  /// Routes messages by `fn` (`concepts::routing_transport`, for the relay's storm guard);
+  /// unset: `Inner`'s routes, or one route "".
+  void route_by(std::function<std::string(const message&)> fn) {
+    std::lock_guard lock(mutex_);
+    route_by_ = std::move(fn);
+  }
+  /// The route of `m` (see `route_by`).
+  [[nodiscard]] std::string route(const message& m) const {
+    {
+      std::lock_guard lock(mutex_);
+      if (route_by_) return route_by_(m);
+    }
+    if constexpr (concepts::routing_transport<Inner>) return inner_->route(m);
+    return {};
+  }
   /// Removes every fault.
   void heal() {
     std::lock_guard lock(mutex_);
@@ -120,6 +135,7 @@ class faulty_transport {
   errc fail_next_class_ = errc::transient;
   std::function<bool(const message&)> fail_when_;
   errc fail_when_class_ = errc::permanent;
+  std::function<std::string(const message&)> route_by_;
   bool reorder_ = false;
   bool never_confirm_ = false;
   std::size_t injected_ = 0;

@@ -42,15 +42,22 @@ struct publisher_options {
   /// RabbitMQ closes the channel (406) for a body over its `max_message_size` (128 MiB unless
   /// configured), which would fail the whole batch: set this to the broker's value if it is lower.
   std::size_t max_message_bytes = 128 * 1024 * 1024;
+  /// false (the default): a message the broker returns as unroutable (basic.return, 312
+  /// NO_ROUTE: no queue bound for its routing key) is that message's `permanent` failure, so the
+  /// relay's storm guard pauses the route after a few (`relay_options::storm_guard`) and its
+  /// events wait for the binding. true: `transient`, retried with backoff (a queue bound a few
+  /// seconds after the relay started gets it), then dead-lettered; the storm guard does not
+  /// see those.
+  bool retry_unroutable = false;
 };
 
 /// A `concepts::transport` over AMQP 0-9-1. `publish` puts the whole batch on the wire
 /// (confirm mode, `mandatory`, delivery_mode 2), then reads basic.ack / basic.nack (with their
 /// `multiple` flag) and basic.return frames until every message has an outcome or `until`:
 /// an ack = confirmed; a nack = `transient` failure; a message returned as unroutable (RabbitMQ
-/// sends basic.return before the basic.ack of the same delivery tag) = `transient` failure with
-/// the reply code (the relay retries it, then dead-letters it). A lost connection fails the
-/// messages still unconfirmed (`transient`); the next `publish` reconnects. A message that AMQP
+/// sends basic.return before the basic.ack of the same delivery tag) = `permanent` failure with
+/// the reply code (`transient` with `publisher_options::retry_unroutable`). A lost connection fails
+/// the messages still unconfirmed (`transient`); the next `publish` reconnects. A message that AMQP
 /// cannot carry (a routing key, `type` or header name over 255 bytes, headers that do not fit in
 /// a frame, see `unsendable`) is that message's `permanent` failure, found before any byte of it
 /// is written: the rest of the batch goes out on the same connection. A connect that ends past
@@ -80,6 +87,13 @@ class publisher {
   publisher(publisher&&) = default;
   /// Moves the publisher, as the move constructor does.
   publisher& operator=(publisher&&) = default;
+
+  /// The route of `m` (`concepts::routing_transport`, for the relay's storm guard):
+  /// `amqp:<exchange>/<routing key>`.
+  [[nodiscard]] std::string route(const message& m) const {
+    return "amqp:" + options_.exchange + "/" +
+           (options_.routing_key ? options_.routing_key(m) : m.aggregate_type + "." + m.event_type);
+  }
 
   /// Opens the connection now (declares the exchange, enters confirm mode).
   /// @throws outbox::error `transient` or `misconfigured`.
@@ -275,7 +289,8 @@ class publisher {
                 it != by_id_.end()) {
               returned_.insert(it->second);
               results[it->second].confirmed = false;
-              results[it->second].error_class = errc::transient;
+              results[it->second].error_class =
+                  options_.retry_unroutable ? errc::transient : errc::permanent;
               results[it->second].error = reason;
             }
           }
@@ -321,6 +336,6 @@ class publisher {
   std::unordered_set<std::size_t> returned_;            // batch indexes returned
 };
 
-static_assert(concepts::transport<publisher>);
+static_assert(concepts::routing_transport<publisher>);
 
 }  // namespace outbox::amqp

@@ -368,6 +368,9 @@ class publisher {
     }
   }
 
+  /// The route of `m` (`concepts::routing_transport`, for the relay's storm guard):
+  /// `kafka:<topic>` ("kafka:?" when the topic function throws).
+  [[nodiscard]] std::string route(const message& m) const { return "kafka:" + topic_of(m); }
   /// The largest record (payload, key and headers) this producer takes: its `message.max.bytes`.
   [[nodiscard]] std::size_t max_record_bytes() const noexcept { return max_record_bytes_; }
   /// The counters so far (a copy; not synchronized: read on the thread that publishes).
@@ -558,6 +561,6 @@ class publisher {
   detail::handle_ptr rk_;  // after state_: destroyed first
 };
 
-static_assert(concepts::transport<publisher>);
+static_assert(concepts::routing_transport<publisher>);
 
 }  // namespace outbox::kafka

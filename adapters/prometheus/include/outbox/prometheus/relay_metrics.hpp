@@ -57,7 +57,9 @@ struct relay_metrics_options {
 ///   fed by `on_batch` and `observe`; `outbox_relay_{reordered,errors}_total` by `observe`;
 /// - histograms `outbox_relay_batch_duration_seconds`, `outbox_relay_publish_duration_seconds`
 ///   and `outbox_relay_event_latency_seconds` (an event's `created_at` to its settle), and the
-///   gauge `outbox_relay_last_batch_timestamp_seconds` (0: none yet), fed by `on_batch`.
+///   gauge `outbox_relay_last_batch_timestamp_seconds` (0: none yet), fed by `on_batch`;
+/// - the gauge `outbox_relay_routes_paused` (routes the storm guard holds paused,
+///   `relay_stats::routes_paused`), set by `observe`.
 ///
 /// `on_batch` counts each settled batch as the relay is about to count it in `relay_stats`;
 /// what never reaches it (errors, reorders, the dead letters of unreadable rows) is in the
@@ -95,6 +97,12 @@ class relay_metrics {
                         .Help("When the last batch was settled (Unix time; 0: none yet).")
                         .Register(registry)
                         .Add(options.labels)),
+        routes_paused_(::prometheus::BuildGauge()
+                           .Name("outbox_relay_routes_paused")
+                           .Help("Routes (a topic, an exchange and routing key) the storm guard "
+                                 "holds paused: their events wait, pending.")
+                           .Register(registry)
+                           .Add(options.labels)),
         batch_duration_(histogram(registry, "outbox_relay_batch_duration_seconds",
                                   "A batch's claim, publish and settle.", options)),
         publish_duration_(histogram(registry, "outbox_relay_publish_duration_seconds",
@@ -144,6 +152,7 @@ class relay_metrics {
     count_to(reordered_, static_cast<double>(stats.reordered));
     count_to(batches_, static_cast<double>(stats.batches));
     count_to(errors_, static_cast<double>(stats.errors));
+    routes_paused_.Set(static_cast<double>(stats.routes_paused));
   }
 
  private:
@@ -168,6 +177,7 @@ class relay_metrics {
   ::prometheus::Counter& batches_;
   ::prometheus::Counter& errors_;
   ::prometheus::Gauge& last_batch_;
+  ::prometheus::Gauge& routes_paused_;  ///< Set by `observe` (a gauge: not raised, set).
   ::prometheus::Histogram& batch_duration_;
   ::prometheus::Histogram& publish_duration_;
   ::prometheus::Histogram& event_latency_;
