@@ -490,6 +490,7 @@ BOOST_AUTO_TEST_CASE(the_claim_reads_its_index_in_order_and_settles_by_primary_k
   by_primary_key(explain(*sql, std::string(statements::settle_failed),
                          [&](auto& st) {
                            st.exchange(soci::use(dead, "dead"));
+                           st.exchange(soci::use(dead, "dead2"));
                            st.exchange(soci::use(locking, "locking"));
                            st.exchange(soci::use(now, "now"));
                            st.exchange(soci::use(fates, "fates"));
