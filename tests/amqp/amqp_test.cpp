@@ -207,7 +207,8 @@ BOOST_AUTO_TEST_SUITE(amqp_specific)
 BOOST_AUTO_TEST_CASE(an_unroutable_message_is_returned_and_never_confirmed) {
   amqp_fixture fx;  // its queue is bound to fx.exchange(); this publisher uses another exchange
   const std::string lonely = fx.exchange() + "-unbound";
-  outbox::amqp::publisher pub({.connection = {.url = amqp_fixture::url()}, .exchange = lonely});
+  outbox::amqp::publisher pub(
+      {.connection = {.url = amqp_fixture::url()}, .exchange = lonely, .retry_unroutable = false});
   std::vector<outbox::message> batch{sample("1"), sample("2"), sample("3")};
   const auto results = pub.publish(batch, std::chrono::steady_clock::now() + 5s);
   BOOST_TEST_REQUIRE(results.size() == batch.size());

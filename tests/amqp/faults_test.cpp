@@ -121,11 +121,12 @@ bool have_rabbitmqctl() {
 
 BOOST_AUTO_TEST_SUITE(amqp_faults)
 
-BOOST_AUTO_TEST_CASE(an_unroutable_event_is_dead_lettered_by_the_relay_at_once) {
+BOOST_AUTO_TEST_CASE(without_retry_unroutable_an_unroutable_event_is_dead_lettered_at_once) {
   using world = e2e::world<e2e::combo<outbox::test::sqlite_fixture, amqp_fixture>>;
   world w;
   const std::string lonely = w.net.exchange() + "-unbound";
-  outbox::amqp::publisher pub({.connection = {.url = amqp_fixture::url()}, .exchange = lonely});
+  outbox::amqp::publisher pub(
+      {.connection = {.url = amqp_fixture::url()}, .exchange = lonely, .retry_unroutable = false});
   w.place("lost");
   outbox::relay<outbox::sqlite::store, outbox::amqp::publisher, outbox::exponential_backoff,
                 outbox::testing::manual_clock>

@@ -23,7 +23,9 @@ BOOST_AUTO_TEST_CASE(an_exchange_without_a_binding_is_paused_then_drained_once_b
   world w;
   const std::string exchange = w.net.exchange() + "-storm";
   const std::string queue = w.net.queue() + "-storm";
-  outbox::amqp::publisher pub({.connection = {.url = amqp_fixture::url()}, .exchange = exchange});
+  outbox::amqp::publisher pub({.connection = {.url = amqp_fixture::url()},
+                               .exchange = exchange,
+                               .retry_unroutable = false});  // a missing binding is permanent
   outbox::relay<outbox::sqlite::store, outbox::amqp::publisher, outbox::exponential_backoff,
                 outbox::testing::manual_clock>
       relay(*w.relay_store, pub, {.owner = "storm"}, world::fast_retry, w.clock);

@@ -45,10 +45,12 @@ struct amqp {
         o.connection.tls.client_key = v;
       else if (k == "verify_hostname")
         o.connection.tls.verify_hostname = flag_value(k, v);
+      else if (k == "retry_unroutable")
+        o.retry_unroutable = flag_value(k, v);
       else
         throw usage_error("unknown amqp URL parameter '" + k +
                           "' (exchange, exchange_type, declare_exchange, max_message_bytes, "
-                          "ca_cert, client_cert, client_key, verify_hostname)");
+                          "ca_cert, client_cert, client_key, verify_hostname, retry_unroutable)");
     }
     using T = outbox::amqp::publisher;
     return f(transport_maker<T>{[o] { return T(o); }, [](T& t) { t.connect(); }, true});

@@ -35,7 +35,12 @@ BOOST_AUTO_TEST_SUITE(scheduled_delivery)
 
 BOOST_AUTO_TEST_CASE(a_delivery_time_beyond_the_horizon_is_refused_before_any_sql) {
   world x;
-  auto& [db, sql, store, clock, w] = x;
+  // Not a structured binding: clang 14 cannot capture one in a lambda.
+  [[maybe_unused]] auto& db = x.db;
+  [[maybe_unused]] auto& sql = x.sql;
+  [[maybe_unused]] auto& store = x.store;
+  [[maybe_unused]] auto& clock = x.clock;
+  [[maybe_unused]] auto& w = x.w;
   const auto e = outbox::test::error_of([&] {
     w.enqueue(sql, std::vector{due_at(clock.now() + 1h), due_at(clock.now() + 366 * 24h)});
   });
@@ -50,7 +55,12 @@ BOOST_AUTO_TEST_CASE(a_delivery_time_beyond_the_horizon_is_refused_before_any_sq
 
 BOOST_AUTO_TEST_CASE(the_horizon_is_an_option) {
   world x({.schedule_horizon = 60s});
-  auto& [db, sql, store, clock, w] = x;
+  // Not a structured binding: clang 14 cannot capture one in a lambda.
+  [[maybe_unused]] auto& db = x.db;
+  [[maybe_unused]] auto& sql = x.sql;
+  [[maybe_unused]] auto& store = x.store;
+  [[maybe_unused]] auto& clock = x.clock;
+  [[maybe_unused]] auto& w = x.w;
   w.enqueue(sql, due_at(clock.now() + 60s));
   BOOST_TEST((outbox::test::kind_of([&] { w.enqueue(sql, due_at(clock.now() + 61s)); }) ==
               outbox::errc::invalid_input));
@@ -71,7 +81,12 @@ BOOST_AUTO_TEST_CASE(the_writer_stores_a_future_time_and_treats_a_past_one_as_no
 
 BOOST_AUTO_TEST_CASE(an_idle_relay_sleeps_until_the_next_row_falls_due_and_no_longer) {
   world x;
-  auto& [db, sql, store, clock, w] = x;
+  // Not a structured binding: clang 14 cannot capture one in a lambda.
+  [[maybe_unused]] auto& db = x.db;
+  [[maybe_unused]] auto& sql = x.sql;
+  [[maybe_unused]] auto& store = x.store;
+  [[maybe_unused]] auto& clock = x.clock;
+  [[maybe_unused]] auto& w = x.w;
   BOOST_TEST(outbox::detail::idle_sleep(store, clock, 1000ms).count() == 1000);  // nothing waits
   w.enqueue(sql, due_at(clock.now() + 250ms));
   BOOST_TEST(outbox::detail::idle_sleep(store, clock, 1000ms).count() == 250);

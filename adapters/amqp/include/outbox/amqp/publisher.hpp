@@ -42,26 +42,28 @@ struct publisher_options {
   /// RabbitMQ closes the channel (406) for a body over its `max_message_size` (128 MiB unless
   /// configured), which would fail the whole batch: set this to the broker's value if it is lower.
   std::size_t max_message_bytes = 128 * 1024 * 1024;
-  /// false (the default): a message the broker returns as unroutable (basic.return, 312
-  /// NO_ROUTE: no queue bound for its routing key) is that message's `permanent` failure, so the
-  /// relay's storm guard pauses the route after a few (`relay_options::storm_guard`) and its
-  /// events wait for the binding. true: `transient`, retried with backoff (a queue bound a few
-  /// seconds after the relay started gets it), then dead-lettered; the storm guard does not
-  /// see those.
-  bool retry_unroutable = false;
+  /// true (the default): a message the broker returns as unroutable (basic.return, 312
+  /// NO_ROUTE: no queue bound for its routing key) is a `transient` failure, retried with
+  /// backoff, so a binding that is missing for a while (a broker restart, a consumer that
+  /// declares its queue after the relay started) costs no dead letter; the storm guard does not
+  /// see those. false: its `permanent` failure, so the relay's storm guard pauses the route
+  /// after a few (`relay_options::storm_guard`): for topologies declared before any publish,
+  /// where a missing binding is a mistake to stop at.
+  bool retry_unroutable = true;
 };
 
 /// A `concepts::transport` over AMQP 0-9-1. `publish` puts the whole batch on the wire
 /// (confirm mode, `mandatory`, delivery_mode 2), then reads basic.ack / basic.nack (with their
 /// `multiple` flag) and basic.return frames until every message has an outcome or `until`:
 /// an ack = confirmed; a nack = `transient` failure; a message returned as unroutable (RabbitMQ
-/// sends basic.return before the basic.ack of the same delivery tag) = `permanent` failure with
-/// the reply code (`transient` with `publisher_options::retry_unroutable`). A lost connection fails
-/// the messages still unconfirmed (`transient`); the next `publish` reconnects. A message that AMQP
-/// cannot carry (a routing key, `type` or header name over 255 bytes, headers that do not fit in
-/// a frame, see `unsendable`) is that message's `permanent` failure, found before any byte of it
-/// is written: the rest of the batch goes out on the same connection. A connect that ends past
-/// `until` sends nothing (`transient`): a late batch would be a copy of what another relay sent.
+/// sends basic.return before the basic.ack of the same delivery tag) = a failure with
+/// the reply code (`transient` by default: `publisher_options::retry_unroutable`). A lost
+/// connection fails the messages still unconfirmed (`transient`); the next `publish` reconnects. A
+/// message that AMQP cannot carry (a routing key, `type` or header name over 255 bytes, headers
+/// that do not fit in a frame, see `unsendable`) is that message's `permanent` failure, found
+/// before any byte of it is written: the rest of the batch goes out on the same connection. A
+/// connect that ends past `until` sends nothing (`transient`): a late batch would be a copy of what
+/// another relay sent.
 ///
 /// Threading: one connection, not thread-safe; use it from one thread (or behind a lock).
 /// Move-only (see the move constructor).
