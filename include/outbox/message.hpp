@@ -247,6 +247,19 @@ struct backlog_stats {
   /// Log-tailing stores only: the age of the oldest table-mode event not published yet,
   /// whatever its age (0 when none).
   std::chrono::milliseconds oldest_streamed_age{0};
+
+  /// Adds the counts of another part of the outbox (`pending`, `in_flight`, `dead`,
+  /// `waiting_retry`, `scheduled`) and keeps the larger `oldest_pending_age`: the totals of
+  /// several aggregate types. The log-tailing fields describe the whole store and stay as they are.
+  backlog_stats& operator+=(const backlog_stats& part) noexcept {
+    pending += part.pending;
+    in_flight += part.in_flight;
+    dead += part.dead;
+    waiting_retry += part.waiting_retry;
+    scheduled += part.scheduled;
+    oldest_pending_age = std::max(oldest_pending_age, part.oldest_pending_age);
+    return *this;
+  }
 };
 
 /// The backlog of one aggregate type (`concepts::aggregate_stats_store`).

@@ -181,30 +181,42 @@ inline void check_name(std::string_view field, std::string_view value, std::size
 }
 
 namespace detail {
-/// The trace context of `e`, as a field or as headers (not both), is one W3C propagators read.
-inline void check_trace(const event& e) {
+/// What is wrong with the trace context of `e` (as a field or as headers, not both): the field
+/// to name and why, or an empty `why` when it is one W3C propagators read, or absent.
+struct trace_issue {
+  const char* field = "trace";  ///< The field `invalid_input` names.
+  std::string why{};            ///< Empty: nothing is wrong.
+};
+
+/// The first `trace_issue` of `e`; a `why` left empty when there is none.
+inline trace_issue find_trace_issue(const event& e) {
   const auto hp = e.headers.find(traceparent_header);
   const auto hs = e.headers.find(tracestate_header);
   const bool in_headers = hp != e.headers.end() || hs != e.headers.end();
   if (!e.trace.empty() && in_headers)
-    throw_invalid("trace",
-                  "is set both as event::trace and as traceparent/tracestate headers: set one");
+    return {"trace", "is set both as event::trace and as traceparent/tracestate headers: set one"};
   if (!in_headers) {
-    if (const auto why = trace_problem(e.trace); !why.empty()) {
-      const char* field = e.trace.traceparent.empty()                        ? "trace"
-                          : traceparent_problem(e.trace.traceparent).empty() ? "trace.tracestate"
-                                                                             : "trace.traceparent";
-      throw_invalid(field, std::string(why));
-    }
-    return;
+    const auto why = trace_problem(e.trace);
+    if (why.empty()) return {};
+    const char* field = e.trace.traceparent.empty()                        ? "trace"
+                        : traceparent_problem(e.trace.traceparent).empty() ? "trace.tracestate"
+                                                                           : "trace.traceparent";
+    return {field, std::string(why)};
   }
   if ((hp != e.headers.end() && hp->second.empty()) ||
       (hs != e.headers.end() && hs->second.empty()))
-    throw_invalid("headers", "an empty traceparent or tracestate header: leave it out");
+    return {"headers", "an empty traceparent or tracestate header: leave it out"};
   const trace_context t{hp == e.headers.end() ? std::string() : hp->second,
                         hs == e.headers.end() ? std::string() : hs->second};
   if (const auto why = trace_problem(t); !why.empty())
-    throw_invalid("headers", "the trace context (traceparent, tracestate) " + std::string(why));
+    return {"headers", "the trace context (traceparent, tracestate) " + std::string(why)};
+  return {};
+}
+
+/// @throws outbox::error `invalid_input` naming the field when `find_trace_issue` finds one.
+inline void check_trace(const event& e) {
+  if (const auto issue = find_trace_issue(e); !issue.why.empty())
+    throw_invalid(issue.field, issue.why);
 }
 }  // namespace detail
 

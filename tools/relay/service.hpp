@@ -271,14 +271,7 @@ class service {
       outbox::backlog_stats s;
       if constexpr (outbox::concepts::aggregate_stats_store<Store>) {
         by_type = monitor_->stats_by_aggregate_type(std::chrono::system_clock::now());
-        for (const auto& t : by_type) {
-          s.pending += t.stats.pending;
-          s.waiting_retry += t.stats.waiting_retry;
-          s.scheduled += t.stats.scheduled;
-          s.in_flight += t.stats.in_flight;
-          s.dead += t.stats.dead;
-          s.oldest_pending_age = std::max(s.oldest_pending_age, t.stats.oldest_pending_age);
-        }
+        for (const auto& t : by_type) s += t.stats;
       } else {
         s = monitor_->stats(std::chrono::system_clock::now());
       }

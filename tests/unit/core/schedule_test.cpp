@@ -20,7 +20,7 @@ outbox::event due_at(outbox::time_point t) {
   return e;
 }
 
-/// A writer on a memory store, with a manual clock.
+/// A writer on a memory store, with a manual clock (the cases' fixture).
 struct world {
   explicit world(outbox::writer_options o = {}) : w(store, std::move(o), clock) {}
   outbox::testing::memory_database db;
@@ -29,18 +29,16 @@ struct world {
   outbox::testing::manual_clock clock;
   outbox::writer<outbox::testing::memory_store<>, outbox::testing::manual_clock> w;
 };
+
+/// The same with a schedule horizon of a minute.
+struct one_minute_horizon : world {
+  one_minute_horizon() : world({.schedule_horizon = 60s}) {}
+};
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(scheduled_delivery)
 
-BOOST_AUTO_TEST_CASE(a_delivery_time_beyond_the_horizon_is_refused_before_any_sql) {
-  world x;
-  // Not a structured binding: clang 14 cannot capture one in a lambda.
-  [[maybe_unused]] auto& db = x.db;
-  [[maybe_unused]] auto& sql = x.sql;
-  [[maybe_unused]] auto& store = x.store;
-  [[maybe_unused]] auto& clock = x.clock;
-  [[maybe_unused]] auto& w = x.w;
+BOOST_FIXTURE_TEST_CASE(a_delivery_time_beyond_the_horizon_is_refused_before_any_sql, world) {
   const auto e = outbox::test::error_of([&] {
     w.enqueue(sql, std::vector{due_at(clock.now() + 1h), due_at(clock.now() + 366 * 24h)});
   });
@@ -53,14 +51,7 @@ BOOST_AUTO_TEST_CASE(a_delivery_time_beyond_the_horizon_is_refused_before_any_sq
   w.enqueue(sql, due_at(clock.now() + 365 * 24h));
 }
 
-BOOST_AUTO_TEST_CASE(the_horizon_is_an_option) {
-  world x({.schedule_horizon = 60s});
-  // Not a structured binding: clang 14 cannot capture one in a lambda.
-  [[maybe_unused]] auto& db = x.db;
-  [[maybe_unused]] auto& sql = x.sql;
-  [[maybe_unused]] auto& store = x.store;
-  [[maybe_unused]] auto& clock = x.clock;
-  [[maybe_unused]] auto& w = x.w;
+BOOST_FIXTURE_TEST_CASE(the_horizon_is_an_option, one_minute_horizon) {
   w.enqueue(sql, due_at(clock.now() + 60s));
   BOOST_TEST((outbox::test::kind_of([&] { w.enqueue(sql, due_at(clock.now() + 61s)); }) ==
               outbox::errc::invalid_input));
@@ -79,14 +70,7 @@ BOOST_AUTO_TEST_CASE(the_writer_stores_a_future_time_and_treats_a_past_one_as_no
   BOOST_TEST(outbox::detail::to_unix_ceil<std::chrono::milliseconds>(outbox::time_point{}) == 0);
 }
 
-BOOST_AUTO_TEST_CASE(an_idle_relay_sleeps_until_the_next_row_falls_due_and_no_longer) {
-  world x;
-  // Not a structured binding: clang 14 cannot capture one in a lambda.
-  [[maybe_unused]] auto& db = x.db;
-  [[maybe_unused]] auto& sql = x.sql;
-  [[maybe_unused]] auto& store = x.store;
-  [[maybe_unused]] auto& clock = x.clock;
-  [[maybe_unused]] auto& w = x.w;
+BOOST_FIXTURE_TEST_CASE(an_idle_relay_sleeps_until_the_next_row_falls_due_and_no_longer, world) {
   BOOST_TEST(outbox::detail::idle_sleep(store, clock, 1000ms).count() == 1000);  // nothing waits
   w.enqueue(sql, due_at(clock.now() + 250ms));
   BOOST_TEST(outbox::detail::idle_sleep(store, clock, 1000ms).count() == 250);

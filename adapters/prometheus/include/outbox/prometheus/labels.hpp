@@ -86,15 +86,7 @@ class bounded_labels {
 inline std::vector<outbox::aggregate_type_stats> by_label(
     const std::vector<outbox::aggregate_type_stats>& types) {
   std::map<std::string, outbox::backlog_stats> merged;
-  for (const auto& t : types) {
-    auto& m = merged[label_value(t.aggregate_type)];
-    m.pending += t.stats.pending;
-    m.in_flight += t.stats.in_flight;
-    m.dead += t.stats.dead;
-    m.waiting_retry += t.stats.waiting_retry;
-    m.scheduled += t.stats.scheduled;
-    m.oldest_pending_age = std::max(m.oldest_pending_age, t.stats.oldest_pending_age);
-  }
+  for (const auto& t : types) merged[label_value(t.aggregate_type)] += t.stats;
   std::vector<outbox::aggregate_type_stats> out;
   out.reserve(merged.size());
   for (auto& [label, stats] : merged) out.push_back({label, stats});
@@ -116,16 +108,8 @@ inline std::vector<outbox::aggregate_type_stats> cap_types(
     return a.aggregate_type < b.aggregate_type;
   });
   outbox::aggregate_type_stats other{std::string(other_label), {}};
-  for (auto t = labelled.begin() + static_cast<std::ptrdiff_t>(max_types); t != labelled.end();
-       ++t) {
-    other.stats.pending += t->stats.pending;
-    other.stats.in_flight += t->stats.in_flight;
-    other.stats.dead += t->stats.dead;
-    other.stats.waiting_retry += t->stats.waiting_retry;
-    other.stats.scheduled += t->stats.scheduled;
-    other.stats.oldest_pending_age =
-        std::max(other.stats.oldest_pending_age, t->stats.oldest_pending_age);
-  }
+  for (auto t = labelled.begin() + static_cast<std::ptrdiff_t>(max_types); t != labelled.end(); ++t)
+    other.stats += t->stats;
   labelled.resize(max_types);
   std::sort(labelled.begin(), labelled.end(),
             [](const auto& a, const auto& b) { return a.aggregate_type < b.aggregate_type; });
