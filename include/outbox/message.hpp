@@ -177,10 +177,18 @@ struct settlement {
     published,  ///< The transport confirmed it.
     retry,      ///< Failed; claimable again at `retry_at`.
     dead,       ///< Failed for good; kept as a dead letter with `error`.
-    release,    ///< Not attempted (stopping, or an earlier event of its aggregate failed).
+    /// Not attempted (stopping, an earlier event of its aggregate failed, its route paused):
+    /// pending again, its attempt given back, `last_error` kept. Claimable at once, or, with
+    /// `retry_at` set (after the epoch), deferred: claimable at `retry_at`, and its aggregate's
+    /// later rows wait behind it as behind a retry. Counted in `settle_result::released`.
+    release,
   };
   kind what = kind::release;  ///< The fate; a default settlement releases the message.
-  time_point retry_at{};      ///< For `retry`: when the row is claimable again.
+  /// For `retry`: when the row is claimable again. For `release`: the epoch (the default)
+  /// releases at once; a later time defers the row until then without spending an attempt
+  /// (stores cannot tell a deferred row never attempted from a scheduled event: their stats
+  /// count it as `backlog_stats::scheduled`, one attempted before as `waiting_retry`).
+  time_point retry_at{};
   std::string error{};  ///< For `retry` and `dead`: the reason, kept as the last error of the row.
   /// For `dead`: the cause key the row keeps (`cause_key`); empty: the store makes one of
   /// `error` with the class "unknown".

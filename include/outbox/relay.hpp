@@ -500,11 +500,12 @@ class relay {
           ordering::hold_back_after_failures(std::span(batch.messages).first(sendable),
                                              std::span(fates).first(sendable)),
           std::memory_order_relaxed);
-    // Nothing but releases (the publish deadline had passed before the first wave: a claim
-    // slower than its lease): `run` sleeps before the next claim, not at once.
-    released_only_ = batch.unreadable == 0 &&
-                     std::all_of(fates.begin(), fates.end(),
-                                 [](const auto& f) { return f.what == settlement::kind::release; });
+    // Nothing but releases at once (the publish deadline had passed before the first wave: a
+    // claim slower than its lease): `run` sleeps before the next claim, not at once. Deferred
+    // ones (a paused route's) are decided: the next claim finds other rows.
+    released_only_ = batch.unreadable == 0 && std::all_of(fates.begin(), fates.end(), [](auto& f) {
+                       return f.what == settlement::kind::release && f.retry_at == time_point{};
+                     });
     out.publish_time = std::chrono::steady_clock::now() - publish_start;
     return out;
   }

@@ -1,18 +1,20 @@
 -- The settle, one statement for both policies and both retentions.
 -- - leasing ($1 is the claim's fencing token): touches only rows still held under the token,
---   and gives a released row its attempt back;
+--   and gives a released or deferred row its attempt back;
 -- - locking ($1 is NULL): runs in the claim transaction and commits it; no fence is needed
---   (the row locks), a released row is left alone (its lock goes with the commit), and a failed
---   row's attempt is counted here, since the claim wrote nothing.
+--   (the row locks), a released row is left alone (its lock goes with the commit), a deferred
+--   row gets its time and keeps its attempts, and a failed row's attempt is counted here,
+--   since the claim wrote nothing.
 -- Published rows become published (state 1) under retention keep, or are deleted under
 -- delete_on_publish ($8); only one of the two CTEs does anything (a one-time filter).
--- The fates of the other rows arrive as unnest arrays: kind 2 retry, 3 dead, 4 release
+-- The fates of the other rows arrive as unnest arrays: kind 2 retry, 3 dead, 4 release, 5 defer
+-- (a release until its time: the row then holds its aggregate back as a retry does)
 -- (outbox::sql::fate_code); states 0 pending, 1 published, 2 dead (outbox::sql::row_state).
--- Returns the four counts: published, retried, dead, released.
+-- Returns the four counts: published, retried, dead, released (deferred ones included).
 -- $1 fencing token (NULL under locking), $2 now (Unix us), $3 published seqs (bigint[]),
--- $4 other seqs, $5 their kinds (int[]), $6 retry times (Unix us, bigint[]), $7 errors (text[]),
--- $8 delete published rows (boolean: retention delete_on_publish), $9 cause keys of the other
--- rows (text[], kept by a dead letter: outbox::cause_key).
+-- $4 other seqs, $5 their kinds (int[]), $6 retry or defer times (Unix us, bigint[]), $7 errors
+-- (text[]), $8 delete published rows (boolean: retention delete_on_publish), $9 cause keys of
+-- the other rows (text[], kept by a dead letter: outbox::cause_key).
 WITH pub_keep AS (
   UPDATE outbox SET state = 1, published_at = outbox_ts($2::bigint), lease_owner = NULL,
                     lease_token = NULL
@@ -29,10 +31,11 @@ f AS (SELECT * FROM unnest($4::bigint[], $5::int[], $6::bigint[], $7::text[], $9
 oth AS (
   UPDATE outbox o SET
     state = CASE WHEN f.kind = 3 THEN 2 ELSE 0 END,
-    available_at = CASE f.kind WHEN 2 THEN outbox_ts(f.at) WHEN 4 THEN '-infinity'
-                   ELSE o.available_at END,
+    available_at = CASE f.kind WHEN 2 THEN outbox_ts(f.at) WHEN 5 THEN outbox_ts(f.at)
+                   WHEN 4 THEN '-infinity' ELSE o.available_at END,
     attempts = CASE
-                 WHEN $1::bigint IS NOT NULL AND f.kind = 4 THEN greatest(o.attempts, 1) - 1
+                 WHEN $1::bigint IS NOT NULL AND f.kind IN (4, 5)
+                   THEN greatest(o.attempts, 1) - 1
                  WHEN $1::bigint IS NULL AND f.kind IN (2, 3)
                    THEN least(o.attempts, 2147483646) + 1
                  ELSE o.attempts END,
@@ -47,4 +50,4 @@ oth AS (
   RETURNING f.kind)
 SELECT (SELECT count(*) FROM pub_keep) + (SELECT count(*) FROM pub_delete),
        (SELECT count(*) FROM oth WHERE kind = 2), (SELECT count(*) FROM oth WHERE kind = 3),
-       (SELECT count(*) FROM oth WHERE kind = 4)
+       (SELECT count(*) FROM oth WHERE kind IN (4, 5))

@@ -1035,4 +1035,5 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_huge_claim_limit_reserves_nothing_up_front, Fixt
 
 BOOST_AUTO_TEST_SUITE_END()
 
+#include "store_defer_conformance.hpp"
 #include "store_schedule_conformance.hpp"

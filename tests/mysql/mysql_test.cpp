@@ -497,6 +497,14 @@ BOOST_AUTO_TEST_CASE(the_claim_reads_its_index_in_order_and_settles_by_primary_k
                            st.exchange(soci::use(token, "token"));
                          }),
                  "settle failed");
+  by_primary_key(explain(*sql, std::string(statements::settle_defer),
+                         [&](auto& st) {
+                           st.exchange(soci::use(locking, "locking"));
+                           st.exchange(soci::use(locking, "locking2"));
+                           st.exchange(soci::use(fates, "fates"));
+                           st.exchange(soci::use(token, "token"));
+                         }),
+                 "settle defer");
   by_primary_key(explain(*sql, std::string(statements::settle_release),
                          [&](auto& st) {
                            st.exchange(soci::use(seqs, "seqs"));

@@ -116,7 +116,7 @@ struct relay_stats {
   std::uint64_t published = 0;      ///< Messages settled as published.
   std::uint64_t retried = 0;        ///< Messages settled to wait for a retry.
   std::uint64_t dead_lettered = 0;  ///< Messages dead-lettered, unreadable rows included.
-  std::uint64_t released = 0;       ///< Messages released: pending again, attempt given back.
+  std::uint64_t released = 0;       ///< Released or deferred: pending, attempt given back.
   std::uint64_t fenced = 0;         ///< Fates (any kind) that touched no row: claim lost.
   std::uint64_t errors = 0;         ///< Errors the run loop backed off from (see `relay::run`).
   /// Messages confirmed although an earlier message of their aggregate in the same call had

@@ -72,12 +72,15 @@ std::string route_of(Transport& t, const message& m) {
 }
 
 /// Counts dead letters per route and pauses the routes that dead-letter too much. A paused
-/// route's messages are settled as retries at the end of the pause (they stay pending, and hold
-/// their aggregates back as any retry does; each pause a message sits through counts as one of
-/// its attempts); the first batch after the pause is the probe: a confirm on the route resumes
-/// it, a permanent failure pauses it again for twice as long. While a route is paused or
-/// probed, none of its messages is dead-lettered for a permanent error: at most `max_dead` dead
-/// letters per storm. Thread-safe: the relay's thread updates it, any thread reads it.
+/// route's messages are deferred to the end of the pause (a `release` with `retry_at`: they stay
+/// pending and hold their aggregates back as a retry does, but spend no attempt, so a route
+/// paused for hours dead-letters nothing by the retry policy); the first batch after the pause
+/// is the probe: a confirm on the route resumes it, a permanent failure pauses it again for
+/// twice as long (the probed messages are deferred too, their attempt given back). While a
+/// route is paused or probed, none of its messages is dead-lettered for a permanent error: at
+/// most `max_dead` dead letters per storm. The state is the relay process's, in memory: a
+/// restarted relay starts with no route paused (and lets `max_dead` through again).
+/// Thread-safe: the relay's thread updates it, any thread reads it.
 template <class Transport>
 class storm_guard {
  public:
@@ -93,8 +96,9 @@ class storm_guard {
   }
 
   /// Of `msgs[0, sendable)`, moves the messages of paused routes behind the others (stable) and
-  /// makes them retries at the end of the pause in `fates` (same indexes); their aggregates join
-  /// `held` (the relay then sends no later message of them). Returns how many lead: to send.
+  /// defers them to the end of the pause in `fates` (same indexes: a `release` with `retry_at`);
+  /// their aggregates join `held` (the relay then sends no later message of them). Returns how
+  /// many lead: to send.
   std::size_t set_aside(std::vector<message>& msgs, std::size_t sendable,
                         std::span<settlement> fates, time_point now,
                         std::unordered_set<std::string>& held) {
@@ -118,9 +122,7 @@ class storm_guard {
     std::move(arranged.begin(), arranged.end(), msgs.begin());
     const auto lead = static_cast<std::size_t>(mid - order.begin());
     for (std::size_t k = lead; k < sendable; ++k) {
-      fates[k].what = settlement::kind::retry;
-      fates[k].retry_at = until[order[k]];
-      fates[k].error = "route paused by the storm guard (too many dead letters)";
+      fates[k] = settlement{settlement::kind::release, until[order[k]]};  // deferred: no attempt
       held.insert(detail::aggregate_key(msgs[k]));
     }
     return lead;
@@ -128,8 +130,8 @@ class storm_guard {
 
   /// After a publish call: `fates` (decided, index-aligned with `sent`) and the transport's
   /// `results`. A confirm resumes its route; a permanent failure counts as a dead letter of its
-  /// route, and past `max_dead` in the window (or on a route paused or probed) becomes a retry
-  /// at the end of a new pause instead.
+  /// route, and past `max_dead` in the window (or on a route paused or probed) is deferred to
+  /// the end of a new pause instead (a `release` with `retry_at`: its attempt given back).
   void after_publish(std::span<const message> sent, std::span<const publish_result> results,
                      std::span<settlement> fates, time_point now) {
     if (options_.max_dead == 0 || results.empty()) return;
@@ -181,8 +183,7 @@ class storm_guard {
           s.last_error = fates[i].error;
           changes.push_back(route_change{names[i], true, true, 0, s.paused_until, s.last_error});
         }
-        fates[i].what = settlement::kind::retry;
-        fates[i].retry_at = s.paused_until;
+        fates[i] = settlement{settlement::kind::release, s.paused_until};
       }
       prune(now);
     }

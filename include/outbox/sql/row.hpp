@@ -31,7 +31,8 @@ inline std::int64_t scan_limit(const claim_request& req) noexcept {
 }
 
 /// The codes of the fates a settle statement receives as an array (`settle_*.sql`).
-enum class fate_code : int { retry = 2, dead = 3, release = 4 };
+/// `defer`: a release with `settlement::retry_at` set (claimable then, its attempt given back).
+enum class fate_code : int { retry = 2, dead = 3, release = 4, defer = 5 };
 
 /// The columns of a claimed or dead-lettered row, in the order every claim and dead-letter
 /// statement selects them (`sql/<dialect>/claim_*.sql`, `dead_letters.sql`).

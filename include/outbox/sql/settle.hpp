@@ -1,7 +1,8 @@
 #pragma once
 /// @file
 /// The settle plan: a batch's fates split the way every settle statement consumes them, and the
-/// one place `settle_result::fenced` is counted.
+/// one place `settle_result::fenced` is counted. Deferrals (releases until a time) count as
+/// released.
 
 #include <cstdint>
 #include <span>
@@ -25,8 +26,16 @@ struct settle_plan {
     std::string cause{};  ///< For `dead`: its cause key (`settlement::cause`, or one of `error`).
   };
 
+  /// A release with `settlement::retry_at` set: not attempted, claimable again at `retry_at`
+  /// (its attempt given back; later rows of its aggregate wait behind it).
+  struct deferral {
+    std::int64_t seq;     ///< The sequence of the row (`message::sequence`).
+    time_point retry_at;  ///< When the row is claimable again.
+  };
+
   std::vector<std::int64_t> published;  ///< Sequences confirmed by the transport.
-  std::vector<std::int64_t> released;   ///< Sequences not attempted.
+  std::vector<std::int64_t> released;   ///< Sequences not attempted, claimable at once.
+  std::vector<deferral> deferred;       ///< Not attempted, claimable later, in batch order.
   std::vector<failure> failed;          ///< Retries and dead letters, in batch order.
 
   /// Splits `fates` (index-aligned with `batch.messages`).
@@ -44,7 +53,10 @@ struct settle_plan {
           p.published.push_back(seq);
           break;
         case settlement::kind::release:
-          p.released.push_back(seq);
+          if (f.retry_at > time_point{})
+            p.deferred.push_back({seq, f.retry_at});
+          else
+            p.released.push_back(seq);
           break;
         case settlement::kind::retry:
           p.failed.push_back({seq, fate_code::retry, f.retry_at, storable_text(f.error)});
@@ -61,7 +73,7 @@ struct settle_plan {
 
   /// How many fates the plan holds.
   [[nodiscard]] std::size_t size() const noexcept {
-    return published.size() + released.size() + failed.size();
+    return published.size() + released.size() + deferred.size() + failed.size();
   }
 
   /// `r` with `fenced` counted: the fates that touched no row were no longer held under the

@@ -14,7 +14,7 @@
 /// - `settle` touches only rows still held under the batch's token (`fenced` counts the rest):
 ///   published (kept with `published_at`, or deleted, by `retention`), retried (claimable at
 ///   `retry_at`, the error kept), dead (kept with the error and `dead_at`), released (back to
-///   pending, the attempt given back).
+///   pending, the attempt given back; claimable at once, or at `retry_at` when set: deferred).
 /// - the inbox and the business effect commit together in the session's transaction
 ///   (`memory_session`), a duplicate is `false` and never aborts the transaction.
 /// - `wait_for_work` sleeps on a condition variable until a commit adds outbox rows, a dead
@@ -243,9 +243,9 @@ class memory_store {
           row.dead_cause =
               f.cause.empty() ? cause_key("unknown", f.error) : outbox::sql::storable_text(f.cause);
           break;
-        case settlement::kind::release:
+        case settlement::kind::release:  // at once, or deferred until retry_at
           ++r.released;
-          row.available_at = time_point{};
+          row.available_at = f.retry_at > time_point{} ? f.retry_at : time_point{};
           if (row.attempts > 0) --row.attempts;
           break;
       }

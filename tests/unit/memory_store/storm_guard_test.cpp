@@ -1,6 +1,8 @@
 // The relay's storm guard on the in-memory store and transport (test_memory_store): a route that
-// dead-letters too much is paused with its events kept pending, probed after the pause, resumed
-// once it works; order per aggregate holds across the pause. A manual clock drives the pauses.
+// dead-letters too much is paused with its events kept pending (deferred: no attempt spent),
+// probed after the pause, resumed once it works; order per aggregate holds across the pause. A
+// manual clock drives the pauses. A deferred event never attempted counts as scheduled in the
+// store's stats (a store cannot tell the two apart).
 #include <boost/test/unit_test.hpp>
 
 #include "common.hpp"
@@ -11,7 +13,7 @@ using faulty = outbox::testing::faulty_transport<outbox::testing::memory_transpo
 using outbox::testing::manual_clock;
 
 /// A store, a transport whose route is the event type, and a relay whose guard lets `max_dead`
-/// dead letters through per 60 s window and pauses 30 s (doubling to 120 s).
+/// dead letters through per 60 s window and pauses 30 s (doubling to 120 s), with `retry`.
 struct storm_world {
   manual_clock clock;
   memory_database db;
@@ -24,12 +26,12 @@ struct storm_world {
   outbox::relay<memory_store<manual_clock>, faulty, outbox::exponential_backoff, manual_clock>
       relay;
 
-  explicit storm_world(std::size_t max_dead)
+  explicit storm_world(std::size_t max_dead, outbox::exponential_backoff retry = {})
       : relay(store, transport,
               {.storm_guard = {.max_dead = max_dead,
                                .max_pause = 120s,
                                .on_change = [this](const auto& c) { changes.push_back(c); }}},
-              {}, clock) {
+              retry, clock) {
     transport.route_by([](const outbox::message& m) { return "memory:" + m.event_type; });
     transport.fail_when([](const outbox::message& m) { return m.event_type == "to_broken"; },
                         outbox::errc::permanent);
@@ -64,8 +66,11 @@ BOOST_AUTO_TEST_CASE(a_broken_route_is_paused_after_max_dead_and_the_rest_stays_
   w.writer.enqueue(w.app, {"order", "fine", "to_fine", R"({"n":1})", {}});
   w.drain();
   const auto b = w.backlog();
-  BOOST_TEST(b.dead == 5);                 // the first max_dead only
-  BOOST_TEST(b.pending == 45);             // the rest wait for the probe
+  BOOST_TEST(b.dead == 5);        // the first max_dead only
+  BOOST_TEST(b.scheduled == 45);  // the rest wait for the probe, deferred, unattempted
+  BOOST_TEST(b.pending == 0);
+  BOOST_TEST(w.relay.stats().retried == 0u);  // deferred: released, no attempt counted
+  BOOST_TEST(w.relay.stats().released >= 45u);
   BOOST_TEST(w.on_wire("to_fine") == 1u);  // other routes flow
   BOOST_TEST(w.relay.stats().routes_paused == 1u);
   BOOST_TEST_REQUIRE(w.changes.size() == 1u);
@@ -81,7 +86,7 @@ BOOST_AUTO_TEST_CASE(a_broken_route_is_paused_after_max_dead_and_the_rest_stays_
   w.broken(10, "c");
   w.drain();
   BOOST_TEST(w.backlog().dead == 5);
-  BOOST_TEST(w.backlog().pending == 55);
+  BOOST_TEST(w.backlog().scheduled == 55);
   BOOST_TEST(w.transport.failures_injected() == injected);
 }
 
@@ -100,7 +105,7 @@ BOOST_AUTO_TEST_CASE(the_route_is_probed_after_the_pause_and_resumed_once_it_wor
   w.drain();
   BOOST_TEST(w.transport.failures_injected() > injected);
   BOOST_TEST(w.backlog().dead == 5);
-  BOOST_TEST(w.backlog().pending == 45);
+  BOOST_TEST(w.backlog().scheduled == 45);
   BOOST_TEST_REQUIRE(w.changes.size() == 2u);
   BOOST_TEST((w.changes[1].until == w.clock.now() + 60s));
   // Then 120 s, the maximum, and it stays there.
@@ -119,6 +124,7 @@ BOOST_AUTO_TEST_CASE(the_route_is_probed_after_the_pause_and_resumed_once_it_wor
   BOOST_TEST(!w.changes.back().paused);
   BOOST_TEST(w.relay.stats().routes_paused == 0u);
   BOOST_TEST(w.backlog().pending == 0);
+  BOOST_TEST(w.backlog().scheduled == 0);
   for (const auto& d : w.store.dead_letters(100)) BOOST_TEST(w.store.requeue(d.msg.id));
   w.drain();
   BOOST_TEST(w.backlog().dead == 0);
@@ -143,6 +149,37 @@ BOOST_AUTO_TEST_CASE(a_paused_route_holds_its_aggregates_later_events_on_other_r
   for (const auto& m : w.wire.wire())
     if (m.aggregate_id == "x") x.push_back(m.event_type);
   BOOST_TEST((x == std::vector<std::string>{"to_broken", "to_fine"}));
+}
+
+BOOST_AUTO_TEST_CASE(a_route_paused_more_often_than_max_attempts_dead_letters_nothing_more) {
+  // A pause spends no attempt (its events are deferred, their attempt given back): with 3
+  // attempts in the retry policy, a route whose probe fails 8 times in a row keeps its events
+  // pending (none spent, none dead beyond the first max_dead), and they drain once it is fixed,
+  // each published at its first counted attempt.
+  storm_world w(5, outbox::exponential_backoff{.max_attempts = 3});
+  w.broken(50);
+  w.drain();
+  BOOST_TEST_REQUIRE(w.relay.stats().routes_paused == 1u);
+  for (int probe = 0; probe < 8; ++probe) {
+    w.clock.advance(121s);  // past the longest pause: the probe, refused again
+    const auto injected = w.transport.failures_injected();
+    w.drain();
+    BOOST_TEST(w.transport.failures_injected() == injected + 45u, "probe " << probe);
+    BOOST_TEST(w.backlog().dead == 5, "probe " << probe);
+    BOOST_TEST(w.relay.stats().routes_paused == 1u, "probe " << probe);
+  }
+  BOOST_TEST(w.relay.stats().retried == 0u);
+  BOOST_TEST(w.relay.stats().dead_lettered == 5u);
+  w.transport.heal();
+  w.clock.advance(121s);
+  w.drain();
+  BOOST_TEST(w.relay.stats().routes_paused == 0u);
+  const auto b = w.backlog();
+  BOOST_TEST(b.pending == 0);
+  BOOST_TEST(b.scheduled == 0);
+  BOOST_TEST(b.dead == 5);
+  BOOST_TEST(w.on_wire("to_broken") == 45u);
+  for (const auto& m : w.wire.wire()) BOOST_TEST(m.attempts == 1, m.aggregate_id);
 }
 
 BOOST_AUTO_TEST_CASE(dead_letters_outside_the_window_do_not_pause_the_route) {

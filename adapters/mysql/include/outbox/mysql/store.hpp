@@ -303,32 +303,27 @@ class store : public outbox::sql::server_store<detail::dialect, store> {
         }));
       });
       for (const auto code : {outbox::sql::fate_code::retry, outbox::sql::fate_code::dead}) {
-        std::vector<const outbox::sql::settle_plan::failure*> failed;
-        for (const auto& f : plan.failed)
-          if (f.code == code) failed.push_back(&f);
-        std::sort(failed.begin(), failed.end(), [](auto* a, auto* b) { return a->seq < b->seq; });
         int dead = code == outbox::sql::fate_code::dead ? 1 : 0;
-        for (std::size_t off = 0; off < failed.size(); off += detail::settle_chunk) {
-          nlohmann::json list = nlohmann::json::array();
-          for (std::size_t i = off; i < std::min(failed.size(), off + detail::settle_chunk); ++i)
-            list.push_back({{"s", failed[i]->seq},
-                            {"a", detail::to_us(failed[i]->retry_at)},
-                            {"e", failed[i]->error},
-                            {"c", failed[i]->cause}});
-          std::string text = list.dump();
-          const auto n = static_cast<std::size_t>(retrying(!locking, [&] {
+        for (auto& text : detail::fate_lists(plan, code))
+          (dead ? out.dead : out.retried) += static_cast<std::size_t>(retrying(!locking, [&] {
             return detail::execute(sql, statements::settle_failed, ::soci::use(dead, "dead"),
                                    ::soci::use(dead, "dead2"), ::soci::use(lock, "locking"),
                                    ::soci::use(now_us, "now"), ::soci::use(text, "fates"),
                                    ::soci::use(token, "token"));
           }));
-          (dead ? out.dead : out.retried) += n;
-        }
       }
+      // Deferred (claimable at retry_at); under locking in the claim transaction, before its
+      // commit.
+      for (auto& text : detail::fate_lists(plan, outbox::sql::fate_code::defer))
+        out.released += static_cast<std::size_t>(retrying(!locking, [&] {
+          return detail::execute(sql, statements::settle_defer, ::soci::use(lock, "locking"),
+                                 ::soci::use(lock, "locking2"), ::soci::use(text, "fates"),
+                                 ::soci::use(token, "token"));
+        }));
       if (locking) {
         link_->commit_claim(c);
         // Released rows are simply left alone: their locks go with the commit.
-        out.released = plan.released.size();
+        out.released += plan.released.size();
       } else {
         std::vector<std::int64_t> released = plan.released;
         std::sort(released.begin(), released.end());

@@ -42,6 +42,7 @@
 #include <outbox/postgresql/detail/triage.hpp>
 #include <outbox/postgresql/detail/wakeup.hpp>
 #include <outbox/postgresql/schema.hpp>
+#include <outbox/schedule.hpp>
 #include <outbox/sql/backend.hpp>
 #include <outbox/sql/migrate.hpp>
 #include <outbox/sql/row.hpp>
@@ -255,6 +256,13 @@ class store : public outbox::sql::server_store<detail::dialect, store> {
         errors.add_text({});
         causes.add_text({});
       }
+      for (const auto& d : plan.deferred) {  // claimable at retry_at, never before (rounded up)
+        others.add(d.seq);
+        kinds.add(static_cast<int>(outbox::sql::fate_code::defer));
+        ats.add(outbox::detail::to_unix_ceil<std::chrono::microseconds>(d.retry_at));
+        errors.add_text({});
+        causes.add_text({});
+      }
       for (const auto& f : plan.failed) {
         others.add(f.seq);
         kinds.add(static_cast<int>(f.code));
@@ -283,8 +291,9 @@ class store : public outbox::sql::server_store<detail::dialect, store> {
       out.released = static_cast<std::size_t>(r.int64(0, 3));
       if (locking) {
         link_->commit_claim(c);
-        // Released rows are simply left alone: their locks go with the commit.
-        out.released = plan.released.size();
+        // Released rows are simply left alone: their locks go with the commit. Deferred ones
+        // were given their time (counted above).
+        out.released += plan.released.size();
       }
       return plan.finish(out);
     });

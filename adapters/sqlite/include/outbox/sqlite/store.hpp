@@ -330,7 +330,16 @@ class store {
     }
     if (!plan.released.empty()) {
       const auto list = detail::json_array(plan.released);
-      r.released = static_cast<std::size_t>(st_.release.bind(1, list).bind(2, batch.token).run());
+      r.released = static_cast<std::size_t>(
+          st_.release.bind(1, list).bind(2, batch.token).bind(3, std::int64_t{0}).run());
+    }
+    for (const auto& d : plan.deferred) {  // claimable at retry_at, never before (rounded up)
+      const auto list = detail::json_array(std::span(&d.seq, 1));
+      r.released += static_cast<std::size_t>(
+          st_.release.bind(1, list)
+              .bind(2, batch.token)
+              .bind(3, outbox::detail::to_unix_ceil<std::chrono::milliseconds>(d.retry_at))
+              .run());
     }
     for (const auto& f : plan.failed) {
       if (f.code == outbox::sql::fate_code::retry)

@@ -1,21 +1,27 @@
 #pragma once
 /// @file
-/// The MySQL store's statements that read or write many rows: in chunks of JSON seq lists,
-/// fetched in chunks of rows.
+/// The MySQL store's statements that read or write many rows: in chunks of JSON seq (or fate)
+/// lists, fetched in chunks of rows.
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include <outbox/concepts/store.hpp>
 #include <outbox/mysql/detail/connection.hpp>
 #include <outbox/mysql/schema.hpp>
+#include <outbox/schedule.hpp>
 #include <outbox/sql/row.hpp>
+#include <outbox/sql/settle.hpp>
 
 namespace outbox::mysql::detail {
 
@@ -71,6 +77,37 @@ void for_chunks(const std::vector<std::int64_t>& seqs, F&& f) {
         seqs.begin() + static_cast<std::ptrdiff_t>(std::min(seqs.size(), off + settle_chunk))));
     f(list);
   }
+}
+
+/// The fates of one kind of `plan` as the JSON arrays settle_failed.sql (`code` retry or dead:
+/// {"s": seq, "a": retry time, "e": error, "c": cause}) or settle_defer.sql (`code` defer:
+/// {"s": seq, "a": when claimable, rounded up}) takes, by seq, at most settle_chunk per array.
+inline std::vector<std::string> fate_lists(const outbox::sql::settle_plan& plan,
+                                           outbox::sql::fate_code code) {
+  std::vector<std::pair<std::int64_t, nlohmann::json>> fates;
+  if (code == outbox::sql::fate_code::defer) {
+    for (const auto& d : plan.deferred)
+      fates.emplace_back(
+          d.seq, nlohmann::json{
+                     {"s", d.seq},
+                     {"a", outbox::detail::to_unix_ceil<std::chrono::microseconds>(d.retry_at)}});
+  } else {
+    for (const auto& f : plan.failed)
+      if (f.code == code)
+        fates.emplace_back(
+            f.seq,
+            nlohmann::json{{"s", f.seq}, {"a", to_us(f.retry_at)}, {"e", f.error}, {"c", f.cause}});
+  }
+  std::sort(fates.begin(), fates.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::string> lists;
+  for (std::size_t off = 0; off < fates.size(); off += settle_chunk) {
+    nlohmann::json list = nlohmann::json::array();
+    for (std::size_t i = off; i < std::min(fates.size(), off + settle_chunk); ++i)
+      list.push_back(std::move(fates[i].second));
+    lists.push_back(list.dump());
+  }
+  return lists;
 }
 
 /// Runs a backlog count at `now` (Unix us): stats.sql (one row, no aggregate type) or, with
