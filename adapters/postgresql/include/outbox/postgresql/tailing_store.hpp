@@ -21,6 +21,7 @@
 #include <outbox/postgresql/detail/connection.hpp>
 #include <outbox/postgresql/detail/tail_admin.hpp>
 #include <outbox/postgresql/detail/tail_batch.hpp>
+#include <outbox/postgresql/detail/tail_handout.hpp>
 #include <outbox/postgresql/detail/tail_ledger.hpp>
 #include <outbox/postgresql/detail/tail_parking.hpp>
 #include <outbox/postgresql/detail/tail_positions.hpp>
@@ -207,21 +208,7 @@ class tailing_store {
       // come from elsewhere too (another process's requeue, a relay that parked and moved the
       // slot after this one read them as it opened): the table says, before anything goes.
       if (unparked > 0) parking_.learn(taken);
-      for (detail::event_in_log& ev : taken) {
-        if (!ev.why.empty()) {
-          to_park.push_back(detail::tail_parking::unreadable(std::move(ev)));
-          ++batch.unreadable;
-          continue;
-        }
-        if (parking_.holds(outbox::detail::aggregate_key(ev.m))) {
-          to_park.push_back(detail::parked_row{std::move(ev.m), ev.tx, 0, std::nullopt, 0, {}});
-          continue;
-        }
-        ev.m.sequence = ++sequence_;
-        ev.m.attempts = 1;  // counting this one
-        sb.entries.push_back({ev.m.sequence, ev.tx, ev.streamed_row});
-        batch.messages.push_back(std::move(ev.m));
-      }
+      to_park = detail::sort_taken(taken, parking_, batch, sb, sequence_);
       park(to_park, req.now);
       if (!to_park.empty()) turns_.due_at(req.now);  // parked behind their aggregate
       if (!batch.empty() && head_unclaimed_) count_head_attempt(batch, sb, head);
@@ -248,32 +235,7 @@ class tailing_store {
       stale.fenced = fates.size();
       return stale;
     }
-    settle_result out;
-    std::vector<detail::parked_row> to_park;
-    for (std::size_t i = 0; i < fates.size(); ++i) {
-      const message& m = batch.messages[i];
-      const settlement& f = fates[i];
-      const std::uint64_t tx = out_->of(m.sequence).tx;
-      turns_.after(f, now);  // a release or a retry makes the table due
-      switch (f.what) {
-        case settlement::kind::published:
-          ++out.published;
-          continue;
-        case settlement::kind::retry:
-          ++out.retried;
-          to_park.push_back(detail::parked_row{m, tx, 0, f.retry_at, m.attempts, {}});
-          break;
-        case settlement::kind::release:
-          ++out.released;
-          to_park.push_back(
-              detail::parked_row{m, tx, 0, std::nullopt, std::max(0, m.attempts - 1), {}});
-          break;
-        case settlement::kind::dead:
-          ++out.dead;
-          to_park.push_back(detail::parked_row{m, tx, 2, std::nullopt, m.attempts, f.error});
-          break;
-      }
-    }
+    auto [out, to_park] = detail::sort_fates(batch, fates, *out_, turns_, now);
     try {
       park(to_park, now);
       delete_streamed_rows(batch, fates);
