@@ -12,8 +12,9 @@
 namespace outbox::postgresql::detail {
 
 /// The table is looked at once its next look is due: at once after a park or a release, at a
-/// retry's time, else every poll. When the table and the stream both have work they take turns,
-/// so a backlog of retries does not hold back the aggregates that flow from the stream.
+/// retry's, a deferral's or a scheduled event's time, else every poll. When the table and the
+/// stream both have work they take turns, so a backlog of retries does not hold back the aggregates
+/// that flow from the stream.
 class tail_turns {
  public:
   /// Whether this claim goes to the table (`stream_ready`: the stream has events waiting).
@@ -37,10 +38,13 @@ class tail_turns {
     retry_times_.push_back(at);
     due_at(at);
   }
-  /// The fate `f` of a settle at `now` made rows claimable (a release, a retry).
+  /// The fate `f` of a settle at `now` made rows claimable (a release: now; a deferral, a
+  /// release with `retry_at` set, and a retry: at `retry_at`).
   void after(const settlement& f, time_point now) {
-    if (f.what == settlement::kind::release) due_at(now);
-    if (f.what == settlement::kind::retry) retry_at(f.retry_at);
+    if (f.what == settlement::kind::release && f.retry_at <= time_point{}) due_at(now);
+    if (f.what == settlement::kind::retry ||
+        (f.what == settlement::kind::release && f.retry_at > time_point{}))
+      retry_at(f.retry_at);
   }
 
  private:
