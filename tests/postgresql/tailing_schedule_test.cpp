@@ -301,6 +301,73 @@ BOOST_FIXTURE_TEST_CASE(a_deferred_stream_event_waits_without_spending_an_attemp
   store->settle(t, std::vector<outbox::settlement>(2, {kind::published}), later);
 }
 
+// The store conformance case of the deferral (tests/conformance/store_defer_conformance.hpp),
+// on the log-tailing store: a stream batch's fates park the events (the deferred one until its
+// time, its attempt given back), and the table's batches are deferred as a polling store's.
+BOOST_FIXTURE_TEST_CASE(a_deferral_keeps_the_store_conformance_contract, tailing_fixture) {
+  auto table = open_session();
+  auto store = make_tailing(*table);
+  outbox::testing::manual_clock clock;
+  const auto claim = [&] {
+    return store->claim({.owner = "t", .limit = 10, .now = clock.now(), .lease = 30s});
+  };
+  const auto types = [](const outbox::claimed_batch& b) { return names(b.messages); };
+  const auto defer = [](outbox::time_point at) { return outbox::settlement{kind::release, at}; };
+  write({{"a", "first"}, {"a", "second"}, {"b", "other"}, {"c", "tried"}});
+  outbox::claimed_batch b1;
+  BOOST_TEST_REQUIRE(eventually([&] {
+    b1 = claim();
+    return !b1.empty();
+  }));
+  BOOST_TEST_REQUIRE(b1.size() == 4u);
+  BOOST_TEST((types(b1) == std::vector<std::string>{"first", "second", "other", "tried"}));
+  const auto at1 = clock.now() + 10s;
+  const auto r1 = store->settle(
+      b1, std::vector<outbox::settlement>{defer(at1), {}, {}, {kind::retry, clock.now(), "boom"}},
+      clock.now());
+  BOOST_TEST(r1.released == 3u);
+  BOOST_TEST(r1.retried == 1u);
+  BOOST_TEST(r1.fenced == 0u);
+
+  auto b2 = claim();
+  BOOST_TEST_REQUIRE(b2.size() == 2u);
+  BOOST_TEST((types(b2) == std::vector<std::string>{"other", "tried"}));
+  BOOST_TEST(b2.messages[0].attempts == 1);
+  BOOST_TEST(b2.messages[1].attempts == 2);
+  const auto r2 = store->settle(b2, std::vector<outbox::settlement>{{kind::published}, defer(at1)},
+                                clock.now());
+  BOOST_TEST(r2.published == 1u);
+  BOOST_TEST(r2.released == 1u);
+
+  for (int round = 0; round < 2; ++round) {
+    clock.advance(9999ms);
+    BOOST_TEST(claim().empty(), "round " << round);
+    clock.advance(2ms);
+    auto b = claim();
+    BOOST_TEST_REQUIRE(b.size() == 3u, "round " << round);
+    BOOST_TEST((types(b) == std::vector<std::string>{"first", "second", "tried"}));
+    BOOST_TEST(b.messages[0].attempts == 1, "round " << round);
+    BOOST_TEST(b.messages[1].attempts == 1, "round " << round);
+    BOOST_TEST(b.messages[2].attempts == 2, "round " << round);
+    const auto at = clock.now() + 10s;
+    const auto r =
+        store->settle(b, std::vector<outbox::settlement>{defer(at), {}, defer(at)}, clock.now());
+    BOOST_TEST(r.released == 3u);
+    BOOST_TEST(claim().empty(), "round " << round);  // "second" waits behind "first"
+  }
+  clock.advance(10001ms);
+  auto last = claim();
+  BOOST_TEST_REQUIRE(last.size() == 3u);
+  BOOST_TEST(last.messages[0].attempts == 1);
+  BOOST_TEST(last.messages[2].attempts == 2);
+  BOOST_TEST(store->settle(last, std::vector<outbox::settlement>(3, {kind::published}), clock.now())
+                 .published == 3u);
+  const auto s = store->stats(clock.now());
+  BOOST_TEST(s.pending == 0);
+  BOOST_TEST(s.scheduled == 0);
+  BOOST_TEST(s.dead == 0);
+}
+
 // A dead letter of the stream keeps its cause key (the relay's, or "unknown: ..." made of the
 // error; "unreadable: ..." for a message that cannot be read), and the table's triage works.
 BOOST_FIXTURE_TEST_CASE(dead_letters_keep_their_cause_and_triage_works, tailing_fixture) {
