@@ -220,6 +220,37 @@ BOOST_FIXTURE_TEST_CASE(a_restarted_idle_relay_wakes_when_a_parked_scheduled_eve
   BOOST_TEST(broker.published_count() == 1u);
 }
 
+// A scheduled table-mode row the stream passed over (the publication lacked the table) is
+// made a pending row of the table with its time kept: not published before it.
+BOOST_FIXTURE_TEST_CASE(a_scheduled_row_the_stream_passed_over_keeps_its_time, tailing_fixture) {
+  using table_mode = tailing_store::table_mode;
+  auto admin = open_session();
+  *admin << "CREATE TABLE other (id integer)";
+  auto table = open_session();
+  auto store = make_tailing(*table);
+  outbox::testing::memory_transport broker({.record = true});
+  outbox::testing::manual_clock clock;
+  outbox::relay r(*store, broker, outbox::relay_options{}, outbox::exponential_backoff{}, clock);
+  commit<table_mode>(*this, {make("1", "first")});
+  BOOST_TEST_REQUIRE(relay_until(r, broker, 1));
+  *admin << "ALTER PUBLICATION " + opts.publication + " SET TABLE other";
+  commit<table_mode>(*this, {make("2", "later", clock.now() + 1h), make("2", "behind")});
+  *admin << "ALTER PUBLICATION " + opts.publication + " SET TABLE outbox";
+  BOOST_TEST_REQUIRE(eventually([&] {
+    r.run_once();
+    return store->stranded_rows() == 2u;
+  }));
+  BOOST_TEST_REQUIRE(relay_through_sentinel(r, broker));
+  for (int i = 0; i < 3; ++i) r.run_once();
+  BOOST_TEST(names(broker.wire(), "2").empty());
+  BOOST_TEST(store->stats(clock.now()).scheduled == 1);
+  clock.advance(1h + 1ms);
+  BOOST_TEST_REQUIRE(relay_until(r, broker, 4));
+  BOOST_TEST(names(broker.wire(), "2") == (std::vector<std::string>{"later", "behind"}),
+             boost::test_tools::per_element());
+  store->close();
+}
+
 // Past the writer's schedule_horizon: refused by both writers before any SQL, naming the field.
 BOOST_FIXTURE_TEST_CASE(a_time_beyond_the_horizon_is_refused_by_both_writers, tailing_fixture) {
   auto sql = open_session();
