@@ -93,8 +93,7 @@ class store_ops_for final : public store_ops {
   [[noreturn]] static void no_triage() {
     throw usage_error(
         "this store keeps no cause keys or archive (dead-letters groups, discard, requeue "
-        "--group, purge --archive-before): a log-tailing store's dead letters are listed and "
-        "requeued by id");
+        "--group, purge --archive-before): its dead letters are listed and requeued by id");
   }
   [[noreturn]] static void no_replay() {
     if constexpr (requires { Store::tails_the_log; })

@@ -264,27 +264,6 @@ BOOST_FIXTURE_TEST_CASE(table_mode_retries_keep_commit_order_not_insert_order, t
              boost::test_tools::per_element());
 }
 
-// A scheduled event is refused by both log-tailing writers (they would put it in the stream at
-// once), before any SQL: the transaction goes on, and nothing was written.
-BOOST_FIXTURE_TEST_CASE(the_log_tailing_writers_refuse_a_scheduled_event, tailing_fixture) {
-  auto sql = open_session();
-  outbox::event e{"order", "S", "reminder_due", "{}"};
-  e.deliver_at = std::chrono::system_clock::now() + 1h;
-  soci::transaction tx(*sql);
-  const auto refused = [&](auto w) {
-    const auto err = outbox::test::error_of([&] { w.enqueue(*sql, e); });
-    BOOST_TEST_REQUIRE(err.has_value());
-    BOOST_TEST((err->kind() == outbox::errc::invalid_input));
-    BOOST_TEST(err->field() == "deliver_at");
-  };
-  refused(outbox::writer<tailing_store>{});
-  refused(outbox::writer<tailing_store::table_mode>{});
-  outbox::writer<tailing_store::table_mode>{}.enqueue(*sql,
-                                                      outbox::event{"order", "S", "placed", "{}"});
-  tx.commit();
-  BOOST_TEST(table_rows(*sql, "true") == 1u);
-}
-
 BOOST_FIXTURE_TEST_CASE(the_slot_advances_only_past_settled_events, tailing_fixture) {
   write({{"1", "e1"}, {"2", "e2"}});
   auto table = open_session();

@@ -21,6 +21,9 @@
 #include <outbox/testing/memory_transport.hpp>
 
 #include "tool_process.hpp"
+#if defined(OUTBOX_TOOL_TEST_POSTGRESQL)
+#include "../support/server_store_helpers.hpp"
+#endif
 
 namespace {
 
@@ -198,6 +201,63 @@ BOOST_AUTO_TEST_CASE(replay_is_refused_where_nothing_is_kept) {
   BOOST_TEST(tail.err.find("log-tailing") != std::string::npos, tail.err);
 #endif
 }
+
+#if defined(OUTBOX_TOOL_TEST_POSTGRESQL)
+// The log-tailing store's dead letters (parked in the outbox table from the stream) keep a
+// cause key, and the triage commands work on a postgresql+tail URL as on the polling store.
+BOOST_AUTO_TEST_CASE(triage_works_on_the_log_tailing_store) {
+  fixture fx;
+  tail_slot slot(fx, "triage");
+  BOOST_TEST_REQUIRE(tool({"migrate", "--store", slot.url}).code == 0);
+  std::vector<outbox::uuid> ids;
+  {
+    auto sql = fx.open_session();
+    outbox::writer<outbox::postgresql::tailing_store> w;
+    auto tx = fixture::begin(*sql);
+    for (const char* a : {"a", "b", "c"})
+      ids.push_back(w.enqueue(*sql, outbox::event{"order", a, "order_placed", "{}"}));
+    tx->commit();
+  }
+  const std::set<outbox::uuid> fail{ids[0], ids[1]};
+  // A tailing relay whose transport refuses a and b for good, until both are dead letters.
+  const auto relay_tail = [&](std::size_t dead) {
+    auto sql = fx.open_session();
+    outbox::postgresql::tailing_store st(fx.connect_string(), *sql,
+                                         {.slot = slot.name, .publication = slot.name});
+    outbox::testing::memory_transport broker;
+    outbox::testing::faulty_transport<outbox::testing::memory_transport> t(broker);
+    t.fail_when([&](const outbox::message& m) { return fail.contains(m.id); },
+                outbox::errc::permanent);
+    outbox::relay relay(st, t, {}, outbox::exponential_backoff{.max_attempts = 1});
+    return outbox::test::eventually([&] {
+      relay.run_once();
+      return st.dead_letters(10).size() == dead;
+    });
+  };
+  BOOST_TEST_REQUIRE(relay_tail(2));
+  const auto groups = json_of(tool({"dead-letters", "groups", "--store", slot.url, "--json"}));
+  BOOST_TEST_REQUIRE(groups.size() == 1u, groups.dump());
+  BOOST_TEST(groups[0]["count"] == 2);
+  const std::string key = groups[0]["cause"];
+  BOOST_TEST(key.rfind("permanent: ", 0) == 0u, key);
+  // Requeued, they go through the table and fail again: replayed once.
+  BOOST_TEST(
+      json_of(tool({"requeue", "--store", slot.url, "--group", key, "--json"}))["requeued"] == 2);
+  BOOST_TEST(json_of(tool({"stats", "--store", slot.url, "--json"}))["dead"] == 0);
+  BOOST_TEST_REQUIRE(relay_tail(2));
+  const auto shown =
+      json_of(tool({"dead-letters", "show", "--store", slot.url, ids[1].to_string(), "--json"}));
+  BOOST_TEST(shown["replays"] == 1);
+  BOOST_TEST(shown["cause"] == key);
+  BOOST_TEST(json_of(tool({"dead-letters", "discard", "--store", slot.url, "--group", key,
+                           "--json"}))["discarded"] == 2);
+  BOOST_TEST(json_of(tool({"stats", "--store", slot.url, "--json"}))["dead"] == 0);
+  BOOST_TEST(json_of(tool({"purge", "--store", slot.url, "--archive-before", "0s",
+                           "--json"}))["purged"] == 2);
+  const auto replay = tool({"replay", "--store", slot.url, "--since", "1h"});
+  BOOST_TEST(replay.code == 2, replay.err);
+}
+#endif
 
 BOOST_AUTO_TEST_SUITE_END()
 

@@ -21,6 +21,7 @@
 #include <outbox/postgresql/detail/connection.hpp>
 #include <outbox/postgresql/detail/tail_admin.hpp>
 #include <outbox/postgresql/detail/tail_batch.hpp>
+#include <outbox/postgresql/detail/tail_handout.hpp>
 #include <outbox/postgresql/detail/tail_ledger.hpp>
 #include <outbox/postgresql/detail/tail_parking.hpp>
 #include <outbox/postgresql/detail/tail_positions.hpp>
@@ -52,7 +53,11 @@ namespace outbox::postgresql {
 ///   stream batch asks the table first whether its aggregates have pending rows, so one made
 ///   pending elsewhere (a requeue, another relay's park) holds the aggregate back at once. The
 ///   table's rows are claimed like a polling relay's (`table_poll`, or sooner when a retry is
-///   due). `stats`, `dead_letters`, `requeue` and the purges are the table's.
+///   due). `stats`, `dead_letters`, `requeue`, the triage (`dead_letter_groups`,
+///   `requeue_group`, `discard`, `purge_archive`) and the purges are the table's.
+/// - **Scheduled events and deferrals** (`event::deliver_at` ahead; a release with `retry_at`)
+///   are parked in the table until their time, as retries are: the aggregate's later events
+///   wait behind them. `next_due` tells the relay when the table's next one falls due.
 /// - **One relay per slot**, and one tailing relay per outbox table: the retries of the table
 ///   belong to the relay that wrote them. The table-free writer's events belong to the
 ///   database (logical decoding messages have no schema): every tailing relay of the database
@@ -207,21 +212,7 @@ class tailing_store {
       // come from elsewhere too (another process's requeue, a relay that parked and moved the
       // slot after this one read them as it opened): the table says, before anything goes.
       if (unparked > 0) parking_.learn(taken);
-      for (detail::event_in_log& ev : taken) {
-        if (!ev.why.empty()) {
-          to_park.push_back(detail::tail_parking::unreadable(std::move(ev)));
-          ++batch.unreadable;
-          continue;
-        }
-        if (parking_.holds(outbox::detail::aggregate_key(ev.m))) {
-          to_park.push_back(detail::parked_row{std::move(ev.m), ev.tx, 0, std::nullopt, 0, {}});
-          continue;
-        }
-        ev.m.sequence = ++sequence_;
-        ev.m.attempts = 1;  // counting this one
-        sb.entries.push_back({ev.m.sequence, ev.tx, ev.streamed_row});
-        batch.messages.push_back(std::move(ev.m));
-      }
+      to_park = detail::sort_taken(taken, parking_, turns_, req.now, batch, sb, sequence_);
       park(to_park, req.now);
       if (!to_park.empty()) turns_.due_at(req.now);  // parked behind their aggregate
       if (!batch.empty() && head_unclaimed_) count_head_attempt(batch, sb, head);
@@ -248,32 +239,7 @@ class tailing_store {
       stale.fenced = fates.size();
       return stale;
     }
-    settle_result out;
-    std::vector<detail::parked_row> to_park;
-    for (std::size_t i = 0; i < fates.size(); ++i) {
-      const message& m = batch.messages[i];
-      const settlement& f = fates[i];
-      const std::uint64_t tx = out_->of(m.sequence).tx;
-      turns_.after(f, now);  // a release or a retry makes the table due
-      switch (f.what) {
-        case settlement::kind::published:
-          ++out.published;
-          continue;
-        case settlement::kind::retry:
-          ++out.retried;
-          to_park.push_back(detail::parked_row{m, tx, 0, f.retry_at, m.attempts, {}});
-          break;
-        case settlement::kind::release:
-          ++out.released;
-          to_park.push_back(
-              detail::parked_row{m, tx, 0, std::nullopt, std::max(0, m.attempts - 1), {}});
-          break;
-        case settlement::kind::dead:
-          ++out.dead;
-          to_park.push_back(detail::parked_row{m, tx, 2, std::nullopt, m.attempts, f.error});
-          break;
-      }
-    }
+    auto [out, to_park] = detail::sort_fates(batch, fates, *out_, turns_, now);
     try {
       park(to_park, now);
       delete_streamed_rows(batch, fates);
@@ -362,6 +328,14 @@ class tailing_store {
   [[nodiscard]] std::uint64_t stranded_rows() const noexcept {
     return stranded_.load(std::memory_order_relaxed);
   }
+  /// When the outbox table's next waiting row (a scheduled event, a retry, a deferral) falls
+  /// due, after `now` (`concepts::due_telling_store`, `store::next_due`); the table is looked
+  /// at then.
+  std::optional<time_point> next_due(time_point now) {
+    const auto due = table_.next_due(now);
+    if (due) turns_.due_at(*due);
+    return due;
+  }
   /// At most `n` dead letters of the outbox table, oldest first (`store::dead_letters`).
   std::vector<dead_letter> dead_letters(std::size_t n) { return table_.dead_letters(n); }
   /// Makes the dead letter `id` a pending row of the outbox table again (`store::requeue`).
@@ -370,6 +344,21 @@ class tailing_store {
   std::size_t purge_published(time_point t, std::size_t n) { return table_.purge_published(t, n); }
   /// Deletes at most `n` inbox records processed before `t` (`store::purge_inbox`).
   std::size_t purge_inbox(time_point t, std::size_t n) { return table_.purge_inbox(t, n); }
+  /// The outbox table's dead letters by cause key (`concepts::triage_store`, as `store`'s).
+  std::vector<dead_letter_group> dead_letter_groups(std::size_t n) {
+    return table_.dead_letter_groups(n);
+  }
+  /// Requeues at most `n` dead letters of cause `key` in the table; the stream's events of
+  /// their aggregates wait behind them (the table is asked before each stream batch).
+  std::size_t requeue_group(const std::string& key, time_point now, std::size_t n) {
+    return table_.requeue_group(key, now, n);
+  }
+  /// Moves at most `n` dead letters matching `f` to the archive (`store::discard`).
+  std::size_t discard(const dead_letter_filter& f, time_point now, std::size_t n) {
+    return table_.discard(f, now, n);
+  }
+  /// Deletes at most `n` archived dead letters archived before `t` (`store::purge_archive`).
+  std::size_t purge_archive(time_point t, std::size_t n) { return table_.purge_archive(t, n); }
 
  private:
   // The confirm rule's state, which the reader feeds from the stream.

@@ -26,6 +26,8 @@ struct event_in_log {
   std::string why{};          ///< Why it cannot be published; empty when it can.
   std::uint64_t tx = 0;       ///< Its transaction's number in the ledger.
   bool streamed_row = false;  ///< Table mode: a row to delete once published.
+  /// A scheduled event's time (`event::deliver_at`); the epoch: due at once.
+  time_point available_at{};
 };
 
 /// What is settled: every event committed before `position`, and the first `within_events` of
@@ -60,7 +62,7 @@ class tail_ledger {
       case kind::message: {
         if (c.prefix != wal::message_prefix) break;
         event_in_log ev;
-        ev.why = wal::decode_event(c.content, ev.m);
+        ev.why = wal::decode_event(c.content, ev.m, ev.available_at);
         if (c.transactional && in_tx_)
           current_.push_back(std::move(ev));
         else
@@ -93,7 +95,7 @@ class tail_ledger {
         if (wal::row_state(rel->second, c.values) != 3) break;
         event_in_log ev;
         ev.streamed_row = true;
-        ev.why = wal::decode_row(rel->second, c.values, ev.m);
+        ev.why = wal::decode_row(rel->second, c.values, ev.m, ev.available_at);
         if (in_tx_)
           current_.push_back(std::move(ev));
         else

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include <outbox/cause.hpp>
 #include <outbox/message.hpp>
 #include <outbox/postgresql/detail/connection.hpp>
 #include <outbox/postgresql/detail/tail_ledger.hpp>
@@ -31,6 +32,7 @@ struct parked_row {
   std::optional<time_point> available_at{};  ///< None: claimable now.
   int attempts = 0;
   std::string error{};
+  std::string cause{};  ///< A dead letter's cause key (`outbox::cause_key`).
 };
 
 /// Writes parked rows through the table's store and knows which aggregates have pending rows in
@@ -46,8 +48,8 @@ class tail_parking {
 
   /// An event the stream cannot publish, as a dead letter with the reason (storable texts).
   [[nodiscard]] static parked_row unreadable(event_in_log ev) {
-    parked_row r{std::move(ev.m), ev.tx, 2,
-                 std::nullopt,    0,     "unreadable event in the WAL: " + ev.why};
+    const std::string why = "unreadable event in the WAL: " + ev.why;
+    parked_row r{std::move(ev.m), ev.tx, 2, std::nullopt, 0, why, cause_key("unreadable", why)};
     if (r.m.id.is_nil()) r.m.id = make_uuid_v7();
     for (std::string* s :
          {&r.m.aggregate_type, &r.m.aggregate_id, &r.m.event_type, &r.m.content_type})
@@ -81,7 +83,7 @@ class tail_parking {
     }
     rows = std::move(once);
     table_.run("park", [&](PGconn* c) {
-      outbox::sql::insert_in_chunks(statements::park, 13, std::span<const parked_row>(rows), 500,
+      outbox::sql::insert_in_chunks(statements::park, 14, std::span<const parked_row>(rows), 500,
                                     [&](const std::string& text, std::span<const parked_row> part) {
                                       params p;
                                       for (const parked_row& r : part) add_row(p, r, now);
@@ -138,7 +140,7 @@ class tail_parking {
   }
 
  private:
-  /// park.sql's 13 parameters of one row.
+  /// park.sql's 14 parameters of one row.
   static void add_row(params& p, const parked_row& r, time_point now) {
     p.add(r.m.id.to_string())
         .add(r.m.aggregate_type)
@@ -155,9 +157,11 @@ class tail_parking {
       p.add_null();
     p.add(std::int64_t{r.attempts});
     if (r.state == 2)
-      p.add(to_us(now)).add(outbox::sql::storable_text(r.error));
+      p.add(to_us(now))
+          .add(outbox::sql::storable_text(r.error))
+          .add(outbox::sql::storable_text(r.cause));
     else
-      p.add_null().add_null();
+      p.add_null().add_null().add_null();
   }
 
   store& table_;

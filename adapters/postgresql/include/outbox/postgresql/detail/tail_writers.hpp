@@ -14,32 +14,20 @@
 #include <outbox/postgresql/detail/wal.hpp>
 #include <outbox/postgresql/schema.hpp>
 #include <outbox/postgresql/store.hpp>
-#include <outbox/validate.hpp>
 
 namespace outbox::postgresql::detail {
-
-/// Refuses scheduled events (`event::deliver_at` ahead), before any SQL runs: the log-tailing
-/// relay reads events from the WAL as they commit, and parking one there until its time in
-/// order with the rest of its aggregate is not built yet (docs/operations.md, "Scheduled
-/// delivery").
-inline void refuse_scheduled(std::span<const outgoing> rows) {
-  for (const outgoing& r : rows)
-    if (r.scheduled())
-      throw_invalid("deliver_at",
-                    "is not supported by the log-tailing store's writers; schedule with "
-                    "postgresql::store (a polling relay)");
-}
 
 /// The table-free writer (`tailing_store::appender`).
 class tail_appender {
  public:
   using session_type = ::soci::session;
   /// Emits `rows` on `sql` inside the caller's open transaction: one statement per 500 rows,
-  /// each event bound in binary (never spliced into the SQL text), in the order given. One
+  /// each event bound in binary (never spliced into the SQL text), in the order given. A
+  /// scheduled event carries its time in the message (`wal::scheduled_event_format`): the
+  /// relay parks it in the outbox table until then. One
   /// event goes as a statement prepared once per connection (sql/postgresql/emit.sql),
   /// unless `o.prepare_statements` is false (poolers in transaction mode).
   void append(session_type& sql, std::span<const outgoing> rows, const writer_options& o = {}) {
-    refuse_scheduled(rows);
     PGconn* c = handle(sql);
     if (rows.size() == 1) {
       params p;
@@ -73,9 +61,9 @@ class tail_table_appender {
  public:
   using session_type = ::soci::session;
   /// Inserts `rows` on `sql` inside the caller's open transaction, as `store::appender`
-  /// does (one prepared statement for one event, else multi-row INSERTs of 500).
+  /// does (one prepared statement for one event, else multi-row INSERTs of 500). A scheduled
+  /// event's row keeps its time as available_at: the relay parks it until then.
   void append(session_type& sql, std::span<const outgoing> rows, const writer_options& o = {}) {
-    refuse_scheduled(rows);
     store::appender::insert<append_streamed_statement>(sql, rows, o, statements::append_streamed);
   }
 };

@@ -5,6 +5,8 @@
 /// the `pgoutput` messages a logical replication stream carries (PostgreSQL documentation,
 /// "Streaming Replication Protocol" and "Logical Replication Message Formats").
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -92,26 +94,38 @@ inline void put(std::string& out, std::uint64_t v, int bytes) {
 inline constexpr std::string_view message_prefix = "outbox";
 
 /// The content's format version (its first byte). A stream holding a version this library does
-/// not know dead-letters that event with the reason.
+/// not know dead-letters that event with the reason. Format 1 is an event due at once; format
+/// 2 (a scheduled event) adds its `available_at` after `created_at`. An event due at once is
+/// still written in format 1, so a relay of the library before format 2 reads it.
 inline constexpr std::uint8_t event_format = 1;
+/// The format of a scheduled event (`outgoing::available_at` set).
+inline constexpr std::uint8_t scheduled_event_format = 2;
+
+/// Microseconds since the Unix epoch of `t`.
+[[nodiscard]] inline std::uint64_t unix_us(time_point t) noexcept {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count());
+}
 
 /// The event as the table-free writer emits it: version byte, the 16 bytes of the id, created_at
-/// (Unix microseconds, Int64), then aggregate_type, aggregate_id, event_type, content_type,
-/// headers (JSON object text) and payload, each an Int32 length and its bytes. Big-endian, as
-/// the replication protocol.
+/// (Unix microseconds, Int64), in format 2 available_at (Unix microseconds rounded up, Int64),
+/// then aggregate_type, aggregate_id, event_type, content_type, headers (JSON object text) and
+/// payload, each an Int32 length and its bytes. Big-endian, as the replication protocol.
 [[nodiscard]] inline std::string encode_event(const outgoing& row) {
   const event& e = *row.source;
   std::string out;
-  out.reserve(1 + 16 + 8 + 6 * 4 + e.aggregate_type.size() + e.aggregate_id.size() +
+  out.reserve(1 + 16 + 8 + 8 + 6 * 4 + e.aggregate_type.size() + e.aggregate_id.size() +
               e.event_type.size() + e.content_type.size() + row.headers_json.size() +
               e.payload.size());
-  out.push_back(static_cast<char>(event_format));
+  out.push_back(static_cast<char>(row.scheduled() ? scheduled_event_format : event_format));
   for (const auto b : row.id.bytes()) out.push_back(static_cast<char>(b));
-  put(out,
-      static_cast<std::uint64_t>(
-          std::chrono::duration_cast<std::chrono::microseconds>(row.created_at.time_since_epoch())
-              .count()),
-      8);
+  put(out, unix_us(row.created_at), 8);
+  if (row.scheduled())
+    put(out,
+        static_cast<std::uint64_t>(
+            std::chrono::ceil<std::chrono::microseconds>(row.available_at.time_since_epoch())
+                .count()),
+        8);
   for (const std::string_view s :
        {std::string_view(e.aggregate_type), std::string_view(e.aggregate_id),
         std::string_view(e.event_type), std::string_view(e.content_type),
@@ -122,15 +136,19 @@ inline constexpr std::uint8_t event_format = 1;
   return out;
 }
 
-/// Reads an event back. Never throws on content: returns the reason it cannot be published
-/// (empty when it can), with as much of `m` filled as could be read.
-[[nodiscard]] inline std::string decode_event(std::string_view content, message& m) {
+/// Reads an event back, and its `available_at` (the epoch: due at once). Never throws on
+/// content: returns the reason it cannot be published (empty when it can), with as much of `m`
+/// filled as could be read.
+[[nodiscard]] inline std::string decode_event(std::string_view content, message& m,
+                                              time_point& available_at) {
   reader r(content);
   const auto version = r.u8();
+  available_at = time_point{};
   if (r.bad()) return "empty outbox message in the WAL";
-  if (version != event_format)
+  if (version != event_format && version != scheduled_event_format)
     return "outbox message in the WAL of format " + std::to_string(version) +
-           " (this library reads format " + std::to_string(event_format) + ")";
+           " (this library reads formats " + std::to_string(event_format) + " and " +
+           std::to_string(scheduled_event_format) + ")";
   const auto id = r.bytes(16);
   if (!r.bad()) {
     std::array<std::uint8_t, 16> b{};
@@ -139,6 +157,8 @@ inline constexpr std::uint8_t event_format = 1;
   }
   const auto us = static_cast<std::int64_t>(r.u64());
   m.created_at = time_point(std::chrono::microseconds(us));
+  if (version == scheduled_event_format)
+    available_at = from_unix_clamped<std::micro>(static_cast<std::int64_t>(r.u64()));
   std::string headers;
   for (std::string* field :
        {&m.aggregate_type, &m.aggregate_id, &m.event_type, &m.content_type, &headers, &m.payload}) {
@@ -147,6 +167,12 @@ inline constexpr std::uint8_t event_format = 1;
   }
   if (r.bad() || !r.at_end()) return "truncated or malformed outbox message in the WAL";
   return read_stored_headers(m, headers);
+}
+
+/// `decode_event` without the event's `available_at`.
+[[nodiscard]] inline std::string decode_event(std::string_view content, message& m) {
+  time_point ignored{};
+  return decode_event(content, m, ignored);
 }
 
 // ---- replication protocol frames -----------------------------------------------------------
@@ -268,6 +294,7 @@ struct change {
 struct outbox_columns {
   int event_id = -1, aggregate_type = -1, aggregate_id = -1, event_type = -1, payload = -1,
       headers = -1, created_at = -1, content_type = -1, state = -1;
+  int available_at = -1;  ///< Optional: -1 reads every row as due at once.
 
   /// The positions in `names` (a relation message's columns); `nullopt` when a column the
   /// relay needs is missing (a table of that name that is not the outbox, or not migrated).
@@ -288,6 +315,8 @@ struct outbox_columns {
         if (names[i] == name) *at = static_cast<int>(i);
       if (*at < 0) return std::nullopt;
     }
+    for (std::size_t i = 0; i < names.size(); ++i)
+      if (names[i] == "available_at") c.available_at = static_cast<int>(i);
     return c;
   }
 };
@@ -301,10 +330,22 @@ struct outbox_columns {
   return static_cast<std::int16_t>(r.u(2));
 }
 
-/// The message of an inserted outbox row, from its binary columns (`binary 'true'`). Never
+/// A binary timestamptz column as a time (microseconds since 2000; 'infinity' is INT64_MAX).
+[[nodiscard]] inline time_point timestamptz(std::string_view bytes) noexcept {
+  reader tr(bytes);
+  const auto since_2000 = static_cast<std::int64_t>(tr.u64());
+  return from_unix_clamped<std::micro>(since_2000 > std::numeric_limits<std::int64_t>::max() -
+                                                        pg_epoch_offset_us
+                                           ? std::numeric_limits<std::int64_t>::max()
+                                           : since_2000 + pg_epoch_offset_us);
+}
+
+/// The message of an inserted outbox row, from its binary columns (`binary 'true'`), and its
+/// `available_at` (the epoch when due at once: '-infinity', or a time before 1970). Never
 /// throws on content: returns why it cannot be published (empty when it can).
 [[nodiscard]] inline std::string decode_row(const outbox_columns& c,
-                                            const std::vector<column_value>& v, message& m) {
+                                            const std::vector<column_value>& v, message& m,
+                                            time_point& available_at) {
   const auto col = [&](int i) -> const column_value* {
     if (i < 0 || static_cast<std::size_t>(i) >= v.size()) return nullptr;
     const auto* p = &v[static_cast<std::size_t>(i)];
@@ -327,16 +368,21 @@ struct outbox_columns {
   }
   const auto* at = col(c.created_at);
   if (at == nullptr || at->bytes.size() != 8) return "streamed outbox row without created_at";
-  reader tr(at->bytes);
-  const auto since_2000 = static_cast<std::int64_t>(tr.u64());  // 'infinity' is INT64_MAX
-  m.created_at = from_unix_clamped<std::micro>(
-      since_2000 > std::numeric_limits<std::int64_t>::max() - pg_epoch_offset_us
-          ? std::numeric_limits<std::int64_t>::max()
-          : since_2000 + pg_epoch_offset_us);
+  m.created_at = timestamptz(at->bytes);
+  available_at = time_point{};
+  if (const auto* due = col(c.available_at); due != nullptr && due->bytes.size() == 8)
+    available_at = std::max(timestamptz(due->bytes), time_point{});
   const auto* h = col(c.headers);
   if (h == nullptr || h->bytes.empty() || h->bytes.front() != 1)
     return "streamed outbox row without headers in jsonb format 1";
   return read_stored_headers(m, h->bytes.substr(1));
+}
+
+/// `decode_row` without the row's `available_at`.
+[[nodiscard]] inline std::string decode_row(const outbox_columns& c,
+                                            const std::vector<column_value>& v, message& m) {
+  time_point ignored{};
+  return decode_row(c, v, m, ignored);
 }
 
 }  // namespace outbox::postgresql::detail::wal
