@@ -156,9 +156,13 @@ class writer {
 
   /// Commits `sql`'s open transaction with `rows` in it: through the store's `commit` (one
   /// round trip) where it has one, else appends and commits the session.
+  /// A store object without `commit` commits through its appender's, when that has one: the
+  /// appender is the store's writer side (`concepts::appender_providing_store`).
   void commit_with(session_type& sql, std::span<const outgoing> rows) {
     if constexpr (concepts::appender_providing_store<Store>) {
-      if (store_ == nullptr) {
+      constexpr bool store_commits = requires(Store & s) { s.commit(sql, rows); };
+      constexpr bool appender_commits = concepts::committing_store<typename Store::appender>;
+      if (store_ == nullptr || (!store_commits && appender_commits)) {
         commit_through(typename Store::appender{}, sql, rows);
         return;
       }
@@ -175,14 +179,14 @@ class writer {
     } else {
       try {
         if (!rows.empty()) append_through(to, sql, rows);
+        sql.commit();
       } catch (...) {
         try {
-          sql.rollback();
-        } catch (...) {  // the append's error is the one to report
+          sql.rollback();  // what is left of it: a refused COMMIT may leave it open (SQLite)
+        } catch (...) {    // the first error is the one to report
         }
         throw;
       }
-      sql.commit();
     }
   }
 

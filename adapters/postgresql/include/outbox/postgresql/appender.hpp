@@ -37,17 +37,27 @@ class appender {
   /// Commits the caller's open transaction on `sql` with `rows` in it, in one round trip: the
   /// INSERTs of `append` (bound values, payloads in binary; one row as the statement prepared
   /// once per connection) and COMMIT go as one libpq pipeline with one sync
-  /// (`writer::transaction::commit`). The wake-up trigger fires as for `append`.
+  /// (`writer::transaction::commit`), after wake.sql: the relay's wake-up, once per transaction
+  /// (a NOTIFY only when no relay is busy), which keeps the wake-up trigger out of it (schema
+  /// version 9). Without rows, COMMIT alone.
   /// @throws outbox::error as `detail::commit_in_pipeline`: nothing committed, or `in_doubt`.
   void commit(session_type& sql, std::span<const outgoing> rows, const writer_options& o = {}) {
     PGconn* c = detail::handle(sql);
     std::vector<detail::piped_statement> statements;
-    if (rows.size() == 1 && o.prepare_statements && PQstatus(c) == CONNECTION_OK &&
-        PQtransactionStatus(c) == PQTRANS_INTRANS) {
+    const bool prepare = o.prepare_statements && PQstatus(c) == CONNECTION_OK &&
+                         PQtransactionStatus(c) == PQTRANS_INTRANS;
+    if (!rows.empty()) {  // the wake-up first: the trigger then skips the INSERTs
+      detail::piped_statement s;
+      if (prepare)
+        s.prepared = detail::prepared_once<detail::wake_statement>(c, statements::wake);
+      else
+        s.text = statements::wake;
+      statements.push_back(std::move(s));
+    }
+    if (rows.size() == 1 && prepare) {
       detail::piped_statement s;
       add_row(s.values, rows.front());
-      s.prepared =
-          detail::prepared_once<detail::append_statement>(c, statements::append);  // once per conn
+      s.prepared = detail::prepared_once<detail::append_statement>(c, statements::append);
       statements.push_back(std::move(s));
     } else if (!rows.empty()) {
       outbox::sql::insert_in_chunks(statements::append, 9, rows, 500,
@@ -61,8 +71,10 @@ class appender {
     try {
       detail::commit_in_pipeline(c, statements);
     } catch (const error& e) {
-      if (e.native_code().starts_with("26000"))
+      if (e.native_code().starts_with("26000")) {
         detail::forget_prepared<detail::append_statement>(c);
+        detail::forget_prepared<detail::wake_statement>(c);
+      }
       throw;
     }
   }
