@@ -194,6 +194,7 @@ struct mysql_fixture : soci_fixture_base {
   // ---- the writer transaction's faults (writer_transaction_conformance.hpp) ----
   /// MariaDB has no deferred constraint: COMMIT cannot be made to fail from SQL.
   static constexpr bool commit_can_fail = false;
+  static constexpr bool commit_answer_can_be_lost = false;
   static constexpr bool connection_can_be_cut = true;
   /// The outbox refuses every row (a BEFORE INSERT trigger signalling 45000) until `heal`.
   static void fail_event_inserts(session_type& sql) {

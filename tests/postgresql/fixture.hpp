@@ -152,6 +152,7 @@ struct postgresql_fixture : soci_fixture_base {
 
   // ---- the writer transaction's faults (writer_transaction_conformance.hpp) ----
   static constexpr bool commit_can_fail = true;
+  static constexpr bool commit_answer_can_be_lost = false;
   static constexpr bool connection_can_be_cut = true;
   /// The outbox refuses every row (a BEFORE INSERT trigger raising P0001) until `heal`.
   static void fail_event_inserts(session_type& sql) {

@@ -137,6 +137,7 @@ BOOST_AUTO_TEST_CASE(many_events_and_unprepared_statements_ride_on_one_commit) {
   fixture fx;
   auto sql = fx.open_session();
   std::vector<outbox::event> events;
+  events.reserve(1201);
   for (int i = 0; i < 1201; ++i) events.push_back(placed(std::to_string(i)));
   outbox::writer<outbox::postgresql::store> w;
   {

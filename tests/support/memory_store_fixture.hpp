@@ -136,6 +136,11 @@ struct memory_store_fixture {
 
   // ---- the writer transaction's faults (writer_transaction_conformance.hpp) ----
   static constexpr bool commit_can_fail = true;
+  static constexpr bool commit_answer_can_be_lost = true;
+  /// The next commit happens, and reports `in_doubt` (its answer lost).
+  static void lose_commit_answer(session_type& sql) {
+    sql.database().fail_next(1, outbox::errc::in_doubt, outbox::testing::memory_operation::commit);
+  }
   static constexpr bool connection_can_be_cut = false;  ///< no connection
   /// The next event append fails (`permanent`).
   static void fail_event_inserts(session_type& sql) {
