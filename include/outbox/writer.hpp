@@ -290,28 +290,18 @@ class writer<Store, Clock>::transaction {
   ///         `permanent` when the transaction is over.
   uuid enqueue(const event& e) { return enqueue(std::span<const event>(&e, 1)).front(); }
 
+  /// The same, keeping `e` itself (its payload moved, not copied).
+  uuid enqueue(event&& e) {
+    return keep(1, [&](std::deque<event>& kept) { return &kept.emplace_back(std::move(e)); })
+        .front();
+  }
+
   /// Validates every event and keeps them all, or none (the first violation is reported).
   /// @returns the ids, in the order of `events`.
   std::vector<uuid> enqueue(std::span<const event> events) {
-    if (sql_ == nullptr)
-      throw error(errc::permanent, "writer", {}, "enqueue: the transaction is over");
-    std::vector<uuid> ids;
-    const std::size_t mark = kept_.size();
-    try {
-      std::vector<const event*> chosen;
-      chosen.reserve(events.size());
-      for (const auto& e : events) chosen.push_back(&kept_.emplace_back(e));
-      auto rows = writer_->rows_for(std::move(chosen), kept_);
-      ids.reserve(rows.size());
-      for (auto& r : rows) {
-        ids.push_back(r.id);
-        rows_.push_back(std::move(r));
-      }
-    } catch (...) {
-      kept_.resize(mark);
-      throw;
-    }
-    return ids;
+    std::size_t i = 0;
+    return keep(events.size(),
+                [&](std::deque<event>& kept) { return &kept.emplace_back(events[i++]); });
   }
 
   /// Events kept for `commit`.
@@ -347,6 +337,32 @@ class writer<Store, Clock>::transaction {
  private:
   friend class writer;
   transaction(writer& w, session_type& sql) : writer_(&w), sql_(&sql) { sql.begin(); }
+
+  /// Keeps `n` events placed by `place(kept_)` (each call returns the next one, in place),
+  /// validated and given their rows; or none of them.
+  template <class Place>
+  std::vector<uuid> keep(std::size_t n, Place&& place) {
+    if (sql_ == nullptr)
+      throw error(errc::permanent, "writer", {}, "enqueue: the transaction is over");
+    std::vector<uuid> ids;
+    const std::size_t mark = kept_.size();
+    try {
+      std::vector<const event*> chosen;
+      chosen.reserve(n);
+      for (std::size_t k = 0; k < n; ++k) chosen.push_back(place(kept_));
+      auto rows = writer_->rows_for(std::move(chosen), kept_);
+      ids.reserve(rows.size());
+      rows_.reserve(rows_.size() + rows.size());  // the moves below cannot throw then
+      for (auto& r : rows) {
+        ids.push_back(r.id);
+        rows_.push_back(std::move(r));
+      }
+    } catch (...) {
+      kept_.resize(mark);
+      throw;
+    }
+    return ids;
+  }
 
   writer* writer_;
   session_type* sql_;
