@@ -113,14 +113,27 @@ outbox::uuid commit_one_event(soci::session& app, Writer& w, long i) {
   return id;
 }
 
+/// The same through the writer's transaction (`writer::begin`): the event sent with COMMIT.
+template <class Writer>
+outbox::uuid commit_one_event_with_commit(soci::session& app, Writer& w, long i) {
+  auto tx = w.begin(app);
+  const auto id = tx.enqueue(outbox::event{"order", std::to_string(i), "order_placed",
+                                           R"({"n":)" + std::to_string(i) + "}"});
+  tx.commit();
+  return id;
+}
+
 /// Commit to confirm through `relay` (run on its own thread meanwhile), which publishes through
-/// `transport`: events written by `w` on `app` at `rate` per second for `seconds`.
+/// `transport`: events written by `w` on `app` at `rate` per second for `seconds`, each by
+/// `enqueue` in a transaction of its own, or with `with_commit` through the writer's
+/// transaction.
 template <class Relay, class Inner, class Writer>
 percentiles relay_latency(Relay& relay, timing_transport<Inner>& transport, soci::session& app,
-                          Writer& w, double seconds, double rate) {
+                          Writer& w, double seconds, double rate, bool with_commit = false) {
   std::jthread runner([&](std::stop_token st) { relay.run(st); });
-  const auto committed =
-      steady_commits(seconds, rate, [&](long i) { return commit_one_event(app, w, i); });
+  const auto committed = steady_commits(seconds, rate, [&](long i) {
+    return with_commit ? commit_one_event_with_commit(app, w, i) : commit_one_event(app, w, i);
+  });
   const auto deadline = steady::now() + std::chrono::seconds(10);
   while (relay.stats().published < committed.size() && steady::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));

@@ -50,9 +50,22 @@ struct tally {
 
 /// One business transaction on `sql`, with an event when `enqueue`; returns its duration (s).
 double business(soci::session& sql, outbox::writer<my::store>& w, const std::string& customer,
-                bool enqueue) {
+                bool enqueue, bool through_transaction = false) {
   const auto t0 = std::chrono::steady_clock::now();
-  {
+  if (enqueue && through_transaction) {  // the writer's transaction: the event kept until commit
+    auto tx = w.begin(sql);
+    const int total = 1999;
+    sql << "INSERT INTO bench_orders (customer, total_cents) VALUES (:c, :t)", soci::use(customer),
+        soci::use(total);
+    long long id = 0;
+    sql.get_last_insert_id("bench_orders", id);
+    tx.enqueue(outbox::event{"order",
+                             std::to_string(id),
+                             "order_placed",
+                             R"({"customer":")" + customer + R"(","total_cents":1999})",
+                             {}});
+    tx.commit();
+  } else {
     soci::transaction tx(sql);
     const int total = 1999;
     sql << "INSERT INTO bench_orders (customer, total_cents) VALUES (:c, :t)", soci::use(customer),
@@ -109,39 +122,46 @@ int main(int argc, char** argv) try {
     std::cout << "mysql writer benchmark: " << seconds << " s per part, server " << version
               << " innodb_flush_log_at_trx_commit=" << flush << "\n";
   }
-  // 1. with and without an event, 1 and 8 clients.
-  for (int threads : {1, 8}) {
-    std::vector<tally> without(static_cast<std::size_t>(threads)),
-        with(static_cast<std::size_t>(threads));
-    std::vector<std::thread> pool;
-    std::atomic<bool> go{false};
-    for (int t = 0; t < threads; ++t) {
-      pool.emplace_back([&, t] {
-        soci::session sql("mysql", connect_string(database));
-        outbox::writer<my::store> w;
-        const std::string customer = "customer-" + std::to_string(t);
-        while (!go) std::this_thread::yield();
-        const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-        for (long i = 0; std::chrono::steady_clock::now() < end; ++i) {
-          const bool enqueue = i % 2 == 1;
-          const double dt = business(sql, w, customer, enqueue);
-          auto& k =
-              enqueue ? with[static_cast<std::size_t>(t)] : without[static_cast<std::size_t>(t)];
-          ++k.count;
-          k.seconds += dt;
-        }
-      });
+  // 1. with and without an event, 1 and 8 clients; then the same through the writer's
+  //    transaction (writer::begin: append and COMMIT at commit time).
+  for (const bool through_transaction : {false, true})
+    for (int threads : {1, 8}) {
+      std::vector<tally> without(static_cast<std::size_t>(threads)),
+          with(static_cast<std::size_t>(threads));
+      std::vector<std::thread> pool;
+      std::atomic<bool> go{false};
+      for (int t = 0; t < threads; ++t) {
+        pool.emplace_back([&, t] {
+          soci::session sql("mysql", connect_string(database));
+          outbox::writer<my::store> w;
+          const std::string customer = "customer-" + std::to_string(t);
+          while (!go) std::this_thread::yield();
+          const auto end =
+              std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+          for (long i = 0; std::chrono::steady_clock::now() < end; ++i) {
+            const bool enqueue = i % 2 == 1;
+            const double dt = business(sql, w, customer, enqueue, through_transaction);
+            auto& k =
+                enqueue ? with[static_cast<std::size_t>(t)] : without[static_cast<std::size_t>(t)];
+            ++k.count;
+            k.seconds += dt;
+          }
+        });
+      }
+      go = true;
+      for (auto& th : pool) th.join();
+      tally a, b;
+      for (const auto& x : without) a.count += x.count, a.seconds += x.seconds;
+      for (const auto& x : with) b.count += x.count, b.seconds += x.seconds;
+      const double ra = static_cast<double>(a.count) / a.seconds * threads;
+      const double rb = static_cast<double>(b.count) / b.seconds * threads;
+      std::printf("%sthreads=%d without-event %8.0f tx/s  with-event %8.0f tx/s\n",
+                  through_transaction ? "writer transaction: " : "", threads, ra, rb);
+      if (through_transaction)
+        std::printf("ratio writer-pipelined%s %.2f\n", threads == 1 ? "" : "-8-clients", rb / ra);
+      else
+        std::printf("ratio threads=%d with/without %.2f\n", threads, rb / ra);
     }
-    go = true;
-    for (auto& th : pool) th.join();
-    tally a, b;
-    for (const auto& x : without) a.count += x.count, a.seconds += x.seconds;
-    for (const auto& x : with) b.count += x.count, b.seconds += x.seconds;
-    const double ra = static_cast<double>(a.count) / a.seconds * threads;
-    const double rb = static_cast<double>(b.count) / b.seconds * threads;
-    std::printf("threads=%d without-event %8.0f tx/s  with-event %8.0f tx/s\n", threads, ra, rb);
-    std::printf("ratio threads=%d with/without %.2f\n", threads, rb / ra);
-  }
   // 2. the writer's latency with 4 relays running vs none, alternating phases of seconds / 5
   //    (1 s by default). The relays run their own loop (relay::run: adaptive idle polling, as a
   //    service runs them), started for each relay phase and stopped after it; the first relay

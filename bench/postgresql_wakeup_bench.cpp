@@ -3,8 +3,10 @@
 // articles do, both to an in-memory transport with a simulated confirm (`--confirm-us`, 100 us: a
 // local sink); and, when OUTBOX_TEST_AMQP is set and the build has the AMQP adapter, the relay
 // woken by LISTEN/NOTIFY publishing to RabbitMQ (persistent, confirms, mandatory; a durable queue
-// bound, deleted at the end). Prints p50 and p99 of each, in one run, and `p50_ms`/`p99_ms`
-// lines for scripts: through RabbitMQ when it ran, else LISTEN/NOTIFY to memory.
+// bound, deleted at the end); and the relay woken by the writer transaction's own NOTIFY (the
+// event sent with COMMIT, the trigger skipped). Prints p50 and p99 of each, in one run, and
+// `p50_ms`/`p99_ms` lines for scripts: through RabbitMQ when it ran, else LISTEN/NOTIFY to
+// memory.
 //
 // Usage: postgresql_wakeup_bench [--seconds N] [--rate N] [--confirm-us N] [--smoke]
 // Server: OUTBOX_TEST_POSTGRESQL (libpq conninfo); uses (and drops) the schema outbox_lbench.
@@ -49,7 +51,8 @@ std::string connect_string() {
 }
 
 template <class Transport>
-percentiles run(bool listen, double seconds, long rate, Transport& inner) {
+percentiles run(bool listen, double seconds, long rate, Transport& inner,
+                bool with_commit = false) {
   {
     soci::session admin("postgresql", connect_string());
     admin << "TRUNCATE outbox";
@@ -65,7 +68,8 @@ percentiles run(bool listen, double seconds, long rate, Transport& inner) {
   soci::session app("postgresql", connect_string());
   pg::store app_store(app);
   outbox::writer w(app_store);
-  return outbox::bench::relay_latency(relay, transport, app, w, seconds, static_cast<double>(rate));
+  return outbox::bench::relay_latency(relay, transport, app, w, seconds, static_cast<double>(rate),
+                                      with_commit);
 }
 
 /// The transport's own floor: the same events published one at a time at the same rate, no
@@ -134,9 +138,12 @@ int main(int argc, char** argv) try {
        .record = false});
   const auto notify = run(true, seconds, rate, memory);
   const auto poll = run(false, seconds, rate, memory);
+  const auto piped = run(true, seconds, rate, memory, true);
   line("listen/notify -> memory", notify);
   line("poll every 1 s -> memory", poll);
+  line("writer transaction, its NOTIFY", piped);
   std::printf("ratio p99 poll/notify %.1f\n", poll.p99 / notify.p99);
+  std::printf("ratio p99 writer-transaction/notify %.2f\n", piped.p99 / notify.p99);
   percentiles reported = notify;
 #ifdef OUTBOX_BENCH_WITH_AMQP
   if (!url.empty()) {

@@ -7,7 +7,10 @@
 // the writer with `prepare_statements = false` (the event's INSERT parsed and planned each time).
 // And the log-tailing relay's table-free writer (`ratio writer-tablefree`): the event as a
 // logical decoding message, no row (measured without a slot being read, as the table writer is
-// measured without a relay).
+// measured without a relay). And the writer's transaction (`ratio writer-pipelined`): the
+// event kept until commit and sent with COMMIT in one libpq pipeline, one round trip; beside
+// it the same pipeline without the writer's own wake-up, the trigger waking the relay
+// (`ratio writer-pipelined-trigger-wakes`).
 //
 // Usage: postgresql_writer_bench [--seconds N] [--split 0|1] [--smoke]
 // Server: OUTBOX_TEST_POSTGRESQL (libpq conninfo); uses (and drops) the schema outbox_wbench.
@@ -48,7 +51,7 @@ struct tally {
 /// What the "with event" transactions add: the table writer's event, the table-free writer's
 /// (a logical decoding message in the WAL: no row, no index, no trigger), or only a round trip
 /// (`SELECT 1`: the floor of any writer that sends its event as a statement of its own).
-enum class adds { table_event, wal_event, round_trip };
+enum class adds { table_event, wal_event, round_trip, pipelined_event, pipelined_by_trigger };
 
 std::pair<double, double> mix(double seconds, const std::string& label,
                               outbox::writer_options wo = {}, adds what = adds::table_event) {
@@ -71,7 +74,33 @@ std::pair<double, double> mix(double seconds, const std::string& label,
         for (long i = 0; std::chrono::steady_clock::now() < end; ++i) {
           const bool enqueue = i % 2 == 1;
           const auto t0 = std::chrono::steady_clock::now();
-          {
+          if (enqueue && what == adds::pipelined_by_trigger) {
+            // The same pipeline without the writer's wake-up: the INSERT and COMMIT only, the
+            // trigger doing the wake-up (what the writer's own NOTIFY replaces).
+            sql.begin();
+            long long id = 0;
+            sql << "INSERT INTO bench_orders (customer, total_cents) VALUES (:c, :t) RETURNING id",
+                soci::use(customer), soci::use(total), soci::into(id);
+            const outbox::event e{"order", std::to_string(id), "order_placed",
+                                  R"({"customer":")" + customer + R"(","total_cents":1999})"};
+            const outbox::outgoing row{outbox::make_uuid_v7(), &e, "{}",
+                                       std::chrono::system_clock::now()};
+            PGconn* c = pg::detail::handle(sql);
+            std::vector<pg::detail::piped_statement> statements(1);
+            pg::appender::add_row(statements[0].values, row);
+            statements[0].prepared =
+                pg::detail::prepared_once<pg::detail::append_statement>(c, pg::statements::append);
+            pg::detail::commit_in_pipeline(c, statements);
+          } else if (enqueue && what == adds::pipelined_event) {
+            // The writer's transaction: the event is kept and rides on COMMIT's round trip.
+            auto tx = w.begin(sql);
+            long long id = 0;
+            sql << "INSERT INTO bench_orders (customer, total_cents) VALUES (:c, :t) RETURNING id",
+                soci::use(customer), soci::use(total), soci::into(id);
+            tx.enqueue(outbox::event{"order", std::to_string(id), "order_placed",
+                                     R"({"customer":")" + customer + R"(","total_cents":1999})"});
+            tx.commit();
+          } else {
             soci::transaction tx(sql);
             long long id = 0;
             sql << "INSERT INTO bench_orders (customer, total_cents) VALUES (:c, :t) RETURNING id",
@@ -140,6 +169,13 @@ int main(int argc, char** argv) try {
   const auto [one, eight] = mix(seconds, "library schema");
   std::printf("ratio writer %.2f\n", one);
   std::printf("ratio writer-8-clients %.2f\n", eight);
+  const auto [q1, q8] =
+      mix(seconds, "writer transaction (pipelined commit)", {}, adds::pipelined_event);
+  std::printf("ratio writer-pipelined %.2f\n", q1);
+  std::printf("ratio writer-pipelined-8-clients %.2f\n", q8);
+  const auto [g1, g8] =
+      mix(seconds, "pipelined, woken by the trigger instead", {}, adds::pipelined_by_trigger);
+  std::printf("ratio writer-pipelined-trigger-wakes %.2f (8 clients %.2f)\n", g1, g8);
   const auto [f1, f8] = mix(seconds, "table-free (WAL message)", {}, adds::wal_event);
   const auto [r1, r8] = mix(seconds, "one more round trip (SELECT 1)", {}, adds::round_trip);
   std::printf("ratio writer-tablefree %.2f\n", f1);

@@ -26,13 +26,13 @@ int main(int argc, char** argv) try {
 
   const std::string order_id = argv[2];
   outbox::writer<Store> writer;
-  soci::transaction tx(app);  // the order and its event: both, or neither
+  auto tx = writer.begin(app);  // the order and its event: both, or neither
   app << "INSERT INTO orders (id, total) VALUES (:id, 1999)", soci::use(order_id);
-  const outbox::uuid id = writer.enqueue(app, {.aggregate_type = "order",
-                                               .aggregate_id = order_id,
-                                               .event_type = "order_placed",
-                                               .payload = R"({"total":1999})"});
-  tx.commit();
+  const outbox::uuid id = tx.enqueue({.aggregate_type = "order",  // checked now, sent at commit
+                                      .aggregate_id = order_id,
+                                      .event_type = "order_placed",
+                                      .payload = R"({"total":1999})"});
+  tx.commit();  // the event rides on COMMIT's round trip; no commit: rolled back
   std::cout << "order " << order_id << ": event " << id.to_string() << "\n";
   return 0;
 } catch (const std::exception& e) {

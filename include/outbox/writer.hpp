@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <outbox/concepts/store.hpp>
+#include <outbox/error.hpp>
 #include <outbox/message.hpp>
 #include <outbox/retry.hpp>
 #include <outbox/schedule.hpp>
@@ -91,33 +92,13 @@ class writer {
   std::vector<uuid> enqueue(session_type& sql, std::span<const event> events) {
     std::vector<uuid> ids;
     if (events.empty()) return ids;
-    // Events as written: the caller's, or a copy without its malformed trace context (drop).
     std::vector<const event*> chosen;
     chosen.reserve(events.size());
+    for (const auto& e : events) chosen.push_back(&e);
     std::deque<event> cleaned;  // events whose context was dropped: none from the provider
-    const bool drop = options_.on_malformed_trace == writer_options::malformed_trace::drop;
-    const auto now = clock_.now();
-    for (const auto& e : events) {
-      chosen.push_back(&e);
-      if (drop && !trace_valid(e)) chosen.back() = &cleaned.emplace_back(without_trace(e));
-      validate(*chosen.back(), options_.limits);
-      detail::check_schedule(*chosen.back(), now, options_.schedule_horizon);
-    }
-    const auto takes_provided = [&](const event* e) {
-      return bare(e) &&
-             std::none_of(cleaned.begin(), cleaned.end(), [e](const event& c) { return &c == e; });
-    };
-    const trace_context provided = provided_trace(chosen, takes_provided);
-    if (!provided.empty()) check_room(chosen, provided, takes_provided);
-    std::vector<outgoing> rows;
-    rows.reserve(events.size());
-    ids.reserve(events.size());
-    for (const event* e : chosen) {
-      rows.push_back(outgoing{make_uuid_v7(), e,
-                              headers_to_json(e->headers, takes_provided(e) ? provided : e->trace),
-                              now, detail::available_at(*e, now)});
-      ids.push_back(rows.back().id);
-    }
+    const auto rows = rows_for(std::move(chosen), cleaned);
+    ids.reserve(rows.size());
+    for (const auto& r : rows) ids.push_back(r.id);
     if constexpr (concepts::appender_providing_store<Store>) {
       if (store_ == nullptr) {
         append_through(typename Store::appender{}, sql, rows);
@@ -128,10 +109,87 @@ class writer {
     return ids;
   }
 
+  class transaction;
+
+  /// Opens a transaction on `sql` whose commit carries its events: business statements run on
+  /// `sql` as usual, `transaction::enqueue` validates and keeps events (no SQL), and
+  /// `transaction::commit` sends them with COMMIT, in one round trip where the store can
+  /// (`concepts::committing_store`: PostgreSQL). The business rows never commit without the
+  /// events: the only way to commit is `transaction::commit`, and the destructor rolls back.
+  /// @throws what the session's `begin` throws.
+  [[nodiscard]] transaction begin(
+      session_type& sql) requires concepts::transactional_session<session_type> {
+    return transaction(*this, sql);
+  }
+
   /// The options the writer was built with.
   [[nodiscard]] const writer_options& options() const noexcept { return options_; }
 
  private:
+  /// Validates `chosen` and makes their rows, stamped now: copies of events whose trace context
+  /// is dropped go to `copies` (which must keep its elements in place, as a deque does).
+  std::vector<outgoing> rows_for(std::vector<const event*> chosen, std::deque<event>& copies) {
+    std::vector<const event*> cleaned;  // chosen events whose context was dropped
+    const bool drop = options_.on_malformed_trace == writer_options::malformed_trace::drop;
+    const auto now = clock_.now();
+    for (auto& e : chosen) {
+      if (drop && !trace_valid(*e)) {
+        e = &copies.emplace_back(without_trace(*e));
+        cleaned.push_back(e);
+      }
+      validate(*e, options_.limits);
+      detail::check_schedule(*e, now, options_.schedule_horizon);
+    }
+    const auto takes_provided = [&](const event* e) {
+      return bare(e) && std::find(cleaned.begin(), cleaned.end(), e) == cleaned.end();
+    };
+    const trace_context provided = provided_trace(chosen, takes_provided);
+    if (!provided.empty()) check_room(chosen, provided, takes_provided);
+    std::vector<outgoing> rows;
+    rows.reserve(chosen.size());
+    for (const event* e : chosen)
+      rows.push_back(outgoing{make_uuid_v7(), e,
+                              headers_to_json(e->headers, takes_provided(e) ? provided : e->trace),
+                              now, detail::available_at(*e, now)});
+    return rows;
+  }
+
+  /// Commits `sql`'s open transaction with `rows` in it: through the store's `commit` (one
+  /// round trip) where it has one, else appends and commits the session.
+  /// A store object without `commit` commits through its appender's, when that has one: the
+  /// appender is the store's writer side (`concepts::appender_providing_store`).
+  void commit_with(session_type& sql, std::span<const outgoing> rows) {
+    if constexpr (concepts::appender_providing_store<Store>) {
+      constexpr bool store_commits = requires(Store & s) { s.commit(sql, rows); };
+      constexpr bool appender_commits = concepts::committing_store<typename Store::appender>;
+      if (store_ == nullptr || (!store_commits && appender_commits)) {
+        commit_through(typename Store::appender{}, sql, rows);
+        return;
+      }
+    }
+    commit_through(*store_, sql, rows);
+  }
+
+  template <class To>
+  void commit_through(To&& to, session_type& sql, std::span<const outgoing> rows) {
+    if constexpr (requires { to.commit(sql, rows, options_); }) {
+      to.commit(sql, rows, options_);
+    } else if constexpr (requires { to.commit(sql, rows); }) {
+      to.commit(sql, rows);
+    } else {
+      try {
+        if (!rows.empty()) append_through(to, sql, rows);
+        sql.commit();
+      } catch (...) {
+        try {
+          sql.rollback();  // what is left of it: a refused COMMIT may leave it open (SQLite)
+        } catch (...) {    // the first error is the one to report
+        }
+        throw;
+      }
+    }
+  }
+
   /// True when `e` brings no trace context of its own (field or headers).
   static bool bare(const event* e) {
     return e->trace.empty() && !e->headers.contains(traceparent_header) &&
@@ -195,6 +253,114 @@ class writer {
   Store* store_ = nullptr;
   writer_options options_;
   Clock clock_;
+};
+
+/// A transaction on the application's session whose commit carries its events
+/// (`writer::begin`). Business statements run on `session()` as usual; `enqueue` validates an
+/// event at once (bad input is refused before any SQL, the transaction stays usable) and keeps
+/// it; `commit` sends the kept events with COMMIT. Destroyed without `commit`, it rolls back:
+/// the business rows cannot commit without their events. Move-only; one thread at a time.
+template <concepts::appending_store Store, concepts::clock Clock>
+class writer<Store, Clock>::transaction {
+ public:
+  transaction(transaction&& o) noexcept
+      : writer_(o.writer_),
+        sql_(std::exchange(o.sql_, nullptr)),
+        kept_(std::move(o.kept_)),
+        rows_(std::move(o.rows_)) {}
+  transaction& operator=(transaction&&) = delete;
+  transaction(const transaction&) = delete;
+  transaction& operator=(const transaction&) = delete;
+  /// Rolls back unless `commit` or `rollback` ran; never throws.
+  ~transaction() { rollback(); }
+
+  /// The session the transaction is open on: run the business statements on it.
+  [[nodiscard]] session_type& session() const noexcept { return *sql_; }
+
+  /// Validates `e` and keeps it for `commit`. Runs no SQL.
+  /// @returns the event's UUIDv7.
+  /// @throws outbox::error `invalid_input` (nothing kept; the transaction stays usable), or
+  ///         `permanent` when the transaction is over.
+  uuid enqueue(const event& e) { return enqueue(std::span<const event>(&e, 1)).front(); }
+
+  /// The same, keeping `e` itself (its payload moved, not copied).
+  uuid enqueue(event&& e) {
+    return keep(1, [&](std::deque<event>& kept) { return &kept.emplace_back(std::move(e)); })
+        .front();
+  }
+
+  /// Validates every event and keeps them all, or none (the first violation is reported).
+  /// @returns the ids, in the order of `events`.
+  std::vector<uuid> enqueue(std::span<const event> events) {
+    std::size_t i = 0;
+    return keep(events.size(),
+                [&](std::deque<event>& kept) { return &kept.emplace_back(events[i++]); });
+  }
+
+  /// Events kept for `commit`.
+  [[nodiscard]] std::size_t size() const noexcept { return rows_.size(); }
+
+  /// Commits the business statements and the kept events together, in one round trip where the
+  /// store can. The transaction is over afterwards, whatever happens.
+  /// @throws outbox::error `permanent` when it is over already; what the store's commit throws:
+  ///         `in_doubt` when the connection was lost after COMMIT was sent (the outcome is
+  ///         unknown: never blindly re-done), otherwise nothing was committed (`transient`:
+  ///         worth running the whole transaction again).
+  void commit() {
+    if (sql_ == nullptr)
+      throw error(errc::permanent, "writer", {}, "commit: the transaction is over");
+    session_type& sql = *std::exchange(sql_, nullptr);
+    const auto rows = std::move(rows_);
+    writer_->commit_with(sql, rows);
+  }
+
+  /// Rolls back the business statements and forgets the kept events; nothing if the
+  /// transaction is over. Never throws (a rollback that fails leaves a broken connection,
+  /// which the server rolls back).
+  void rollback() noexcept {
+    if (sql_ == nullptr) return;
+    rows_.clear();
+    kept_.clear();
+    try {
+      std::exchange(sql_, nullptr)->rollback();
+    } catch (...) {
+    }
+  }
+
+ private:
+  friend class writer;
+  transaction(writer& w, session_type& sql) : writer_(&w), sql_(&sql) { sql.begin(); }
+
+  /// Keeps `n` events placed by `place(kept_)` (each call returns the next one, in place),
+  /// validated and given their rows; or none of them.
+  template <class Place>
+  std::vector<uuid> keep(std::size_t n, Place&& place) {
+    if (sql_ == nullptr)
+      throw error(errc::permanent, "writer", {}, "enqueue: the transaction is over");
+    std::vector<uuid> ids;
+    const std::size_t mark = kept_.size();
+    try {
+      std::vector<const event*> chosen;
+      chosen.reserve(n);
+      for (std::size_t k = 0; k < n; ++k) chosen.push_back(place(kept_));
+      auto rows = writer_->rows_for(std::move(chosen), kept_);
+      ids.reserve(rows.size());
+      rows_.reserve(rows_.size() + rows.size());  // the moves below cannot throw then
+      for (auto& r : rows) {
+        ids.push_back(r.id);
+        rows_.push_back(std::move(r));
+      }
+    } catch (...) {
+      kept_.resize(mark);
+      throw;
+    }
+    return ids;
+  }
+
+  writer* writer_;
+  session_type* sql_;
+  std::deque<event> kept_;  // the events as enqueued (in place: rows point at them)
+  std::vector<outgoing> rows_;
 };
 
 }  // namespace outbox

@@ -191,6 +191,26 @@ struct mysql_fixture : soci_fixture_base {
            "the test'";
   }
 
+  // ---- the writer transaction's faults (writer_transaction_conformance.hpp) ----
+  /// MariaDB has no deferred constraint: COMMIT cannot be made to fail from SQL.
+  static constexpr bool commit_can_fail = false;
+  static constexpr bool commit_answer_can_be_lost = false;
+  static constexpr bool connection_can_be_cut = true;
+  /// The outbox refuses every row (a BEFORE INSERT trigger signalling 45000) until `heal`.
+  static void fail_event_inserts(session_type& sql) {
+    sql << "CREATE TRIGGER outbox_test_refuse BEFORE INSERT ON outbox FOR EACH ROW "
+           "SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'refused by the test'";
+  }
+  /// Drops what `fail_event_inserts` made.
+  static void heal(session_type& sql) { sql << "DROP TRIGGER IF EXISTS outbox_test_refuse"; }
+  /// The server ends `sql`'s connection (KILL CONNECTION from another session).
+  void cut(session_type& sql) const {
+    long long id = 0;
+    sql << "SELECT CONNECTION_ID()", ::soci::into(id);
+    session_type admin("mysql", base_);
+    admin << "KILL CONNECTION " + std::to_string(id);
+  }
+
  private:
   void recreate(const std::string& db) {
     session_type admin("mysql", base_);

@@ -150,6 +150,40 @@ struct postgresql_fixture : soci_fixture_base {
            "END $$";
   }
 
+  // ---- the writer transaction's faults (writer_transaction_conformance.hpp) ----
+  static constexpr bool commit_can_fail = true;
+  static constexpr bool commit_answer_can_be_lost = false;
+  static constexpr bool connection_can_be_cut = true;
+  /// The outbox refuses every row (a BEFORE INSERT trigger raising P0001) until `heal`.
+  static void fail_event_inserts(session_type& sql) {
+    refusal_function(sql);
+    sql << "CREATE TRIGGER outbox_test_refuse BEFORE INSERT ON outbox FOR EACH ROW "
+           "EXECUTE FUNCTION outbox_test_refuse()";
+  }
+  /// COMMIT is refused after an order was written (a deferred constraint trigger on orders,
+  /// checked at COMMIT) until `heal`.
+  static void fail_commits(session_type& sql) {
+    refusal_function(sql);
+    sql << "CREATE CONSTRAINT TRIGGER outbox_test_refuse_at_commit AFTER INSERT ON orders "
+           "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION outbox_test_refuse()";
+  }
+  /// Drops what `fail_event_inserts` and `fail_commits` made.
+  static void heal(session_type& sql) {
+    sql << "DROP TRIGGER IF EXISTS outbox_test_refuse ON outbox";
+    sql << "DROP TRIGGER IF EXISTS outbox_test_refuse_at_commit ON orders";
+  }
+  /// The server ends `sql`'s connection (pg_terminate_backend, waiting until it is gone).
+  void cut(session_type& sql) const {
+    const int pid = PQbackendPID(outbox::postgresql::detail::handle(sql));
+    session_type admin("postgresql", base_);
+    admin << "SELECT pg_terminate_backend(" + std::to_string(pid) + ", 30000)";
+  }
+
+  static void refusal_function(session_type& sql) {
+    sql << "CREATE OR REPLACE FUNCTION outbox_test_refuse() RETURNS trigger LANGUAGE plpgsql AS "
+           "$$ BEGIN RAISE EXCEPTION 'refused by the test' USING ERRCODE = 'P0001'; END $$";
+  }
+
  private:
   std::string base_;
   std::string schema_;

@@ -24,6 +24,7 @@
 #include "../support/server_store_helpers.hpp"
 #include "../support/tcp_proxy.hpp"
 #include "fixture.hpp"
+#include "listening_relay.hpp"
 
 using namespace std::chrono_literals;
 using outbox::claim_policy;
@@ -35,36 +36,7 @@ namespace {
 
 using outbox::test::enqueue_many;
 using outbox::test::eventually;
-
-/// A relay on its own connection, running with idle polls of 30 s: only a notification can
-/// make it publish within a test's wait.
-template <class Fixture>
-struct listening_relay {
-  explicit listening_relay(Fixture& f) : fx(&f) {}
-
-  /// Waits (bounded) until the relay sleeps on LISTEN, so a test does not race it.
-  bool asleep() {
-    auto watcher = fx->open_session();
-    return eventually(
-        [&] {
-          return fx->count(*watcher, "SELECT count(*) FROM pg_stat_activity WHERE pid = " +
-                                         std::to_string(pid) +
-                                         " AND state = 'idle' AND query LIKE 'LISTEN%'") == 1;
-        },
-        20s);
-  }
-
-  Fixture* fx;
-  std::unique_ptr<soci::session> sql = fx->open_session();
-  std::unique_ptr<outbox::postgresql::store> store = fx->make_store(*sql);
-  outbox::testing::memory_transport transport;
-  outbox::relay<outbox::postgresql::store, outbox::testing::memory_transport> relay{
-      *store,
-      transport,
-      {.lease = 60s, .publish_timeout = 10s, .idle_poll_min = 30s, .idle_poll_max = 30s}};
-  const int pid = store->backend_pid();  // before the runner uses the store
-  std::jthread runner{[this](std::stop_token st) { relay.run(st); }};  // last: stops first
-};
+using outbox::test::listening_relay;
 
 }  // namespace
 

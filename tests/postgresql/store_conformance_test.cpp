@@ -13,5 +13,6 @@ using store_fixtures =
 #include "../conformance/store_conformance.hpp"
 #include "../conformance/store_kit_conformance.hpp"
 #include "../conformance/triage_conformance.hpp"
+#include "../conformance/writer_transaction_conformance.hpp"
 
 OUTBOX_TEST_MAIN_REQUIRING("OUTBOX_TEST_POSTGRESQL")

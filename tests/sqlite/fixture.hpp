@@ -118,6 +118,31 @@ struct sqlite_fixture : soci_fixture_base {
     throw ::soci::sqlite3_soci_error("database is locked", 5 /* SQLITE_BUSY */);
   }
 
+  // ---- the writer transaction's faults (writer_transaction_conformance.hpp) ----
+  static constexpr bool commit_can_fail = true;
+  static constexpr bool commit_answer_can_be_lost = false;
+  static constexpr bool connection_can_be_cut = false;  ///< no connection: a file
+  /// The outbox refuses every row (a BEFORE INSERT trigger, RAISE(ABORT)) until `heal`.
+  static void fail_event_inserts(session_type& sql) {
+    sql << "CREATE TRIGGER outbox_test_refuse BEFORE INSERT ON outbox "
+           "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END";
+  }
+  /// COMMIT is refused after an order was written (a deferred foreign key, checked at COMMIT,
+  /// which SQLite leaves open on that failure) until `heal`.
+  static void fail_commits(session_type& sql) {
+    sql << "PRAGMA foreign_keys = ON";
+    sql << "CREATE TABLE IF NOT EXISTS test_parent (id INTEGER PRIMARY KEY)";
+    sql << "CREATE TABLE IF NOT EXISTS test_child (parent INTEGER REFERENCES test_parent (id) "
+           "DEFERRABLE INITIALLY DEFERRED)";
+    sql << "CREATE TRIGGER outbox_test_refuse_at_commit AFTER INSERT ON orders "
+           "BEGIN INSERT INTO test_child VALUES (42); END";
+  }
+  /// Drops what `fail_event_inserts` and `fail_commits` made.
+  static void heal(session_type& sql) {
+    sql << "DROP TRIGGER IF EXISTS outbox_test_refuse";
+    sql << "DROP TRIGGER IF EXISTS outbox_test_refuse_at_commit";
+  }
+
  private:
   [[nodiscard]] std::filesystem::path bare_path() const { return path_.string() + ".bare"; }
   std::filesystem::path path_;

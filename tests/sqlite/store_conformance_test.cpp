@@ -11,3 +11,4 @@ using store_fixtures = std::tuple<outbox::test::sqlite_fixture>;
 #include "../conformance/store_conformance.hpp"
 #include "../conformance/store_kit_conformance.hpp"
 #include "../conformance/triage_conformance.hpp"
+#include "../conformance/writer_transaction_conformance.hpp"

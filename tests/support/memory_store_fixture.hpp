@@ -134,6 +134,25 @@ struct memory_store_fixture {
     (void)sql.find("orders", "any");
   }
 
+  // ---- the writer transaction's faults (writer_transaction_conformance.hpp) ----
+  static constexpr bool commit_can_fail = true;
+  static constexpr bool commit_answer_can_be_lost = true;
+  /// The next commit happens, and reports `in_doubt` (its answer lost).
+  static void lose_commit_answer(session_type& sql) {
+    sql.database().fail_next(1, outbox::errc::in_doubt, outbox::testing::memory_operation::commit);
+  }
+  static constexpr bool connection_can_be_cut = false;  ///< no connection
+  /// The next event append fails (`permanent`).
+  static void fail_event_inserts(session_type& sql) {
+    sql.database().fail_next(1, outbox::errc::permanent, outbox::testing::memory_operation::append);
+  }
+  /// The next commit fails (`transient`, rolled back).
+  static void fail_commits(session_type& sql) {
+    sql.database().fail_next(1, outbox::errc::transient, outbox::testing::memory_operation::commit);
+  }
+  /// No more injected failures.
+  static void heal(session_type& sql) { sql.database().heal(); }
+
  private:
   template <class C>
   static std::int64_t size(const C& c) {

@@ -10,3 +10,4 @@ using store_fixtures = std::tuple<outbox::test::memory_store_fixture>;
 
 #include "../conformance/store_conformance.hpp"
 #include "../conformance/triage_conformance.hpp"
+#include "../conformance/writer_transaction_conformance.hpp"

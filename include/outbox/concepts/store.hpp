@@ -43,6 +43,29 @@ concept appender_providing_store =
     std::default_initializable<typename S::appender> &&
     std::same_as<typename S::appender::session_type, typename S::session_type>;
 
+/// Capability: an appending store (or appender) that sends rows together with the COMMIT of
+/// the caller's open transaction, in one round trip (PostgreSQL: one libpq pipeline).
+/// `writer::transaction::commit` uses it; without it, the writer appends and then commits the
+/// session (two round trips on a server).
+///
+/// | operation               | returns | guarantees                                  | errors |
+/// |-------------------------|---------|---------------------------------------------|--------|
+/// | `s.commit(sql, rows)`   | `void`  | the open transaction on `sql` commits with `rows` in it, or not at all; on any error it is over (rolled back), except `in_doubt` | `transient`, `duplicate`, `permanent` (nothing committed), `in_doubt` (the connection was lost after COMMIT was sent) |
+template <class S>
+concept committing_store = appending_store<S> &&
+    requires(S& s, typename S::session_type& sql, std::span<const outgoing> rows) {
+  { s.commit(sql, rows) } -> std::same_as<void>;
+};
+
+/// A session the application opens transactions on: `begin`, `commit`, `rollback`
+/// (`soci::session`, `testing::memory_session`). `writer::begin` needs it.
+template <class T>
+concept transactional_session = requires(T& sql) {
+  sql.begin();
+  sql.commit();
+  sql.rollback();
+};
+
 /// A store the relay can claim from and settle into.
 ///
 /// | operation             | returns          | guarantees                                  | errors |

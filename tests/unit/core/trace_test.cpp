@@ -240,6 +240,37 @@ BOOST_AUTO_TEST_CASE(the_provider_fills_in_events_without_a_context_once_per_cal
   }
 }
 
+// Through the writer's transaction the context is taken when the event is enqueued (the
+// caller's span is active then, not at commit), and a dropped context stays dropped in the copy
+// the transaction keeps until commit.
+BOOST_AUTO_TEST_CASE(the_writer_transaction_takes_the_context_at_enqueue) {
+  memory_outbox o;
+  std::string active = w3c_parent;
+  outbox::writer<outbox::testing::memory_store<>> w(
+      o.app_store, {.trace_provider =
+                        [&] {
+                          return outbox::trace_context{active, {}};
+                        },
+                    .on_malformed_trace = outbox::writer_options::malformed_trace::drop});
+  {
+    auto tx = w.begin(o.app);
+    tx.enqueue(plain("first"));
+    auto bad = plain("bad");
+    bad.trace.traceparent = "00-nothex";
+    tx.enqueue(bad);
+    active = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";  // another span
+    tx.enqueue(plain("second"));
+    active = "not-a-traceparent";  // at commit the provider is not asked
+    tx.commit();
+  }
+  const auto stored = o.stored();
+  BOOST_TEST_REQUIRE(stored.size() == 3u);
+  BOOST_TEST(stored[0].at("traceparent") == w3c_parent);
+  BOOST_TEST(stored[1].empty());
+  BOOST_TEST(stored[2].at("traceparent") ==
+             "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 namespace {

@@ -52,6 +52,32 @@ class appender {
   ///         is not strict would store it cut), or for a row that alone takes more than
   ///         the session's max_allowed_packet as sent (the server would drop the connection,
   ///         and the transaction with it); nothing is sent then.
+  /// Commits the caller's open transaction on `sql` with `rows` in it
+  /// (`writer::transaction::commit`): `append`, then COMMIT, two round trips (the client
+  /// library sends a COMMIT with the INSERT only as a multi-statement query, which the session
+  /// would have to allow for every statement of the application; see the adapter's README). A
+  /// refused INSERT rolls the transaction back.
+  /// @throws outbox::error as `append` (nothing committed); `in_doubt` when COMMIT fails (the
+  ///         connection lost during COMMIT, or KILL QUERY: the outcome is unknown).
+  void commit(session_type& sql, std::span<const outgoing> rows) {
+    MYSQL* c = detail::handle(sql);
+    try {
+      if (!rows.empty()) append(sql, rows);
+    } catch (...) {
+      (void)mysql_real_query(c, "ROLLBACK", 8);
+      throw;
+    }
+    if (mysql_real_query(c, "COMMIT", 6) != 0) {
+      const unsigned code = mysql_errno(c);
+      throw error(errc::in_doubt, "mysql", std::to_string(code),
+                  detail::connection_lost(code)
+                      ? std::string("commit: the connection was lost during COMMIT; the outcome "
+                                    "is unknown")
+                      : "commit: " + sanitize_text(mysql_error(c)) +
+                            "; COMMIT failed, the outcome is unknown");
+    }
+  }
+
   void append(session_type& sql, std::span<const outgoing> rows) {
     MYSQL* c = detail::handle(sql);
     const std::string_view charset = mysql_character_set_name(c);

@@ -7,9 +7,11 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <outbox/concepts/store.hpp>
 #include <outbox/postgresql/detail/connection.hpp>
+#include <outbox/postgresql/detail/pipeline.hpp>
 #include <outbox/postgresql/schema.hpp>
 #include <outbox/schedule.hpp>
 #include <outbox/sql/statements.hpp>
@@ -32,23 +34,71 @@ class appender {
     insert<detail::append_statement>(sql, rows, o, statements::append);
   }
 
+  /// Commits the caller's open transaction on `sql` with `rows` in it, in one round trip: the
+  /// INSERTs of `append` (bound values, payloads in binary; one row as the statement prepared
+  /// once per connection) and COMMIT go as one libpq pipeline with one sync
+  /// (`writer::transaction::commit`), after wake.sql: the relay's wake-up, once per transaction
+  /// (a NOTIFY only when no relay is busy), which keeps the wake-up trigger out of it (schema
+  /// version 9). Without rows, COMMIT alone.
+  /// @throws outbox::error as `detail::commit_in_pipeline`: nothing committed, or `in_doubt`.
+  void commit(session_type& sql, std::span<const outgoing> rows, const writer_options& o = {}) {
+    PGconn* c = detail::handle(sql);
+    std::vector<detail::piped_statement> statements;
+    const bool prepare = o.prepare_statements && PQstatus(c) == CONNECTION_OK &&
+                         PQtransactionStatus(c) == PQTRANS_INTRANS;
+    if (!rows.empty()) {  // the wake-up first: the trigger then skips the INSERTs
+      detail::piped_statement s;
+      if (prepare)
+        s.prepared = detail::prepared_once<detail::wake_statement>(c, statements::wake);
+      else
+        s.text = statements::wake;
+      statements.push_back(std::move(s));
+    }
+    if (rows.size() == 1 && prepare) {
+      detail::piped_statement s;
+      add_row(s.values, rows.front());
+      s.prepared = detail::prepared_once<detail::append_statement>(c, statements::append);
+      statements.push_back(std::move(s));
+    } else if (!rows.empty()) {
+      outbox::sql::insert_in_chunks(statements::append, 9, rows, 500,
+                                    [&](const std::string& text, std::span<const outgoing> part) {
+                                      detail::piped_statement s;
+                                      s.text = text;
+                                      for (const outgoing& r : part) add_row(s.values, r);
+                                      statements.push_back(std::move(s));
+                                    });
+    }
+    try {
+      detail::commit_in_pipeline(c, statements);
+    } catch (const error& e) {
+      if (e.native_code().starts_with("26000")) {
+        detail::forget_prepared<detail::append_statement>(c);
+        detail::forget_prepared<detail::wake_statement>(c);
+      }
+      throw;
+    }
+  }
+
+  /// Adds `r`'s values in append.sql's order.
+  static void add_row(detail::params& p, const outgoing& r) {
+    p.add(r.id.to_string())
+        .add(r.source->aggregate_type)
+        .add(r.source->aggregate_id)
+        .add(r.source->event_type)
+        .add_bytes(r.source->payload)
+        .add(r.headers_json)
+        .add(detail::to_us(r.created_at))
+        .add(r.source->content_type)
+        .add(outbox::detail::to_unix_ceil<std::chrono::microseconds>(r.available_at));
+  }
+
   /// `append` with another insert of append.sql's parameters (`single_row_insert`, a file of
   /// sql/postgresql/), prepared under `Name` (the log-tailing relay's table mode).
   template <const char* Name>
   static void insert(session_type& sql, std::span<const outgoing> rows, const writer_options& o,
                      std::string_view single_row_insert) {
     PGconn* c = detail::handle(sql);
-    const auto add = [](detail::params& p, const outgoing& r) {
-      p.add(r.id.to_string())
-          .add(r.source->aggregate_type)
-          .add(r.source->aggregate_id)
-          .add(r.source->event_type)
-          .add_bytes(r.source->payload)
-          .add(r.headers_json)
-          .add(detail::to_us(r.created_at))
-          .add(r.source->content_type)
-          .add(outbox::detail::to_unix_ceil<std::chrono::microseconds>(r.available_at));
-    };
+    const auto add = [](detail::params& p, const outgoing& r) { add_row(p, r); };
     if (rows.size() == 1 && o.prepare_statements) {
       detail::params p;
       add(p, rows.front());

@@ -138,6 +138,10 @@ class store : public outbox::sql::server_store<detail::dialect, store> {
   void append(session_type& sql, std::span<const outgoing> rows, const writer_options& o = {}) {
     appender{}.append(sql, rows, o);
   }
+  /// `appender::commit`: the rows and COMMIT in one round trip.
+  void commit(session_type& sql, std::span<const outgoing> rows, const writer_options& o = {}) {
+    appender{}.commit(sql, rows, o);
+  }
 
   // ---- claiming -------------------------------------------------------------------------------
 
@@ -554,6 +558,7 @@ class store : public outbox::sql::server_store<detail::dialect, store> {
 };
 
 static_assert(outbox::sql::server_store_concepts<store>);
+static_assert(concepts::committing_store<store> && concepts::committing_store<appender>);
 static_assert(concepts::triage_store<store> && concepts::replay_store<store>);
 
 }  // namespace outbox::postgresql

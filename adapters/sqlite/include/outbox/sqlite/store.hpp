@@ -185,6 +185,20 @@ class store {
       outbox::sql::require_schema_version(v.step() ? v.column_int64(0) : 0, schema_version,
                                           "sqlite");
     }
+    /// `append`, then COMMIT (`writer::transaction::commit`): SQLite has no round trip to
+    /// save. A refused COMMIT (a deferred constraint, busy) is rolled back.
+    /// @throws outbox::error as `append`, or COMMIT's failure; nothing committed either way.
+    void commit(session_type& sql, std::span<const outgoing> rows) {
+      auto* db = detail::handle(sql);
+      try {
+        if (!rows.empty()) append(sql, rows);
+        detail::exec(db, "COMMIT");
+      } catch (...) {
+        if (detail::sq::sqlite3_get_autocommit(db) == 0)
+          detail::sq::sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
+        throw;
+      }
+    }
   };
 
   /// The session set-up every connection to the file needs: WAL (readers never block), the busy

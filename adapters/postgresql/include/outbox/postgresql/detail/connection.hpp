@@ -282,6 +282,7 @@ inline constexpr char append_statement[] = "outbox_append";
 inline constexpr char emit_statement[] = "outbox_emit";
 inline constexpr char append_streamed_statement[] = "outbox_append_streamed";
 inline constexpr char parked_aggregates_statement[] = "outbox_parked_aggregates";
+inline constexpr char wake_statement[] = "outbox_wake";  ///< the writer transaction's wake-up
 
 /// Runs a statement prepared once per connection (`prepared_once<Name>`); when the server no
 /// longer has it (DISCARD ALL, DEALLOCATE ALL: 26000), the caller's transaction is aborted and
