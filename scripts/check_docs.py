@@ -119,14 +119,40 @@ def check_block(root, rel, start, mark, block, problems):
         problems.append(f"{rel}:{start}: the block is not {mark.group(2)}'s regions:\n{diff}")
 
 
+def check_versions(root, problems):
+    """The version is meson.build's; debian/changelog's top entry and CHANGELOG.md's top heading
+    say the same, and that entry names each dialect's newest migration (sql/<dialect>/NNNN_*)."""
+    meson = re.search(r"^\s*version:\s*'([^']+)'", (root / "meson.build").read_text(), re.M)
+    if not meson:
+        problems.append("meson.build: no version: '...' in project()")
+        return
+    version = meson.group(1)
+    debian = (root / "debian" / "changelog").read_text().split("\n", 1)[0]
+    if not debian.startswith(f"outbox ({version})"):
+        problems.append(f"debian/changelog: the top entry is not version {version}: {debian}")
+    text = (root / "CHANGELOG.md").read_text()
+    entries = re.split(r"^## ", text, flags=re.M)
+    top = entries[1] if len(entries) > 1 else ""
+    if not top.startswith(version + "\n"):
+        problems.append(f"CHANGELOG.md: the top heading is not '## {version}'")
+    names = {"postgresql": "PostgreSQL", "mysql": "MySQL", "sqlite": "SQLite"}
+    for dialect, name in names.items():
+        numbers = [int(p.name[:4]) for p in (root / "sql" / dialect).glob("[0-9][0-9][0-9][0-9]_*.sql")]
+        if numbers and f"{name} migration {max(numbers)}" not in " ".join(top.split()):
+            problems.append(f"CHANGELOG.md: the top entry does not name '{name} migration "
+                            f"{max(numbers)}' (sql/{dialect}/'s newest)")
+
+
 def main():
     root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else ".").resolve()
     files = ["README.md", "CONTRIBUTING.md"]
     files += sorted(str(p.relative_to(root)) for p in (root / "docs").glob("*.md"))
     files += sorted(str(p.relative_to(root)) for p in (root / "adapters").glob("*/README.md"))
+    files.append("CHANGELOG.md")
     problems = []
     for rel in files:
         check(root, rel, problems)
+    check_versions(root, problems)
     for p in problems:
         print(p)
     print(f"check_docs: {len(files)} files, {len(problems)} problems")

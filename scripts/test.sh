@@ -9,7 +9,8 @@
 #     projects of tests/consumers/, installed into build-ci/prefix);
 #  3. runs the tests with OUTBOX_REQUIRE_SERVICES=1, so a test whose server is missing fails
 #     instead of skipping;
-#  4. builds build-core (the core alone, with clang-tidy over it: suite tidy) and, unless
+#  4. builds build-core (the core alone, with clang-tidy over it: suite tidy; from the release
+#     tarball of `meson dist` when the checkout is clean) and, unless
 #     OUTBOX_CI_SANITIZE=0, build-tsan (the core under ThreadSanitizer) and build-asan (ASan +
 #     UBSan) in the background while build-ci's tests run, then runs their tests;
 #  5. stops the servers and prints, as its very last line, the summary of every test log:
@@ -46,6 +47,7 @@ export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/scripts/lsan.supp:print_su
 readonly BUILD_DIR=build-ci
 readonly ASAN_DIR=build-asan
 readonly CORE_DIR=build-core
+readonly DIST_DIR=build-dist # the release tarball, unpacked: build-core's source in CI
 readonly TSAN_DIR=build-tsan
 # The build packages: the core's (compilers, Meson, Boost.Test, the tool's libraries, the checks)
 # here, each adapter's in adapters/<name>/debian-packages and a test's in
@@ -57,6 +59,7 @@ build_packages=(
     meson ninja-build pkg-config cmake g++ clang-14 libclang-rt-14-dev ccache python3 git clang-format
     libboost-test-dev nlohmann-json3-dev
     libcli11-dev libtomlplusplus-dev procps clang-tidy doxygen
+    debhelper lintian autopkgtest help2man
 )
 for list in adapters/*/debian-packages tests/*/debian-packages; do
     while read -r pkg rest || [[ -n $pkg ]]; do
@@ -180,7 +183,7 @@ section "build $BUILD_DIR"
 # (-Dauto_features=enabled): a library missing from its debian-packages is a configure error
 # naming it, not an adapter left out with its tests while the run stays green.
 if ! build "$BUILD_DIR" -Doptimization=2 -Ddebug=false -Dbench=true -Dauto_features=enabled \
-    -Dconsumer_tests=true -Dtest_optimization=0 -Dcore_tests=false \
+    -Dconsumer_tests=true -Dpackage_tests=true -Dtest_optimization=0 -Dcore_tests=false \
     --prefix="$PWD/$BUILD_DIR/prefix"; then
     echo "error: the build in $BUILD_DIR failed" >&2
     exit 1
@@ -210,10 +213,20 @@ rm -f "$CORE_DIR.rc" "$TSAN_DIR.rc" "$ASAN_DIR.rc"
 set -m # the background job gets a process group of its own (finish ends it as a whole)
 (
     set +e
-    rm -rf "$CORE_DIR"
-    nice -n 10 meson setup "$CORE_DIR" -Dwerror=true -Dauto_features=disabled -Dtests=enabled \
-        -Dexamples=false -Dbench=false -Dtest_optimization=0 -Ddebug=false \
-        >"$CORE_DIR.log" 2>&1 &&
+    rm -rf "$CORE_DIR" "$DIST_DIR"
+    # From the release tarball (`meson dist`) when the checkout is clean, as in CI: so every
+    # run shows that the tarball builds and passes the unit suite in a fresh directory. A
+    # working tree with changes builds from itself (the tarball would hold HEAD only).
+    core_source=.
+    if [[ -d .git && -z $(git status --porcelain) ]] &&
+        meson dist -C "$BUILD_DIR" --no-tests --formats xztar >"$CORE_DIR.log" 2>&1; then
+        mkdir -p "$DIST_DIR" && tar -C "$DIST_DIR" -xf "$BUILD_DIR"/meson-dist/outbox-*.tar.xz &&
+            core_source=$(echo "$DIST_DIR"/outbox-*)
+    fi
+    echo "$CORE_DIR: from the source in $core_source" >>"$CORE_DIR.log"
+    nice -n 10 meson setup "$CORE_DIR" "$core_source" -Dwerror=true -Dauto_features=disabled \
+        -Dtests=enabled -Dexamples=false -Dbench=false -Dtest_optimization=0 -Ddebug=false \
+        >>"$CORE_DIR.log" 2>&1 &&
         nice -n 10 ninja -C "$CORE_DIR" >>"$CORE_DIR.log" 2>&1
     echo $? >"$CORE_DIR.rc.part" && mv "$CORE_DIR.rc.part" "$CORE_DIR.rc" # whole, once seen
     if ((sanitize)); then

@@ -2,8 +2,8 @@
 # tests/consumers/consumer_test.sh MODE BUILD_ROOT PREFIX DATADIR MESON...
 # One consumer test (tests/consumers/meson.build): installs the outbox build in BUILD_ROOT into
 # its PREFIX (which must lie inside BUILD_ROOT; installing again is harmless), then builds the
-# consumer project MODE (pkgconfig, meson_subproject or cmake: the folder of that name, with
-# main.cpp) in BUILD_ROOT/consumers/MODE and runs its program. Any failure fails the test.
+# consumer project MODE (pkgconfig, meson_subproject, meson_wrap (the meson_subproject folder,
+# fed the release tarball) or cmake: the folder of that name, with main.cpp) in BUILD_ROOT/consumers/MODE and runs its program. Any failure fails the test.
 # OUTBOX_CONSUMER_CXX: the compiler command of the outbox build (e.g. "ccache c++").
 set -euo pipefail
 
@@ -28,7 +28,7 @@ unset DESTDIR # meson install would put the files under it
 work=$build_root/consumers/$mode
 rm -rf "$work"
 mkdir -p "$work"
-cp -R "$here/$mode" "$work/src"
+cp -R "$here/${mode/meson_wrap/meson_subproject}" "$work/src"
 cp "$here/main.cpp" "$work/src/"
 cd "$work"
 
@@ -46,6 +46,27 @@ meson_subproject)
     # this machine cannot stand in for it.
     ln -s "$source_root" src/subprojects/outbox
     CXX="${cxx[*]}" "${meson[@]}" setup build src --force-fallback-for=outbox-sqlite
+    "${meson[@]}" compile -C build
+    app=build/app
+    ;;
+meson_wrap)
+    # The release tarball (`meson dist`, as scripts/package.sh makes it: committed files only)
+    # from subprojects/packagecache/, offline, through the wrap-file scripts/make_wrap.sh
+    # writes for it: what a project using a release does.
+    "${meson[@]}" dist -C "$build_root" --no-tests --formats xztar --allow-dirty
+    tarball=$(ls "$build_root"/meson-dist/outbox-*.tar.xz)
+    mkdir -p src/subprojects/packagecache
+    rm -f src/subprojects/outbox.wrap
+    cp "$tarball" src/subprojects/packagecache/
+    # A URL that cannot be reached: the tarball must come from the cache.
+    "$source_root/scripts/make_wrap.sh" "$tarball" https://example.invalid/outbox \
+        >src/subprojects/outbox.wrap
+    CXX="${cxx[*]}" "${meson[@]}" setup build src --wrap-mode=nodownload \
+        --force-fallback-for=outbox-sqlite
+    grep -q "outbox source from cache" build/meson-logs/meson-log.txt || {
+        echo "error: Meson did not take the tarball from the packagecache" >&2
+        exit 1
+    }
     "${meson[@]}" compile -C build
     app=build/app
     ;;
