@@ -8,7 +8,8 @@
 #  2. the .debs, built by dpkg-buildpackage from that tarball's tree (not this checkout), so
 #     that a file missing from the tarball fails here; DEB_BUILD_OPTIONS passes through (CI
 #     sets noopt: the package build compiles the outbox command and nothing else);
-#  3. lintian over the .changes: any error fails, and its whole output is printed;
+#  3. lintian over the .changes: any error or warning fails (fix it, or override it in
+#     debian/*.lintian-overrides with the reason), and its whole output is printed;
 #  4. `dpkg -c` of each package;
 #  5. unless --no-install-test: the autopkgtest (debian/tests/) with the null runner, which
 #     installs the packages on THIS machine (root needed), runs the tests, and removes the
@@ -59,12 +60,12 @@ changes=$(ls "$out"/outbox_*.changes)
 
 echo "== 3. lintian"
 lintian_rc=0
-lintian --fail-on error --info "$changes" || lintian_rc=$?
+lintian --fail-on error,warning --info "$changes" || lintian_rc=$?
 if ((lintian_rc != 0)); then
-    echo "error: lintian found errors (exit $lintian_rc)" >&2
+    echo "error: lintian found errors or warnings (exit $lintian_rc)" >&2
     exit 1
 fi
-echo "lintian: no errors"
+echo "lintian: no errors, no warnings"
 
 echo "== 4. the packages"
 for deb in "$out"/*.deb; do
