@@ -180,19 +180,32 @@ struct settlement {
     /// Not attempted (stopping, an earlier event of its aggregate failed, its route paused):
     /// pending again, its attempt given back, `last_error` kept. Claimable at once, or, with
     /// `retry_at` set (after the epoch), deferred: claimable at `retry_at`, and its aggregate's
-    /// later rows wait behind it as behind a retry. Counted in `settle_result::released`.
+    /// later rows wait behind it as behind a retry; a deferred row with no last error gets
+    /// `deferral_error()` as one (see `retry_at`). Counted in `settle_result::released`.
     release,
   };
   kind what = kind::release;  ///< The fate; a default settlement releases the message.
   /// For `retry`: when the row is claimable again. For `release`: the epoch (the default)
-  /// releases at once; a later time defers the row until then without spending an attempt
-  /// (stores cannot tell a deferred row never attempted from a scheduled event: their stats
-  /// count it as `backlog_stats::scheduled`, one attempted before as `waiting_retry`).
+  /// releases at once; a later time defers the row until then without spending an attempt.
+  /// The row keeps its last error, or, with none (never attempted, nor failed before), gets
+  /// `deferral_error()`: that marks it as deferred for the stats, which count it in
+  /// `backlog_stats::pending` and `waiting_retry` (not `scheduled`, the writer's events).
   time_point retry_at{};
-  std::string error{};  ///< For `retry` and `dead`: the reason, kept as the last error of the row.
+  /// For `retry` and `dead`: the reason, kept as the last error of the row. For a deferral: the
+  /// last error it gives a row that has none (empty: `deferred_error`).
+  std::string error{};
   /// For `dead`: the cause key the row keeps (`cause_key`); empty: the store makes one of
   /// `error` with the class "unknown".
   std::string cause{};
+
+  /// The last error a deferral gives a row with none when its `error` is empty.
+  static constexpr std::string_view deferred_error =
+      "deferred: not attempted, claimable again at its retry time";
+  /// For a deferral (a `release` with `retry_at` set): the last error it gives a row that has
+  /// none, `error` or else `deferred_error`.
+  [[nodiscard]] std::string_view deferral_error() const noexcept {
+    return error.empty() ? deferred_error : std::string_view(error);
+  }
 };
 
 /// What `settle` did. `fenced` counts rows that were no longer held under the batch's token
@@ -218,25 +231,27 @@ struct dead_letter {
 
 /// Backlog signals for monitoring.
 struct backlog_stats {
-  /// Waiting to be published (including those awaiting a retry), scheduled events not yet
-  /// due excepted (`scheduled`).
+  /// Waiting to be published (including those awaiting a retry or deferred), scheduled
+  /// events not yet due excepted (`scheduled`).
   std::int64_t pending = 0;
   std::int64_t in_flight = 0;                       ///< Claimed under a lease that has not expired.
   std::int64_t dead = 0;                            ///< Dead-lettered.
   std::chrono::milliseconds oldest_pending_age{0};  ///< 0 when nothing is pending.
-  /// Of `pending`, those waiting for a retry: held by no claim (no lease token, live or
-  /// expired), attempted at least once, and claimable only after `now` (`available_at`, the
-  /// retry time). Only the settle of a failed attempt leaves an attempted row so (a claim
-  /// stamps a lease token; a release and a requeue make the row claimable at once; a row never
-  /// attempted is `scheduled`), so these rows failed at least once and are not due yet;
-  /// the other `pending - waiting_retry` are due (claimable, unless an earlier row of their
-  /// aggregate holds them back). The same test on every store; under a *locking* claim policy
-  /// a claimed row counts in `pending` (not `in_flight`), never here.
+  /// Of `pending`, those waiting for a retry or a deferral: held by no claim (no lease token,
+  /// live or expired), attempted at least once or carrying a last error, and claimable only
+  /// after `now` (`available_at`, the retry time). Only the settle of a failed attempt or a
+  /// deferral (a `release` with `settlement::retry_at`, which gives a row with no last error
+  /// `settlement::deferral_error()`) leaves a row so (a claim stamps a lease token; a release
+  /// and a requeue make the row claimable at once); so these rows failed at least once, or
+  /// were held back (a paused route), and are not due yet; the other `pending -
+  /// waiting_retry` are due (claimable, unless an earlier row of their aggregate holds them
+  /// back). The same test on every store; under a *locking* claim policy a claimed row counts
+  /// in `pending` (not `in_flight`), never here.
   std::int64_t waiting_retry = 0;
   /// Scheduled events not due yet (`event::deliver_at` after `now`): held by no claim, never
-  /// attempted, claimable only after `now`. Not in `pending`, `waiting_retry` or
-  /// `oldest_pending_age`: they are not late. Once due they count in `pending`, their age
-  /// from their `enqueue`.
+  /// attempted, no last error (as the writer appended them: nothing touched them since), and
+  /// claimable only after `now`. Not in `pending`, `waiting_retry` or `oldest_pending_age`:
+  /// they are not late. Once due they count in `pending`, their age from their `enqueue`.
   std::int64_t scheduled = 0;
   /// Log-tailing stores only (0 elsewhere): WAL bytes between the slot's confirmed position
   /// and the server's current one (events committed and not yet confirmed by the broker, and

@@ -10,9 +10,11 @@
 -- $1 event_id (UUID text), $2 aggregate_type, $3 aggregate_id, $4 event_type, $5 payload
 -- (bytea, sent in binary), $6 headers (JSON object text), $7 created_at (Unix us),
 -- $8 content_type, $9 state (0 pending, 2 dead), $10 available_at (Unix us; NULL: claimable now, not waiting for a retry), $11 attempts,
--- $12 dead_at (Unix us, or NULL), $13 last_error (or NULL), $14 dead_cause (a dead letter's
--- cause key, outbox::cause_key, or NULL). A scheduled event not due yet is parked pending with
--- its time as available_at and no attempt (stats.sql counts it as scheduled).
+-- $12 dead_at (Unix us, or NULL), $13 last_error (a dead letter's, a deferral's, or NULL),
+-- $14 dead_cause (a dead letter's cause key, outbox::cause_key, or NULL). A scheduled event not
+-- due yet is parked pending with its time as available_at, no attempt and no last error
+-- (stats.sql counts it as scheduled); a deferred one (never attempted before) with its time
+-- and its last error (stats.sql counts it as pending, waiting).
 INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload_bytes,
                     headers, created_at, content_type, state, available_at, attempts, dead_at,
                     last_error, dead_cause)

@@ -8,7 +8,8 @@
 -- Published rows become published (state 1) under retention keep, or are deleted under
 -- delete_on_publish ($8); only one of the two CTEs does anything (a one-time filter).
 -- The fates of the other rows arrive as unnest arrays: kind 2 retry, 3 dead, 4 release, 5 defer
--- (a release until its time: the row then holds its aggregate back as a retry does)
+-- (a release until its time: the row then holds its aggregate back as a retry does, and, with
+-- no last error, gets its error, the mark stats.sql tells it from a scheduled event by)
 -- (outbox::sql::fate_code); states 0 pending, 1 published, 2 dead (outbox::sql::row_state).
 -- Returns the four counts: published, retried, dead, released (deferred ones included).
 -- $1 fencing token (NULL under locking), $2 now (Unix us), $3 published seqs (bigint[]),
@@ -40,7 +41,8 @@ oth AS (
                    THEN least(o.attempts, 2147483646) + 1
                  ELSE o.attempts END,
     dead_at = CASE WHEN f.kind = 3 THEN outbox_ts($2::bigint) ELSE o.dead_at END,
-    last_error = CASE WHEN f.kind IN (2, 3) THEN f.err ELSE o.last_error END,
+    last_error = CASE WHEN f.kind IN (2, 3) THEN f.err
+                      WHEN f.kind = 5 THEN coalesce(o.last_error, f.err) ELSE o.last_error END,
     dead_cause = CASE WHEN f.kind = 3 THEN f.cause ELSE o.dead_cause END,
     lease_owner = NULL, lease_token = NULL
   FROM f

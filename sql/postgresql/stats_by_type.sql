@@ -6,16 +6,19 @@
 -- $1 now (Unix us).
 SELECT aggregate_type,
        count(*) FILTER (WHERE state = 0 AND NOT (available_at > outbox_ts($1::bigint)
-                                                 AND (lease_token IS NOT NULL OR attempts = 0))),
-       count(*) FILTER (WHERE state = 0 AND lease_token IS NULL AND attempts > 0
+                                                 AND (lease_token IS NOT NULL
+                                                      OR (attempts = 0 AND last_error IS NULL)))),
+       count(*) FILTER (WHERE state = 0 AND lease_token IS NULL
+                          AND (attempts > 0 OR last_error IS NOT NULL)
                           AND available_at > outbox_ts($1::bigint)),
        count(*) FILTER (WHERE state = 0 AND lease_token IS NOT NULL
                           AND available_at > outbox_ts($1::bigint)),
        count(*) FILTER (WHERE state = 2),
        coalesce(outbox_us(min(created_at) FILTER (
                   WHERE state = 0 AND NOT (lease_token IS NULL AND attempts = 0
+                                           AND last_error IS NULL
                                            AND available_at > outbox_ts($1::bigint)))), 0),
        count(*) FILTER (WHERE state = 0 AND lease_token IS NULL AND attempts = 0
-                          AND available_at > outbox_ts($1::bigint))
+                          AND last_error IS NULL AND available_at > outbox_ts($1::bigint))
 FROM outbox WHERE state = 0 OR state = 2
 GROUP BY aggregate_type ORDER BY aggregate_type COLLATE "C"

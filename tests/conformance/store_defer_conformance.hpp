@@ -3,7 +3,7 @@
 // pending, claimable at retry_at, its attempt given back, its aggregate held back behind it as
 // behind a retry): included by store_conformance.hpp after its suite, so every polling store
 // (the memory one too) runs it with the same fixtures. The storm guard defers a paused route's
-// events so; a pause must never spend an attempt.
+// events so; a pause must never spend an attempt, nor hide the events from the backlog.
 
 #include <string>
 #include <vector>
@@ -58,6 +58,11 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_deferred_row_waits_for_its_time_and_never_spends
   BOOST_TEST(r1.released == 3u);
   BOOST_TEST(r1.retried == 1u);
   BOOST_TEST(r1.fenced == 0u);
+  // The deferred "first" (never attempted before) is in the backlog, waiting; not scheduled.
+  const auto s1 = st->stats(clock.now());
+  BOOST_TEST(s1.pending == 4);
+  BOOST_TEST(s1.waiting_retry == 1);
+  BOOST_TEST(s1.scheduled == 0);
 
   // At once: the plain release is claimable ("other", its attempt given back: 1 again), the
   // retry too ("tried": 2); "first" is not, and "second" waits behind it.
@@ -108,6 +113,57 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_deferred_row_waits_for_its_time_and_never_spends
   BOOST_TEST(s.pending == 0);
   BOOST_TEST(s.scheduled == 0);
   BOOST_TEST(s.dead == 0);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_deferred_row_is_in_the_backlog_and_a_scheduled_event_is_not,
+                              Fixture, store_fixtures) {
+  // A row deferred before any attempt (a paused route's) is late work: in `pending`,
+  // `waiting_retry` and `oldest_pending_age`. A scheduled event beside it is not: `scheduled`.
+  Fixture fx;
+  auto sql = fx.open_session();
+  auto st = fx.make_store(*sql);
+  outbox::testing::manual_clock clock;
+  conformance::commit_events(fx, {conformance::make_event("a", "early")}, clock);
+  clock.advance(5s);
+  outbox::event later = conformance::make_event("s", "reminder_due");
+  later.deliver_at = clock.now() + 60s;
+  conformance::commit_events(fx, {later}, clock);
+
+  auto b = st->claim(conformance::req(clock));
+  BOOST_TEST_REQUIRE(b.size() == 1u);
+  BOOST_TEST(b.messages[0].event_type == "early");
+  BOOST_TEST(b.messages[0].attempts == 1);
+  const auto r =
+      st->settle(b, std::vector<outbox::settlement>{conformance::deferred_until(clock.now() + 10s)},
+                 clock.now());
+  BOOST_TEST(r.released == 1u);
+  BOOST_TEST(r.fenced == 0u);
+
+  clock.advance(1s);
+  const auto s = st->stats(clock.now());
+  BOOST_TEST(s.pending == 1);
+  BOOST_TEST(s.waiting_retry == 1);
+  BOOST_TEST(s.scheduled == 1);
+  BOOST_TEST(s.in_flight == 0);
+  BOOST_TEST(s.oldest_pending_age.count() == 6000);  // "early", enqueued 6 s ago
+  const auto by_type = st->stats_by_aggregate_type(clock.now());
+  BOOST_TEST_REQUIRE(by_type.size() == 1u);
+  BOOST_TEST(by_type[0].stats.pending == 1);
+  BOOST_TEST(by_type[0].stats.waiting_retry == 1);
+  BOOST_TEST(by_type[0].stats.scheduled == 1);
+  BOOST_TEST(by_type[0].stats.oldest_pending_age.count() == 6000);
+
+  // Due: claimed with its attempt given back (1 again), released at once, then due, not
+  // waiting; the scheduled event stays scheduled until its time.
+  clock.advance(10s);
+  auto again = st->claim(conformance::req(clock));
+  BOOST_TEST_REQUIRE(again.size() == 1u);
+  BOOST_TEST(again.messages[0].attempts == 1);
+  BOOST_TEST(st->settle(again, std::vector<outbox::settlement>(1), clock.now()).released == 1u);
+  const auto s2 = st->stats(clock.now());
+  BOOST_TEST(s2.pending == 1);
+  BOOST_TEST(s2.waiting_retry == 0);
+  BOOST_TEST(s2.scheduled == 1);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -332,6 +332,30 @@ BOOST_FIXTURE_TEST_CASE(a_deferred_stream_event_waits_without_spending_an_attemp
   store->settle(t, std::vector<outbox::settlement>(2, {kind::published}), later);
 }
 
+// A deferred stream event (never attempted before) is in the backlog: pending, waiting, in the
+// oldest age; a scheduled event parked beside it is not (scheduled). The deferral's last error
+// tells the two parked rows apart.
+BOOST_FIXTURE_TEST_CASE(a_deferred_stream_event_is_in_the_backlog_a_scheduled_one_is_not,
+                        tailing_fixture) {
+  auto table = open_session();
+  auto store = make_tailing(*table);
+  const auto now = std::chrono::system_clock::now();
+  commit<tailing_store>(*this, {make("S", "scheduled", now + 2h), make("A", "deferred")});
+  const auto written = std::chrono::system_clock::now();
+  auto b = claim_type(*store, now, "deferred");
+  BOOST_TEST_REQUIRE(b.size() == 1u);
+  BOOST_TEST(
+      store->settle(b, std::vector<outbox::settlement>{{kind::release, now + 1h}}, now).released ==
+      1u);
+  BOOST_TEST(table_rows(*table, "state = 0 AND attempts = 0 AND last_error IS NULL") == 1u);
+  BOOST_TEST(table_rows(*table, "state = 0 AND attempts = 0 AND last_error IS NOT NULL") == 1u);
+  const auto s = store->stats(written + 2s);
+  BOOST_TEST(s.pending == 1);
+  BOOST_TEST(s.waiting_retry == 1);
+  BOOST_TEST(s.scheduled == 1);
+  BOOST_TEST((s.oldest_pending_age >= 2s));  // written before `written`
+}
+
 // The store conformance case of the deferral (tests/conformance/store_defer_conformance.hpp),
 // on the log-tailing store: a stream batch's fates park the events (the deferred one until its
 // time, its attempt given back), and the table's batches are deferred as a polling store's.
@@ -359,6 +383,11 @@ BOOST_FIXTURE_TEST_CASE(a_deferral_keeps_the_store_conformance_contract, tailing
   BOOST_TEST(r1.released == 3u);
   BOOST_TEST(r1.retried == 1u);
   BOOST_TEST(r1.fenced == 0u);
+  // The deferred "first" (never attempted before) is in the backlog, waiting; not scheduled.
+  const auto s1 = store->stats(clock.now());
+  BOOST_TEST(s1.pending == 4);
+  BOOST_TEST(s1.waiting_retry == 1);
+  BOOST_TEST(s1.scheduled == 0);
 
   auto b2 = claim();
   BOOST_TEST_REQUIRE(b2.size() == 2u);

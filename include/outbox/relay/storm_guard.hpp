@@ -73,8 +73,10 @@ std::string route_of(Transport& t, const message& m) {
 
 /// Counts dead letters per route and pauses the routes that dead-letter too much. A paused
 /// route's messages are deferred to the end of the pause (a `release` with `retry_at`: they stay
-/// pending and hold their aggregates back as a retry does, but spend no attempt, so a route
-/// paused for hours dead-letters nothing by the retry policy); the first batch after the pause
+/// pending, in the backlog's `pending` and `waiting_retry` (a row with no last error gets
+/// `deferred: route "R" is paused by the storm guard` as one), and hold their aggregates back
+/// as a retry does, but spend no attempt, so a route paused for hours dead-letters nothing by
+/// the retry policy); the first batch after the pause
 /// is the probe: a confirm on the route resumes it, a permanent failure pauses it again for
 /// twice as long (the probed messages are deferred too, their attempt given back). While a
 /// route is paused or probed, none of its messages is dead-lettered for a permanent error: at
@@ -108,9 +110,12 @@ class storm_guard {
                      [&](const auto& r) { return r.second.paused_until > now; }))
       return sendable;
     std::vector<time_point> until(sendable);
+    std::vector<const std::string*> route(sendable);
     for (std::size_t i = 0; i < sendable; ++i) {
       const auto it = routes_.find(route_of(*transport_, msgs[i]));
-      if (it != routes_.end() && it->second.paused_until > now) until[i] = it->second.paused_until;
+      if (it == routes_.end() || it->second.paused_until <= now) continue;
+      until[i] = it->second.paused_until;
+      route[i] = &it->first;
     }
     std::vector<std::size_t> order(sendable);
     for (std::size_t i = 0; i < sendable; ++i) order[i] = i;
@@ -122,7 +127,8 @@ class storm_guard {
     std::move(arranged.begin(), arranged.end(), msgs.begin());
     const auto lead = static_cast<std::size_t>(mid - order.begin());
     for (std::size_t k = lead; k < sendable; ++k) {
-      fates[k] = settlement{settlement::kind::release, until[order[k]]};  // deferred: no attempt
+      // Deferred: no attempt.
+      fates[k] = settlement{settlement::kind::release, until[order[k]], deferral(*route[order[k]])};
       held.insert(detail::aggregate_key(msgs[k]));
     }
     return lead;
@@ -183,7 +189,7 @@ class storm_guard {
           s.last_error = fates[i].error;
           changes.push_back(route_change{names[i], true, true, 0, s.paused_until, s.last_error});
         }
-        fates[i] = settlement{settlement::kind::release, s.paused_until};
+        fates[i] = settlement{settlement::kind::release, s.paused_until, deferral(names[i])};
       }
       prune(now);
     }
@@ -215,6 +221,12 @@ class storm_guard {
     time_point paused_until{};
     std::string last_error;
   };
+
+  /// The last error a deferral by the guard gives a row that has none (it tells the stores'
+  /// stats a deferred row from a scheduled event: `settlement::retry_at`).
+  static std::string deferral(const std::string& route) {
+    return "deferred: route \"" + route + "\" is paused by the storm guard";
+  }
 
   /// Forgets the routes that are neither paused nor have a dead letter in the window, once
   /// there are many (a route per aggregate type would otherwise grow without bound).

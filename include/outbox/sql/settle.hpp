@@ -31,6 +31,9 @@ struct settle_plan {
   struct deferral {
     std::int64_t seq;     ///< The sequence of the row (`message::sequence`).
     time_point retry_at;  ///< When the row is claimable again.
+    /// Storable: the last error the row gets if it has none (`settlement::deferral_error`),
+    /// the mark that tells the stats a deferred row from a scheduled event.
+    std::string error;
   };
 
   std::vector<std::int64_t> published;  ///< Sequences confirmed by the transport.
@@ -54,7 +57,7 @@ struct settle_plan {
           break;
         case settlement::kind::release:
           if (f.retry_at > time_point{})
-            p.deferred.push_back({seq, f.retry_at});
+            p.deferred.push_back({seq, f.retry_at, storable_text(f.deferral_error())});
           else
             p.released.push_back(seq);
           break;

@@ -14,7 +14,8 @@
 /// - `settle` touches only rows still held under the batch's token (`fenced` counts the rest):
 ///   published (kept with `published_at`, or deleted, by `retention`), retried (claimable at
 ///   `retry_at`, the error kept), dead (kept with the error and `dead_at`), released (back to
-///   pending, the attempt given back; claimable at once, or at `retry_at` when set: deferred).
+///   pending, the attempt given back; claimable at once, or at `retry_at` when set: deferred,
+///   a row with no last error then getting `settlement::deferral_error()`).
 /// - the inbox and the business effect commit together in the session's transaction
 ///   (`memory_session`), a duplicate is `false` and never aborts the transaction.
 /// - `wait_for_work` sleeps on a condition variable until a commit adds outbox rows, a dead
@@ -247,6 +248,9 @@ class memory_store {
           ++r.released;
           row.available_at = f.retry_at > time_point{} ? f.retry_at : time_point{};
           if (row.attempts > 0) --row.attempts;
+          // A deferred row's mark for the stats (a scheduled event has no last error).
+          if (f.retry_at > time_point{} && row.last_error.empty())
+            row.last_error = outbox::sql::storable_text(f.deferral_error());
           break;
       }
       clear_lease(row);
@@ -499,7 +503,8 @@ class memory_store {
       if (row.state != memory_row::state_type::pending) return;
       if (row.lease_token && row.available_at > now) {
         ++counts.in_flight;
-      } else if (!row.lease_token && row.available_at > now && row.attempts == 0) {
+      } else if (!row.lease_token && row.available_at > now && row.attempts == 0 &&
+                 row.last_error.empty()) {  // as the writer appended it: a scheduled event
         ++counts.scheduled;
         return;
       } else {

@@ -1,8 +1,8 @@
 // The relay's storm guard on the in-memory store and transport (test_memory_store): a route that
 // dead-letters too much is paused with its events kept pending (deferred: no attempt spent),
 // probed after the pause, resumed once it works; order per aggregate holds across the pause. A
-// manual clock drives the pauses. A deferred event never attempted counts as scheduled in the
-// store's stats (a store cannot tell the two apart).
+// manual clock drives the pauses. A deferred event counts in the store's backlog (pending,
+// waiting), never as scheduled, even never attempted.
 #include <boost/test/unit_test.hpp>
 
 #include "common.hpp"
@@ -66,9 +66,10 @@ BOOST_AUTO_TEST_CASE(a_broken_route_is_paused_after_max_dead_and_the_rest_stays_
   w.writer.enqueue(w.app, {"order", "fine", "to_fine", R"({"n":1})", {}});
   w.drain();
   const auto b = w.backlog();
-  BOOST_TEST(b.dead == 5);        // the first max_dead only
-  BOOST_TEST(b.scheduled == 45);  // the rest wait for the probe, deferred, unattempted
-  BOOST_TEST(b.pending == 0);
+  BOOST_TEST(b.dead == 5);                    // the first max_dead only
+  BOOST_TEST(b.pending == 45);                // the rest wait for the probe, deferred, unattempted
+  BOOST_TEST(b.waiting_retry == 45);          // not due before the probe
+  BOOST_TEST(b.scheduled == 0);               // not events the writer scheduled
   BOOST_TEST(w.relay.stats().retried == 0u);  // deferred: released, no attempt counted
   BOOST_TEST(w.relay.stats().released >= 45u);
   BOOST_TEST(w.on_wire("to_fine") == 1u);  // other routes flow
@@ -86,7 +87,8 @@ BOOST_AUTO_TEST_CASE(a_broken_route_is_paused_after_max_dead_and_the_rest_stays_
   w.broken(10, "c");
   w.drain();
   BOOST_TEST(w.backlog().dead == 5);
-  BOOST_TEST(w.backlog().scheduled == 55);
+  BOOST_TEST(w.backlog().pending == 55);
+  BOOST_TEST(w.backlog().scheduled == 0);
   BOOST_TEST(w.transport.failures_injected() == injected);
 }
 
@@ -100,12 +102,17 @@ BOOST_AUTO_TEST_CASE(the_route_is_probed_after_the_pause_and_resumed_once_it_wor
   const auto injected = w.transport.failures_injected();
   w.drain();
   BOOST_TEST(w.transport.failures_injected() == injected);
+  // Late, and the backlog says so: the oldest age grows through the pause.
+  BOOST_TEST(w.backlog().pending == 45);
+  BOOST_TEST((w.backlog().oldest_pending_age == 29s));
   // Still broken at the probe: paused again, twice as long, still no more dead letters.
   w.clock.advance(2s);
   w.drain();
   BOOST_TEST(w.transport.failures_injected() > injected);
   BOOST_TEST(w.backlog().dead == 5);
-  BOOST_TEST(w.backlog().scheduled == 45);
+  BOOST_TEST(w.backlog().pending == 45);
+  BOOST_TEST(w.backlog().waiting_retry == 45);
+  BOOST_TEST(w.backlog().scheduled == 0);
   BOOST_TEST_REQUIRE(w.changes.size() == 2u);
   BOOST_TEST((w.changes[1].until == w.clock.now() + 60s));
   // Then 120 s, the maximum, and it stays there.

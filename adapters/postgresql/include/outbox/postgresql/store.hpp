@@ -264,7 +264,7 @@ class store : public outbox::sql::server_store<detail::dialect, store> {
         others.add(d.seq);
         kinds.add(static_cast<int>(outbox::sql::fate_code::defer));
         ats.add(outbox::detail::to_unix_ceil<std::chrono::microseconds>(d.retry_at));
-        errors.add_text({});
+        errors.add_text(d.error);  // kept only by a row with no last error
         causes.add_text({});
       }
       for (const auto& f : plan.failed) {

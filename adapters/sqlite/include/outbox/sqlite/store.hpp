@@ -344,8 +344,11 @@ class store {
     }
     if (!plan.released.empty()) {
       const auto list = detail::json_array(plan.released);
-      r.released = static_cast<std::size_t>(
-          st_.release.bind(1, list).bind(2, batch.token).bind(3, std::int64_t{0}).run());
+      r.released = static_cast<std::size_t>(st_.release.bind(1, list)
+                                                .bind(2, batch.token)
+                                                .bind(3, std::int64_t{0})
+                                                .bind_null(4)
+                                                .run());
     }
     for (const auto& d : plan.deferred) {  // claimable at retry_at, never before (rounded up)
       const auto list = detail::json_array(std::span(&d.seq, 1));
@@ -353,6 +356,7 @@ class store {
           st_.release.bind(1, list)
               .bind(2, batch.token)
               .bind(3, outbox::detail::to_unix_ceil<std::chrono::milliseconds>(d.retry_at))
+              .bind(4, d.error)
               .run());
     }
     for (const auto& f : plan.failed) {

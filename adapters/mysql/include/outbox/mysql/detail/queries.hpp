@@ -81,16 +81,18 @@ void for_chunks(const std::vector<std::int64_t>& seqs, F&& f) {
 
 /// The fates of one kind of `plan` as the JSON arrays settle_failed.sql (`code` retry or dead:
 /// {"s": seq, "a": retry time, "e": error, "c": cause}) or settle_defer.sql (`code` defer:
-/// {"s": seq, "a": when claimable, rounded up}) takes, by seq, at most settle_chunk per array.
+/// {"s": seq, "a": when claimable, rounded up, "e": error}) takes, by seq, at most settle_chunk
+/// per array.
 inline std::vector<std::string> fate_lists(const outbox::sql::settle_plan& plan,
                                            outbox::sql::fate_code code) {
   std::vector<std::pair<std::int64_t, nlohmann::json>> fates;
   if (code == outbox::sql::fate_code::defer) {
     for (const auto& d : plan.deferred)
       fates.emplace_back(
-          d.seq, nlohmann::json{
-                     {"s", d.seq},
-                     {"a", outbox::detail::to_unix_ceil<std::chrono::microseconds>(d.retry_at)}});
+          d.seq,
+          nlohmann::json{{"s", d.seq},
+                         {"a", outbox::detail::to_unix_ceil<std::chrono::microseconds>(d.retry_at)},
+                         {"e", d.error}});
   } else {
     for (const auto& f : plan.failed)
       if (f.code == code)

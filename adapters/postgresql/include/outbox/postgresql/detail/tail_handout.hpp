@@ -68,8 +68,9 @@ namespace outbox::postgresql::detail {
 
 /// The fates of a stream batch `out` handed out: counted, and the events that are not
 /// published turned into rows to park (pending with their retry time; released: pending at
-/// once, or at `retry_at` when set (a deferral), the attempt given back; or dead, with the
-/// cause key); `turns` learns when the table has rows due.
+/// once, or at `retry_at` when set (a deferral, with `settlement::deferral_error` as its last
+/// error), the attempt given back; or dead, with the cause key); `turns` learns when the table
+/// has rows due.
 [[nodiscard]] inline std::pair<settle_result, std::vector<parked_row>> sort_fates(
     const claimed_batch& batch, std::span<const settlement> fates, const stream_batch& out,
     tail_turns& turns, time_point now) {
@@ -90,14 +91,14 @@ namespace outbox::postgresql::detail {
         break;
       case settlement::kind::release:
         ++counts.released;
-        // A deferral (`retry_at` set) waits for its time, holding its aggregate back.
-        to_park.push_back(
-            parked_row{m,
-                       tx,
-                       0,
-                       f.retry_at > time_point{} ? std::optional(f.retry_at) : std::nullopt,
-                       std::max(0, m.attempts - 1),
-                       {}});
+        // A deferral (`retry_at` set) waits for its time, holding its aggregate back, with
+        // its error as the last error (never attempted before, it has none): the mark the
+        // table's stats tell it from a scheduled event by.
+        if (f.retry_at > time_point{})
+          to_park.push_back(parked_row{m, tx, 0, f.retry_at, std::max(0, m.attempts - 1),
+                                       std::string(f.deferral_error())});
+        else
+          to_park.push_back(parked_row{m, tx, 0, std::nullopt, std::max(0, m.attempts - 1), {}});
         break;
       case settlement::kind::dead:
         ++counts.dead;

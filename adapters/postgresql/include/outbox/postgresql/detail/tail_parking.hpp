@@ -31,7 +31,7 @@ struct parked_row {
   int state = 0;                             ///< 0 pending, 2 dead.
   std::optional<time_point> available_at{};  ///< None: claimable now.
   int attempts = 0;
-  std::string error{};
+  std::string error{};  ///< A dead letter's error, or a deferral's (pending: none else).
   std::string cause{};  ///< A dead letter's cause key (`outbox::cause_key`).
 };
 
@@ -160,6 +160,8 @@ class tail_parking {
       p.add(to_us(now))
           .add(outbox::sql::storable_text(r.error))
           .add(outbox::sql::storable_text(r.cause));
+    else if (!r.error.empty())  // a deferral's: the stats count it as deferred, not scheduled
+      p.add_null().add(outbox::sql::storable_text(r.error)).add_null();
     else
       p.add_null().add_null().add_null();
   }
