@@ -2,7 +2,7 @@
 -- client sends one CALL with the transaction's events, and the procedure inserts them and
 -- commits: outbox_commit_one takes one event as bound arguments (the common case, and the
 -- cheapest: about the server time of the plain INSERT and COMMIT), outbox_commit any number as
--- one bound JSON argument (JSON_TABLE; about 30-60 us more server time a call here). If the INSERT fails, the procedure stops at the error
+-- one bound JSON argument (JSON_TABLE; about 45-85 us more server time a call here). If the INSERT fails, the procedure stops at the error
 -- (no handler): COMMIT does not run, the caller's transaction stays open and the writer rolls
 -- it back. @outbox_commit_stage tells the client, after an error, which of the two failed
 -- ('insert', or NULL when the procedure did not start: nothing committed; 'commit': a failed
