@@ -777,6 +777,46 @@ BOOST_AUTO_TEST_CASE(the_commit_procedures_store_bytes_and_text_exactly_in_order
   }
 }
 
+// Events past 1 MiB as sent take the two-round-trip way (append, then COMMIT), which splits
+// them and checks max_allowed_packet: one large event, and two that are large together.
+BOOST_AUTO_TEST_CASE(a_writer_transaction_past_one_mib_commits_the_other_way) {
+  mysql_locking_fixture fx;
+  auto app = fx.open_session();
+  outbox::writer<outbox::mysql::store> w({.limits = {.max_payload_bytes = 4 << 20}});
+  const auto blob = [](std::size_t n) {
+    return outbox::event{"blob", "b", "stored", std::string(n, '\0'), {}, "application/x-b"};
+  };
+  const auto calls = [&] {  // the CALL statements this session ran
+    std::string name;
+    long long n = 0;
+    *app << "SHOW SESSION STATUS LIKE 'Com_call_procedure'", soci::into(name), soci::into(n);
+    return n;
+  };
+  const long long before = calls();
+  for (const std::vector<outbox::event>& events :
+       {std::vector<outbox::event>{blob(std::size_t{3} << 20)},
+        std::vector<outbox::event>{blob(700 << 10), blob(700 << 10)}}) {
+    auto tx = w.begin(*app);
+    mysql_locking_fixture::insert_order(tx.session(), std::to_string(events.size()), 1);
+    tx.enqueue(events);
+    tx.commit();
+  }
+  BOOST_TEST(calls() == before);
+  {
+    auto tx = w.begin(*app);  // a small one goes as a CALL
+    tx.enqueue(blob(10));
+    tx.commit();
+  }
+  BOOST_TEST(calls() == before + 1);
+  auto check = fx.open_session();
+  BOOST_TEST(mysql_locking_fixture::orders(*check) == 2);
+  BOOST_TEST(mysql_locking_fixture::count(
+                 *check, "SELECT count(*) FROM outbox WHERE payload = REPEAT(X'00', " +
+                             std::to_string(std::size_t{3} << 20) +
+                             ") OR payload = REPEAT(X'00', " + std::to_string(700 << 10) + ")") ==
+             3);
+}
+
 // ---- connections ---------------------------------------------------------------------------
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(the_relays_connection_killed_mid_batch_loses_nothing, Fixture,
