@@ -114,7 +114,7 @@ class writer {
   /// Opens a transaction on `sql` whose commit carries its events: business statements run on
   /// `sql` as usual, `transaction::enqueue` validates and keeps events (no SQL), and
   /// `transaction::commit` sends them with COMMIT, in one round trip where the store can
-  /// (`concepts::committing_store`: PostgreSQL). The business rows never commit without the
+  /// (`concepts::committing_store`: PostgreSQL, MySQL). The business rows never commit without the
   /// events: the only way to commit is `transaction::commit`, and the destructor rolls back.
   /// @throws what the session's `begin` throws.
   [[nodiscard]] transaction begin(

@@ -13,9 +13,11 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -636,6 +638,183 @@ BOOST_AUTO_TEST_CASE(an_event_past_max_allowed_packet_is_refused_and_the_transac
                  "IN (" +
                      std::to_string(std::size_t{5} << 20) + ", " +
                      std::to_string((std::size_t{3} << 20) - 2048) + ")") == 3);
+}
+
+// ---- the writer transaction's CALL (migration 0004) ------------------------------------------
+
+// The migration runner splits a procedure's body at DELIMITER lines, as the mysql client does.
+BOOST_AUTO_TEST_CASE(migrations_split_at_delimiter_lines) {
+  const auto parts = outbox::mysql::detail::split_statements(
+      "DROP PROCEDURE IF EXISTS p; -- a comment; with a semicolon\n"
+      "DELIMITER //\n"
+      "CREATE PROCEDURE p() BEGIN SELECT ';'; SELECT 2; END//\n"
+      "  delimiter ;\n"
+      "SELECT 3;");
+  BOOST_REQUIRE(parts.size() == 3u);
+  BOOST_TEST(parts[0] == "DROP PROCEDURE IF EXISTS p");
+  BOOST_TEST(parts[1] == "CREATE PROCEDURE p() BEGIN SELECT ';'; SELECT 2; END");
+  BOOST_TEST(parts[2] == "SELECT 3");
+}
+
+namespace {
+
+/// One writer transaction on `sql`: the order `id` and `n` events (payload `payload`); what its
+/// commit threw (none: committed).
+std::optional<outbox::error> order_with(soci::session& sql, const std::string& id, int n,
+                                        const std::string& payload = "{}") {
+  outbox::writer<outbox::mysql::store> w;
+  auto tx = w.begin(sql);
+  mysql_locking_fixture::insert_order(tx.session(), id, 10);
+  for (int i = 0; i < n; ++i)
+    tx.enqueue(outbox::event{"order", id, "placed", payload, {}, "application/octet-stream"});
+  try {
+    tx.commit();
+    return std::nullopt;
+  } catch (const outbox::error& e) {
+    return e;
+  }
+}
+
+/// "orders=N events=M in_transaction=T" as `sql` sees it (T: a transaction left open on it, as
+/// the server's status says: MySQL 8 has no @@in_transaction).
+std::string seen_by(soci::session& sql) {
+  using outbox::mysql::detail::handle;
+  const bool open = outbox::mysql::detail::in_transaction(handle(sql), std::string_view("test"));
+  return "orders=" + std::to_string(mysql_locking_fixture::orders(sql)) +
+         " events=" + std::to_string(mysql_locking_fixture::outbox_rows(sql)) +
+         " in_transaction=" + std::to_string(open ? 1 : 0);
+}
+
+}  // namespace
+
+// The procedures' INSERT refused (a duplicate event id forced by a trigger; a lock wait timeout,
+// after which MySQL keeps the transaction open): the CALL stops before its COMMIT, the error is
+// the INSERT's (not in doubt), the business row is rolled back and the session's transaction is
+// over; the same for one event (outbox_commit_one) and several (outbox_commit).
+BOOST_AUTO_TEST_CASE(a_refused_insert_in_the_commit_procedure_commits_nothing) {
+  mysql_locking_fixture fx;
+  auto app = fx.open_session();
+  auto check = fx.open_session();
+  const std::string taken = "00000000-0000-7000-8000-000000000001";
+  mysql_locking_fixture::insert_raw(*check, taken, "raw", "{}");
+  *check << "CREATE TRIGGER outbox_test_dup BEFORE INSERT ON outbox FOR EACH ROW SET "
+            "NEW.event_id = '" +
+                taken + "'";
+  for (const int n : {1, 3}) {
+    const auto e = order_with(*app, "dup-" + std::to_string(n), n);
+    BOOST_REQUIRE(e.has_value());
+    BOOST_TEST((e->kind() == outbox::errc::duplicate), e->what());
+    BOOST_TEST(seen_by(*app) == "orders=0 events=1 in_transaction=0");
+    BOOST_TEST(seen_by(*check) == "orders=0 events=1 in_transaction=0");
+  }
+  *check << "DROP TRIGGER outbox_test_dup";
+  // The INSERT waits for a row lock held by another session until the lock wait timeout.
+  *check << "CREATE TRIGGER outbox_test_wait BEFORE INSERT ON outbox FOR EACH ROW "
+            "BEGIN DECLARE x INT; SELECT n INTO x FROM deadlock_rows WHERE id = 1 FOR UPDATE; END";
+  *app << "SET SESSION innodb_lock_wait_timeout = 1";
+  *check << "START TRANSACTION";
+  *check << "UPDATE deadlock_rows SET n = n + 1 WHERE id = 1";
+  for (const int n : {1, 3}) {
+    const auto e = order_with(*app, "wait-" + std::to_string(n), n);
+    BOOST_REQUIRE(e.has_value());
+    BOOST_TEST((e->kind() == outbox::errc::transient), e->what());
+    BOOST_TEST(std::string(e->what()).find("1205") != std::string::npos, e->what());
+    BOOST_TEST(seen_by(*app) == "orders=0 events=1 in_transaction=0");
+  }
+  *check << "ROLLBACK";
+  *check << "DROP TRIGGER outbox_test_wait";
+  BOOST_TEST(seen_by(*check) == "orders=0 events=1 in_transaction=0");
+  // Healed, the same session commits through both procedures.
+  BOOST_TEST(!order_with(*app, "one", 1));
+  BOOST_TEST(!order_with(*app, "three", 3));
+  BOOST_TEST(seen_by(*check) == "orders=2 events=5 in_transaction=0");
+  // A database not migrated to 0004: misconfigured, nothing committed.
+  *check << "DROP PROCEDURE outbox_commit_one";
+  const auto e = order_with(*app, "unmigrated", 1);
+  BOOST_REQUIRE(e.has_value());
+  BOOST_TEST((e->kind() == outbox::errc::misconfigured), e->what());
+  BOOST_TEST(seen_by(*check) == "orders=2 events=5 in_transaction=0");
+}
+
+// Through either procedure, the stored rows are the writer's bytes and text exactly (payloads
+// in base64 in the JSON argument, names and headers as JSON strings), in enqueue order.
+BOOST_AUTO_TEST_CASE(the_commit_procedures_store_bytes_and_text_exactly_in_order) {
+  mysql_locking_fixture fx;
+  auto app = fx.open_session();
+  std::string bytes;
+  for (int b = 0; b < 256; ++b) bytes += static_cast<char>(b);
+  const std::string name = "x'); DROP TABLE outbox; -- \\' \" caf\xc3\xa9 \xf0\x9f\x98\x80";
+  outbox::writer<outbox::mysql::store> w;
+  std::vector<outbox::uuid> ids;
+  for (const std::size_t n : {std::size_t{1}, std::size_t{4}}) {
+    auto tx = w.begin(*app);
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::string payload = bytes.substr(0, 256 - i) + std::string(i, '\0');
+      ids.push_back(tx.enqueue(outbox::event{name,
+                                             name + std::to_string(n) + std::to_string(i),
+                                             name,
+                                             payload,
+                                             {{"h", name}},
+                                             "application/x-'\\\"; q=1"}));
+    }
+    tx.commit();
+  }
+  auto st = fx.make_store(*app);
+  outbox::testing::manual_clock clock;
+  const auto batch =
+      st->claim(outbox::claim_request{.owner = "t", .limit = 10, .now = clock.now(), .lease = 30s});
+  BOOST_REQUIRE(batch.messages.size() == 5u);
+  for (std::size_t k = 0; k < 5; ++k) {
+    const auto& m = batch.messages[k];
+    const std::size_t i = k == 0 ? 0 : k - 1;
+    BOOST_TEST(m.id == ids[k]);
+    BOOST_TEST(m.aggregate_type == name);
+    BOOST_TEST(m.aggregate_id == name + (k == 0 ? "1" : "4") + std::to_string(i));
+    BOOST_TEST(m.event_type == name);
+    BOOST_TEST((m.payload == bytes.substr(0, 256 - i) + std::string(i, '\0')));
+    BOOST_TEST(m.headers.at("h") == name);
+    BOOST_TEST(m.content_type == "application/x-'\\\"; q=1");
+  }
+}
+
+// Events past 1 MiB as sent take the two-round-trip way (append, then COMMIT), which splits
+// them and checks max_allowed_packet: one large event, and two that are large together.
+BOOST_AUTO_TEST_CASE(a_writer_transaction_past_one_mib_commits_the_other_way) {
+  mysql_locking_fixture fx;
+  auto app = fx.open_session();
+  outbox::writer<outbox::mysql::store> w({.limits = {.max_payload_bytes = 4 << 20}});
+  const auto blob = [](std::size_t n) {
+    return outbox::event{"blob", "b", "stored", std::string(n, '\0'), {}, "application/x-b"};
+  };
+  const auto calls = [&] {  // the CALL statements this session ran
+    std::string name;
+    long long n = 0;
+    *app << "SHOW SESSION STATUS LIKE 'Com_call_procedure'", soci::into(name), soci::into(n);
+    return n;
+  };
+  const long long before = calls();
+  for (const std::vector<outbox::event>& events :
+       {std::vector<outbox::event>{blob(std::size_t{3} << 20)},
+        std::vector<outbox::event>{blob(700 << 10), blob(700 << 10)}}) {
+    auto tx = w.begin(*app);
+    mysql_locking_fixture::insert_order(tx.session(), std::to_string(events.size()), 1);
+    tx.enqueue(events);
+    tx.commit();
+  }
+  BOOST_TEST(calls() == before);
+  {
+    auto tx = w.begin(*app);  // a small one goes as a CALL
+    tx.enqueue(blob(10));
+    tx.commit();
+  }
+  BOOST_TEST(calls() == before + 1);
+  auto check = fx.open_session();
+  BOOST_TEST(mysql_locking_fixture::orders(*check) == 2);
+  BOOST_TEST(mysql_locking_fixture::count(
+                 *check, "SELECT count(*) FROM outbox WHERE payload = REPEAT(X'00', " +
+                             std::to_string(std::size_t{3} << 20) +
+                             ") OR payload = REPEAT(X'00', " + std::to_string(700 << 10) + ")") ==
+             3);
 }
 
 // ---- connections ---------------------------------------------------------------------------

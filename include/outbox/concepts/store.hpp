@@ -44,7 +44,8 @@ concept appender_providing_store =
     std::same_as<typename S::appender::session_type, typename S::session_type>;
 
 /// Capability: an appending store (or appender) that sends rows together with the COMMIT of
-/// the caller's open transaction, in one round trip (PostgreSQL: one libpq pipeline).
+/// the caller's open transaction, in one round trip (PostgreSQL: one libpq pipeline; MySQL:
+/// one CALL of a stored procedure that inserts and commits).
 /// `writer::transaction::commit` uses it; without it, the writer appends and then commits the
 /// session (two round trips on a server).
 ///

@@ -13,6 +13,7 @@
 
 #include <outbox/concepts/store.hpp>
 #include <outbox/error.hpp>
+#include <outbox/mysql/detail/commit.hpp>
 #include <outbox/mysql/detail/connection.hpp>
 #include <outbox/mysql/schema.hpp>
 #include <outbox/schedule.hpp>
@@ -38,6 +39,34 @@ namespace detail {
 class appender {
  public:
   using session_type = ::soci::session;  ///< The connection type of the application.
+  /// Commits the caller's open transaction on `sql` with `rows` in it
+  /// (`writer::transaction::commit`) in one round trip: `CALL outbox_commit(:events)`
+  /// (migration 0004), the rows as one bound JSON argument (payloads in base64; one row:
+  /// `CALL outbox_commit_one`, its values bound as `append` binds them), which inserts them and
+  /// commits. If the INSERT fails the procedure stops there: COMMIT does not run, the
+  /// transaction is rolled back (one more round trip asks the procedure's stage, on that path
+  /// only). Rows that take more than 1 MiB as sent go as `append`, then COMMIT (two round
+  /// trips: `append` splits them and checks max_allowed_packet). Checked first as `append`.
+  /// @throws outbox::error as `append` (nothing committed); `misconfigured` when the database is
+  ///         not migrated to version 4; `in_doubt` when the connection is lost while the CALL
+  ///         or COMMIT runs, or COMMIT fails (KILL QUERY): the outcome is unknown.
+  void commit(session_type& sql, std::span<const outgoing> rows) {
+    MYSQL* c = detail::handle(sql);
+    try {
+      if (!rows.empty()) {
+        check(c, rows);
+        if (detail::call_commit(sql, rows)) return;
+        append(sql, rows);
+      }
+      if (mysql_real_query(c, "COMMIT", 6) != 0)
+        detail::throw_commit_in_doubt(mysql_errno(c), mysql_error(c));
+    } catch (...) {
+      // What is left of the transaction (nothing after a lost connection or a COMMIT that ran).
+      (void)mysql_real_query(c, "ROLLBACK", 8);
+      throw;
+    }
+  }
+
   /// Inserts `rows` on `sql` inside the caller's open transaction: one multi-row INSERT per
   /// 500 rows, every value bound, payloads as bytes. A statement is sized as it is sent
   /// (values quoted and escaped: a binary payload may take twice its bytes): at most 4 MiB,
@@ -52,55 +81,8 @@ class appender {
   ///         is not strict would store it cut), or for a row that alone takes more than
   ///         the session's max_allowed_packet as sent (the server would drop the connection,
   ///         and the transaction with it); nothing is sent then.
-  /// Commits the caller's open transaction on `sql` with `rows` in it
-  /// (`writer::transaction::commit`): `append`, then COMMIT, two round trips (the client
-  /// library sends a COMMIT with the INSERT only as a multi-statement query, which the session
-  /// would have to allow for every statement of the application; see the adapter's README). A
-  /// refused INSERT rolls the transaction back.
-  /// @throws outbox::error as `append` (nothing committed); `in_doubt` when COMMIT fails (the
-  ///         connection lost during COMMIT, or KILL QUERY: the outcome is unknown).
-  void commit(session_type& sql, std::span<const outgoing> rows) {
-    MYSQL* c = detail::handle(sql);
-    try {
-      if (!rows.empty()) append(sql, rows);
-    } catch (...) {
-      (void)mysql_real_query(c, "ROLLBACK", 8);
-      throw;
-    }
-    if (mysql_real_query(c, "COMMIT", 6) != 0) {
-      const unsigned code = mysql_errno(c);
-      throw error(errc::in_doubt, "mysql", std::to_string(code),
-                  detail::connection_lost(code)
-                      ? std::string("commit: the connection was lost during COMMIT; the outcome "
-                                    "is unknown")
-                      : "commit: " + sanitize_text(mysql_error(c)) +
-                            "; COMMIT failed, the outcome is unknown");
-    }
-  }
-
   void append(session_type& sql, std::span<const outgoing> rows) {
-    MYSQL* c = detail::handle(sql);
-    const std::string_view charset = mysql_character_set_name(c);
-    if (charset != "utf8mb4")
-      throw error(errc::misconfigured, "mysql", {},
-                  "append: the session's character set is " + std::string(charset) +
-                      "; connect with charset=utf8mb4 (outbox text is UTF-8, up to 4 bytes a "
-                      "character)");
-    const bool no_backslash_escapes = (c->server_status & SERVER_STATUS_NO_BACKSLASH_ESCAPES) != 0;
-    for (const outgoing& r : rows) {
-      detail::check_fits("aggregate_type", r.source->aggregate_type);
-      detail::check_fits("aggregate_id", r.source->aggregate_id);
-      detail::check_fits("event_type", r.source->event_type);
-      if (r.headers_json.size() > detail::max_headers_bytes)
-        throw_invalid("headers", "take " + std::to_string(r.headers_json.size()) +
-                                     " bytes as JSON, the column holds " +
-                                     std::to_string(detail::max_headers_bytes));
-      if (no_backslash_escapes && r.source->payload.find('\0') != std::string::npos)
-        throw error(errc::misconfigured, "mysql", {},
-                    "append: the session's sql_mode has NO_BACKSLASH_ESCAPES, under which a "
-                    "payload with a NUL byte cannot be sent; remove it from the session's "
-                    "sql_mode");
-    }
+    check(detail::handle(sql), rows);
     constexpr int per_row = 9;
     constexpr std::size_t max_rows = 500;
     // The statement text without values: `head` once, then `tuple` (",(...)") per row.
@@ -178,6 +160,32 @@ class appender {
         st.define_and_bind();
         st.execute(true);
       });
+    }
+  }
+
+ private:
+  /// What `append` refuses before sending anything (its @throws).
+  static void check(MYSQL* c, std::span<const outgoing> rows) {
+    const std::string_view charset = mysql_character_set_name(c);
+    if (charset != "utf8mb4")
+      throw error(errc::misconfigured, "mysql", {},
+                  "append: the session's character set is " + std::string(charset) +
+                      "; connect with charset=utf8mb4 (outbox text is UTF-8, up to 4 bytes a "
+                      "character)");
+    const bool no_backslash_escapes = (c->server_status & SERVER_STATUS_NO_BACKSLASH_ESCAPES) != 0;
+    for (const outgoing& r : rows) {
+      detail::check_fits("aggregate_type", r.source->aggregate_type);
+      detail::check_fits("aggregate_id", r.source->aggregate_id);
+      detail::check_fits("event_type", r.source->event_type);
+      if (r.headers_json.size() > detail::max_headers_bytes)
+        throw_invalid("headers", "take " + std::to_string(r.headers_json.size()) +
+                                     " bytes as JSON, the column holds " +
+                                     std::to_string(detail::max_headers_bytes));
+      if (no_backslash_escapes && r.source->payload.find('\0') != std::string::npos)
+        throw error(errc::misconfigured, "mysql", {},
+                    "append: the session's sql_mode has NO_BACKSLASH_ESCAPES, under which a "
+                    "payload with a NUL byte cannot be sent; remove it from the session's "
+                    "sql_mode");
     }
   }
 };

@@ -53,8 +53,8 @@ inline bool connection_lost(unsigned code) noexcept {
 ///   connections 1040, a query interrupted 1317 -> transient (the first with a reconnect);
 /// - 1062 (duplicate key) -> duplicate;
 /// - 1045 (access denied), 1044 (no access to the database), 1049 (unknown database),
-///   1146 (no such table), 1054 (unknown column: the schema is behind), 1142 (command denied)
-///   -> misconfigured;
+///   1146 (no such table), 1054 (unknown column: the schema is behind), 1305 (no such stored
+///   procedure: the same), 1142 (command denied) -> misconfigured;
 /// - 0 (no number: the client failed without one) -> transient; others -> permanent.
 inline errc classify(unsigned code) noexcept {
   if (code == 0 || connection_lost(code) || code == ER_LOCK_DEADLOCK ||
@@ -63,7 +63,7 @@ inline errc classify(unsigned code) noexcept {
   if (code == ER_DUP_ENTRY) return errc::duplicate;
   if (code == ER_ACCESS_DENIED_ERROR || code == ER_DBACCESS_DENIED_ERROR ||
       code == ER_BAD_DB_ERROR || code == ER_NO_SUCH_TABLE || code == ER_BAD_FIELD_ERROR ||
-      code == ER_TABLEACCESS_DENIED_ERROR)
+      code == ER_SP_DOES_NOT_EXIST || code == ER_TABLEACCESS_DENIED_ERROR)
     return errc::misconfigured;
   return errc::permanent;
 }
@@ -79,7 +79,7 @@ inline bool lock_conflict(unsigned code) noexcept {
 [[nodiscard]] inline error make_error(unsigned code, std::string_view what, std::string_view text) {
   std::string msg(what);
   msg += ": ";
-  if (code == ER_NO_SUCH_TABLE || code == ER_BAD_FIELD_ERROR)
+  if (code == ER_NO_SUCH_TABLE || code == ER_BAD_FIELD_ERROR || code == ER_SP_DOES_NOT_EXIST)
     msg += "the database is not migrated, or behind this library (call migrate): ";
   msg += sanitize_text(text);
   return error(classify(code), "mysql", code == 0 ? std::string() : std::to_string(code), msg);

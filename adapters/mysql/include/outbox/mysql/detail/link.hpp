@@ -3,6 +3,7 @@
 /// A MySQL store's connection: `outbox::sql::link` over the client handle under its SOCI
 /// session, set up again after a loss; and the server checks of `migrate`.
 
+#include <cctype>
 #include <charconv>
 #include <chrono>
 #include <cstdint>
@@ -84,12 +85,24 @@ inline void require_supported_server(std::string_view version, std::string_view 
 
 /// The statements of one migration file, split at the semicolons that end them (outside quotes
 /// and comments). MySQL runs one statement per call unless multi-statements are enabled on the
-/// connection, which SOCI does not do.
+/// connection, which SOCI does not do. A line `DELIMITER x` between statements makes `x` end
+/// them instead, until the next such line, as in the mysql client: a stored procedure's body
+/// holds semicolons (0004_writer_commit.sql).
 inline std::vector<std::string> split_statements(std::string_view text) {
   std::vector<std::string> out;
   std::string cur;
+  std::string delimiter = ";";
   bool has_code = false;
+  bool line_start = true;
   char quote = 0;
+  const auto starts_with_keyword = [&](std::size_t i) {
+    constexpr std::string_view keyword = "delimiter";
+    if (text.size() - i <= keyword.size()) return false;
+    for (std::size_t k = 0; k < keyword.size(); ++k)
+      if (std::tolower(static_cast<unsigned char>(text[i + k])) != keyword[k]) return false;
+    const char after = text[i + keyword.size()];
+    return after == ' ' || after == '\t';
+  };
   for (std::size_t i = 0; i < text.size(); ++i) {
     const char ch = text[i];
     if (quote != 0) {
@@ -101,15 +114,31 @@ inline std::vector<std::string> split_statements(std::string_view text) {
       }
       continue;
     }
+    if (!has_code && line_start && starts_with_keyword(i)) {
+      std::size_t end = text.find('\n', i);
+      if (end == std::string_view::npos) end = text.size();
+      std::string_view word = text.substr(i + 9, end - i - 9);
+      while (!word.empty() && std::isspace(static_cast<unsigned char>(word.front())))
+        word.remove_prefix(1);
+      while (!word.empty() && std::isspace(static_cast<unsigned char>(word.back())))
+        word.remove_suffix(1);
+      if (!word.empty()) delimiter = std::string(word);
+      i = end;
+      cur.clear();
+      continue;
+    }
+    line_start = ch == '\n' || (line_start && (ch == ' ' || ch == '\t' || ch == '\r'));
     if (ch == '-' && i + 1 < text.size() && text[i + 1] == '-') {
       while (i < text.size() && text[i] != '\n') ++i;
       cur += '\n';
+      line_start = true;
       continue;
     }
-    if (ch == ';') {
+    if (text.compare(i, delimiter.size(), delimiter) == 0) {
       if (has_code) out.push_back(cur);
       cur.clear();
       has_code = false;
+      i += delimiter.size() - 1;
       continue;
     }
     if (ch == '\'' || ch == '"' || ch == '`') quote = ch;
