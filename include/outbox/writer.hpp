@@ -263,6 +263,7 @@ class writer {
 template <concepts::appending_store Store, concepts::clock Clock>
 class writer<Store, Clock>::transaction {
  public:
+  /// Takes over `o`'s open transaction and kept events; `o` is over (its destructor does nothing).
   transaction(transaction&& o) noexcept
       : writer_(o.writer_),
         sql_(std::exchange(o.sql_, nullptr)),
