@@ -210,20 +210,23 @@ fi
 sanitize=0
 [[ ${OUTBOX_CI_SANITIZE:-1} == 1 ]] && sanitize=1
 rm -f "$CORE_DIR.rc" "$TSAN_DIR.rc" "$ASAN_DIR.rc"
+# build-core builds from the release tarball (`meson dist`) when the checkout is clean, as in
+# CI: so every run shows that the tarball builds and passes the unit suite in a fresh
+# directory. A working tree with changes builds from itself (the tarball would hold HEAD only).
+# Made here, before any test: the consumer test consumer_meson_wrap writes the same file.
+core_source=.
+rm -rf "$DIST_DIR"
+if [[ -d .git && -z $(git status --porcelain) ]] &&
+    meson dist -C "$BUILD_DIR" --no-tests --formats xztar >"$DIST_DIR.log" 2>&1; then
+    mkdir -p "$DIST_DIR" && tar -C "$DIST_DIR" -xf "$BUILD_DIR"/meson-dist/outbox-*.tar.xz &&
+        core_source=$(echo "$DIST_DIR"/outbox-*)
+fi
+echo "$CORE_DIR builds from: $core_source"
 set -m # the background job gets a process group of its own (finish ends it as a whole)
 (
     set +e
-    rm -rf "$CORE_DIR" "$DIST_DIR"
-    # From the release tarball (`meson dist`) when the checkout is clean, as in CI: so every
-    # run shows that the tarball builds and passes the unit suite in a fresh directory. A
-    # working tree with changes builds from itself (the tarball would hold HEAD only).
-    core_source=.
-    if [[ -d .git && -z $(git status --porcelain) ]] &&
-        meson dist -C "$BUILD_DIR" --no-tests --formats xztar >"$CORE_DIR.log" 2>&1; then
-        mkdir -p "$DIST_DIR" && tar -C "$DIST_DIR" -xf "$BUILD_DIR"/meson-dist/outbox-*.tar.xz &&
-            core_source=$(echo "$DIST_DIR"/outbox-*)
-    fi
-    echo "$CORE_DIR: from the source in $core_source" >>"$CORE_DIR.log"
+    rm -rf "$CORE_DIR"
+    echo "$CORE_DIR: from the source in $core_source" >"$CORE_DIR.log"
     nice -n 10 meson setup "$CORE_DIR" "$core_source" -Dwerror=true -Dauto_features=disabled \
         -Dtests=enabled -Dexamples=false -Dbench=false -Dtest_optimization=0 -Ddebug=false \
         >>"$CORE_DIR.log" 2>&1 &&
