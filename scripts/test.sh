@@ -200,9 +200,10 @@ fi
 # the whole matrix, which build-ci runs: the sanitizers see every adapter's code, at a fraction
 # of the compile time; it runs the fault harness on a cover of the pairs (each store, claim
 # policy and transport once: -Dfault_pairs=each_once), build-ci on all of them; and it leaves
-# the examples to build-ci (they drive the library as the e2e suites do). (Sanitizers at
-# -O2 would spare this build, but compile several times slower than the -O2 and -O0 builds
-# together.) It is compiled with clang 14: with the sanitizers, clang compiled this project in
+# the examples to build-ci (they drive the library as the e2e suites do); the outbox tool's
+# three test files run once each, each on another store (the same option; build-ci runs all
+# nine). (Sanitizers at -O2 would spare this build, but compile several times slower than the
+# -O2 and -O0 builds together.) It is compiled with clang 14: with the sanitizers, clang compiled this project in
 # half g++ 12's time (a test of the end-to-end matrix: 9.8 s against 19.5 s), and the project
 # is checked with a second compiler's warnings (-Werror) on the way. Its debug information is
 # line tables only (-gline-tables-only): enough for the reports' stack traces (function, file,
