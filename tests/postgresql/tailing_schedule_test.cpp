@@ -145,6 +145,43 @@ outbox::claimed_batch claim_type(tailing_store& st, outbox::time_point at,
   return b;
 }
 
+/// A stream batch holds an earlier event of an aggregate (x0) and a later scheduled one (x1,
+/// x2 behind it): x0 is not published (`fate`: a retry or a deferral, until `now + 1s`), and
+/// goes out at its time, before x1 (due in an hour), and x2 after x1: the parked rows of an
+/// aggregate follow stream order, though x1 was read before x0's fate was known. `Mode` is
+/// the writer.
+template <class Mode>
+void an_earlier_event_not_published_goes_before_a_scheduled_one(tailing_fixture& fx, kind fate) {
+  auto table = fx.open_session();
+  auto store = fx.make_tailing(*table);
+  const auto now = std::chrono::system_clock::now();
+  commit<Mode>(fx, {make("A", "x0"), make("A", "x1", now + 1h), make("A", "x2")});
+  auto b = claim_type(*store, now, "x0");
+  BOOST_TEST_REQUIRE(b.size() == 1u);  // x1 and x2 wait
+  store->settle(b, std::vector<outbox::settlement>{{fate, now + 1s}}, now);
+  BOOST_TEST(fx.table_rows(*table, "state = 0") == 3u);
+  const auto claim_at = [&](outbox::time_point at) {
+    outbox::claimed_batch t;
+    (void)eventually([&] {
+      t = store->claim({.owner = "t", .limit = 10, .now = at, .lease = 30s});
+      return !t.empty();
+    });
+    return t;
+  };
+  BOOST_TEST(store->claim({.owner = "t", .limit = 10, .now = now + 500ms, .lease = 30s}).empty());
+  auto t = claim_at(now + 2s);
+  BOOST_TEST_REQUIRE(t.size() == 1u);
+  BOOST_TEST(t.messages[0].event_type == "x0");
+  store->settle(t, std::vector<outbox::settlement>{{kind::published}}, now + 2s);
+  BOOST_TEST(store->claim({.owner = "t", .limit = 10, .now = now + 3s, .lease = 30s}).empty());
+  t = claim_at(now + 1h + 1s);
+  BOOST_TEST_REQUIRE(t.size() == 2u);
+  BOOST_TEST(t.messages[0].event_type == "x1");
+  BOOST_TEST(t.messages[1].event_type == "x2");
+  store->settle(t, std::vector<outbox::settlement>(2, {kind::published}), now + 1h + 1s);
+  BOOST_TEST(fx.table_rows(*table, "state = 0") == 0u);
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(postgresql_tailing_schedule,
@@ -476,6 +513,23 @@ BOOST_FIXTURE_TEST_CASE(dead_letters_keep_their_cause_and_triage_works, tailing_
   BOOST_TEST(store->discard(f, now, 100) == 1u);
   BOOST_TEST(store->dead_letters(10).size() == 1u);  // no_cause
   BOOST_TEST(store->purge_archive(now + 1s, 100) == 1u);
+}
+
+// An earlier event of the batch that fails goes out before a later scheduled event of its
+// aggregate (a retry, a deferral), through both writers.
+BOOST_FIXTURE_TEST_CASE(a_retry_goes_before_a_later_scheduled_event_of_the_table_free_writer,
+                        tailing_fixture) {
+  an_earlier_event_not_published_goes_before_a_scheduled_one<tailing_store>(*this, kind::retry);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_retry_goes_before_a_later_scheduled_event_of_the_table_mode_writer,
+                        tailing_fixture) {
+  an_earlier_event_not_published_goes_before_a_scheduled_one<tailing_store::table_mode>(
+      *this, kind::retry);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_deferral_goes_before_a_later_scheduled_event, tailing_fixture) {
+  an_earlier_event_not_published_goes_before_a_scheduled_one<tailing_store>(*this, kind::release);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

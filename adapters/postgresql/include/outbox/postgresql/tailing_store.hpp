@@ -194,7 +194,7 @@ class tailing_store {
     claimed_batch batch;
     batch.token = detail::stream_token(++stream_batches_);
     batch.lease_until = req.now + req.lease;
-    detail::stream_batch sb{batch.token, {}, 0, 0};
+    detail::stream_batch sb{batch.token, {}, 0, 0, {}};
     // Where the batch starts: the first unsettled transaction, at its next event (every event
     // handed out before is settled: one stream batch at a time).
     const auto head = ledger().head();
@@ -240,6 +240,9 @@ class tailing_store {
       return stale;
     }
     auto [out, to_park] = detail::sort_fates(batch, fates, *out_, turns_, now);
+    // The events held back behind the batch's (park sorts them in among the fates).
+    if (!out_->behind.empty()) turns_.due_at(now);
+    for (auto& r : out_->behind) to_park.push_back(std::move(r));
     try {
       park(to_park, now);
       delete_streamed_rows(batch, fates);

@@ -9,6 +9,7 @@
 
 #include <outbox/error.hpp>
 #include <outbox/message.hpp>
+#include <outbox/postgresql/detail/tail_parking.hpp>
 
 namespace outbox::postgresql::detail {
 
@@ -36,6 +37,10 @@ struct stream_batch {
   /// (outbox_tail_attempts: the end of its first transaction, and its first event's index
   /// there), 0 for the others.
   std::int64_t head_position = 0, head_within = 0;
+  /// Events to park at the settle, behind the fates of the batch's earlier events of their
+  /// aggregate (a scheduled event read after one of its aggregate handed out, and the events
+  /// behind it): parked at the claim, they would go before a retry of those.
+  std::vector<parked_row> behind;
   [[nodiscard]] const entry& of(std::int64_t seq) const {
     const auto it = std::lower_bound(entries.begin(), entries.end(), seq,
                                      [](const entry& e, std::int64_t v) { return e.sequence < v; });

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -32,13 +34,24 @@ namespace outbox::postgresql::detail {
 /// are parked behind it; a scheduled one not due yet is parked until its time (`turns` looks
 /// at the table then), and its aggregate is held from here on, so the later events of the
 /// aggregate wait behind it, in this batch too; the rest join `batch` (numbered from
-/// `sequence`, their transactions in `sb`).
-/// @returns the events to park, in stream order.
+/// `sequence`, their transactions in `sb`). An event to park whose aggregate has an earlier
+/// event in `batch` waits in `sb.behind` for the settle (numbered too), so it is parked after
+/// that event's fate: an aggregate's parked rows follow stream order.
+/// @returns the events to park now, in stream order.
 [[nodiscard]] inline std::vector<parked_row> sort_taken(std::vector<event_in_log>& taken,
                                                         tail_parking& parking, tail_turns& turns,
                                                         time_point now, claimed_batch& batch,
                                                         stream_batch& sb, std::int64_t& sequence) {
   std::vector<parked_row> to_park;
+  std::unordered_set<std::string> handed_out;  // aggregates with an event in `batch`
+  const auto park_row = [&](parked_row r, const std::string& key) {
+    if (!handed_out.contains(key)) {
+      to_park.push_back(std::move(r));
+      return;
+    }
+    r.m.sequence = ++sequence;  // in stream order with the batch's messages
+    sb.behind.push_back(std::move(r));
+  };
   for (event_in_log& ev : taken) {
     if (!ev.why.empty()) {
       to_park.push_back(tail_parking::unreadable(std::move(ev)));
@@ -49,15 +62,16 @@ namespace outbox::postgresql::detail {
     if (parking.holds(key)) {
       // Behind its aggregate's rows (a scheduled one too: it keeps its time there).
       if (ev.available_at > now) turns.retry_at(ev.available_at);
-      to_park.push_back(parked_row{std::move(ev.m), ev.tx, 0, parked_time(ev.available_at), 0, {}});
+      park_row(parked_row{std::move(ev.m), ev.tx, 0, parked_time(ev.available_at), 0, {}}, key);
       continue;
     }
     if (ev.available_at > now) {
       turns.retry_at(ev.available_at);
-      parking.hold(std::move(key));
-      to_park.push_back(parked_row{std::move(ev.m), ev.tx, 0, ev.available_at, 0, {}});
+      parking.hold(key);
+      park_row(parked_row{std::move(ev.m), ev.tx, 0, ev.available_at, 0, {}}, key);
       continue;
     }
+    handed_out.insert(std::move(key));
     ev.m.sequence = ++sequence;
     ev.m.attempts = 1;  // counting this one
     sb.entries.push_back({ev.m.sequence, ev.tx, ev.streamed_row});
