@@ -2,7 +2,7 @@
 // libpq pipeline, and it wakes the relay itself, instead of the wake-up trigger, which still
 // wakes it for rows written any other way. What the store conformance suite cannot see: the
 // wake-up, a backend that dies inside the event INSERT, prepared statements dropped behind the
-// writer's back, an aborted transaction, a large batch.
+// writer's back, a refused prepare, an aborted or ended transaction, a large batch.
 #define BOOST_TEST_MODULE postgresql writer pipeline
 #define BOOST_TEST_NO_MAIN
 #include <boost/test/unit_test.hpp>
@@ -128,6 +128,53 @@ BOOST_AUTO_TEST_CASE(an_aborted_transaction_is_refused_and_rolled_back) {
     BOOST_TEST(outbox::test::kind_of([&] { tx.commit(); }) == outbox::errc::permanent);
   }
   BOOST_TEST(fixture::count(*sql, "SELECT count(*) FROM orders") == 0);
+  BOOST_TEST(fixture::count(*sql, "SELECT count(*) FROM outbox") == 0);
+}
+
+// The first commit on a connection prepares its statements (one round trip each) before the
+// pipeline. A prepare the server refuses (the outbox table renamed away: 42P01) aborts the
+// transaction: the writer rolls it back, so the error is the prepare's and the session is
+// usable at once, without a ROLLBACK of the caller's.
+BOOST_AUTO_TEST_CASE(a_refused_prepare_leaves_the_session_usable) {
+  fixture fx;
+  auto sql = fx.open_session();
+  auto admin = fx.open_session();
+  outbox::writer<outbox::postgresql::store> w;
+  const auto one = [&](const std::string& id) {
+    auto tx = w.begin(*sql);
+    fixture::insert_order(tx.session(), id, 10);
+    tx.enqueue(placed(id));
+    return outbox::test::error_of([&] { tx.commit(); });
+  };
+  *admin << "ALTER TABLE outbox RENAME TO outbox_away";
+  const auto e = one("o-1");
+  BOOST_REQUIRE(e.has_value());
+  BOOST_TEST((e->kind() == outbox::errc::misconfigured), e->what());
+  BOOST_TEST(e->native_code() == "42P01");
+  BOOST_TEST(PQtransactionStatus(outbox::postgresql::detail::handle(*sql)) == PQTRANS_IDLE);
+  BOOST_TEST(fixture::count(*sql, "SELECT count(*) FROM orders") == 0);
+  *admin << "ALTER TABLE outbox_away RENAME TO outbox";
+  BOOST_TEST(!one("o-2"));
+  BOOST_TEST(fixture::count(*admin, "SELECT count(*) FROM orders") == 1);
+  BOOST_TEST(fixture::count(*admin, "SELECT count(*) FROM outbox") == 1);
+}
+
+// The caller ended the transaction itself between its statements and the writer's commit (its
+// own COMMIT): the writer refuses, sends no event, and says the session's earlier work stays.
+BOOST_AUTO_TEST_CASE(a_transaction_committed_behind_the_writer_is_refused) {
+  fixture fx;
+  auto sql = fx.open_session();
+  outbox::writer<outbox::postgresql::store> w;
+  auto tx = w.begin(*sql);
+  fixture::insert_order(tx.session(), "o-1", 10);
+  tx.enqueue(placed("o-1"));
+  sql->commit();
+  const auto e = outbox::test::error_of([&] { tx.commit(); });
+  BOOST_REQUIRE(e.has_value());
+  BOOST_TEST((e->kind() == outbox::errc::permanent), e->what());
+  BOOST_TEST(std::string(e->what()).find("the events were not committed") != std::string::npos,
+             e->what());
+  BOOST_TEST(fixture::count(*sql, "SELECT count(*) FROM orders") == 1);
   BOOST_TEST(fixture::count(*sql, "SELECT count(*) FROM outbox") == 0);
 }
 

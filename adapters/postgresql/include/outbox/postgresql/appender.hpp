@@ -43,33 +43,8 @@ class appender {
   /// @throws outbox::error as `detail::commit_in_pipeline`: nothing committed, or `in_doubt`.
   void commit(session_type& sql, std::span<const outgoing> rows, const writer_options& o = {}) {
     PGconn* c = detail::handle(sql);
-    std::vector<detail::piped_statement> statements;
-    const bool prepare = o.prepare_statements && PQstatus(c) == CONNECTION_OK &&
-                         PQtransactionStatus(c) == PQTRANS_INTRANS;
-    if (!rows.empty()) {  // the wake-up first: the trigger then skips the INSERTs
-      detail::piped_statement s;
-      if (prepare)
-        s.prepared = detail::prepared_once<detail::wake_statement>(c, statements::wake);
-      else
-        s.text = statements::wake;
-      statements.push_back(std::move(s));
-    }
-    if (rows.size() == 1 && prepare) {
-      detail::piped_statement s;
-      add_row(s.values, rows.front());
-      s.prepared = detail::prepared_once<detail::append_statement>(c, statements::append);
-      statements.push_back(std::move(s));
-    } else if (!rows.empty()) {
-      outbox::sql::insert_in_chunks(statements::append, 9, rows, 500,
-                                    [&](const std::string& text, std::span<const outgoing> part) {
-                                      detail::piped_statement s;
-                                      s.text = text;
-                                      for (const outgoing& r : part) add_row(s.values, r);
-                                      statements.push_back(std::move(s));
-                                    });
-    }
     try {
-      detail::commit_in_pipeline(c, statements);
+      detail::commit_in_pipeline(c, pipeline_for(c, rows, o));
     } catch (const error& e) {
       if (e.native_code().starts_with("26000")) {
         detail::forget_prepared<detail::append_statement>(c);
@@ -77,6 +52,45 @@ class appender {
       }
       throw;
     }
+  }
+
+  /// The statements of `commit`'s pipeline: the wake-up, then the INSERTs, with the statements
+  /// they use prepared on `c` first (once per connection) when `o` says so. A prepare the server
+  /// refuses (the outbox table gone: 42P01) aborts the open transaction, so it is rolled back
+  /// before the error goes on, as after a refused statement in the pipeline.
+  static std::vector<detail::piped_statement> pipeline_for(PGconn* c,
+                                                           std::span<const outgoing> rows,
+                                                           const writer_options& o) {
+    std::vector<detail::piped_statement> statements;
+    if (rows.empty()) return statements;
+    const bool prepare = o.prepare_statements && PQstatus(c) == CONNECTION_OK &&
+                         PQtransactionStatus(c) == PQTRANS_INTRANS;
+    try {
+      detail::piped_statement wake;  // first: the trigger then skips the INSERTs
+      if (prepare)
+        wake.prepared = detail::prepared_once<detail::wake_statement>(c, statements::wake);
+      else
+        wake.text = statements::wake;
+      statements.push_back(std::move(wake));
+      if (rows.size() == 1 && prepare) {
+        detail::piped_statement s;
+        add_row(s.values, rows.front());
+        s.prepared = detail::prepared_once<detail::append_statement>(c, statements::append);
+        statements.push_back(std::move(s));
+        return statements;
+      }
+    } catch (...) {
+      detail::roll_back_quietly(c);
+      throw;
+    }
+    outbox::sql::insert_in_chunks(statements::append, 9, rows, 500,
+                                  [&](const std::string& text, std::span<const outgoing> part) {
+                                    detail::piped_statement s;
+                                    s.text = text;
+                                    for (const outgoing& r : part) add_row(s.values, r);
+                                    statements.push_back(std::move(s));
+                                  });
+    return statements;
   }
 
   /// Adds `r`'s values in append.sql's order.

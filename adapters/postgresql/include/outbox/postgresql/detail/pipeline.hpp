@@ -47,7 +47,8 @@ inline void commit_in_pipeline(PGconn* c, const std::vector<piped_statement>& st
                     ? "commit: a statement failed inside the transaction (its error was caught and "
                       "not rethrown), so PostgreSQL rolled it back; nothing was committed"
                     : "commit: no transaction is open on the session (it was ended behind the "
-                      "writer's back); nothing was committed");
+                      "writer's back: a rollback or a COMMIT); the events were not committed, and "
+                      "what the session committed before stays committed");
   }
   if (PQenterPipelineMode(c) != 1)
     throw error(errc::permanent, "postgresql", {}, "commit: cannot enter pipeline mode");
