@@ -110,6 +110,17 @@ inline bool is_misconfigured(const std::exception_ptr& p) {
     return false;
   }
 }
+
+/// What a committing store's `commit` throws, having sent nothing, when no transaction is open
+/// on the session: it was ended behind the writer (a rollback, a COMMIT, a failure that took it
+/// down, a statement that commits implicitly), and the events alone must not commit.
+[[noreturn]] inline void throw_no_transaction(std::string_view adapter) {
+  throw error(errc::permanent, std::string(adapter), {},
+              "commit: no transaction is open on the session (it was ended behind the writer's "
+              "back: a rollback, a COMMIT, a failed statement that took it down, or a statement "
+              "that commits implicitly); the events were not committed, and what the session "
+              "committed before stays committed");
+}
 }  // namespace detail
 
 /// Throws an `invalid_input` error naming `field`.

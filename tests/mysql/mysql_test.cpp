@@ -25,6 +25,7 @@
 #include <outbox/testing/manual_clock.hpp>
 #include <outbox/testing/memory_transport.hpp>
 
+#include "../support/errors.hpp"
 #include "../support/server_store_helpers.hpp"
 #include "../support/tcp_proxy.hpp"
 #include "fixture.hpp"
@@ -685,6 +686,26 @@ std::string seen_by(soci::session& sql) {
          " in_transaction=" + std::to_string(open ? 1 : 0);
 }
 
+/// The commit procedures of migration 0005 made again with `extra` after `at` in each (a
+/// statement of theirs, as written there), run as the migration runs them.
+void remake_procedures(soci::session& sql, std::string_view at, std::string_view extra) {
+  const outbox::migration& m = outbox::mysql::migrations[4];
+  BOOST_REQUIRE(m.name == "0005_writer_commit_mark");
+  for (std::string s : outbox::mysql::detail::split_statements(m.sql)) {
+    if (s.find("CREATE PROCEDURE") != std::string::npos) {
+      const auto pos = s.find(at);
+      BOOST_REQUIRE(pos != std::string::npos);
+      s.insert(pos + at.size(), " " + std::string(extra));
+    }
+    outbox::mysql::detail::exec(outbox::mysql::detail::handle(sql), s, "test");
+  }
+}
+
+/// What the server says when a statement is interrupted by KILL QUERY (1317), raised by the
+/// procedure itself: KILL QUERY at a chosen point of a CALL cannot be timed from outside.
+constexpr std::string_view interrupted =
+    "SIGNAL SQLSTATE '70100' SET MYSQL_ERRNO = 1317, MESSAGE_TEXT = 'interrupted by the test';";
+
 }  // namespace
 
 // The procedures' INSERT refused (a duplicate event id forced by a trigger; a lock wait timeout,
@@ -734,6 +755,122 @@ BOOST_AUTO_TEST_CASE(a_refused_insert_in_the_commit_procedure_commits_nothing) {
   BOOST_REQUIRE(e.has_value());
   BOOST_TEST((e->kind() == outbox::errc::misconfigured), e->what());
   BOOST_TEST(seen_by(*check) == "orders=2 events=5 in_transaction=0");
+}
+
+// A CALL that fails is told apart by how far its own procedure got (its mark in the stage),
+// for one event (outbox_commit_one) and several (outbox_commit): interrupted after its COMMIT,
+// it committed (no error); between the stage 'commit' and COMMIT, in doubt; before it started,
+// with a stage left by an earlier call (of 0004: 'commit'; of another mark), nothing committed
+// and the error is the CALL's (1317: transient). Migration 0004's stages reported the first
+// as a transient failure (8 in 500,000 writer transactions under KILL QUERY).
+BOOST_AUTO_TEST_CASE(a_failed_call_is_judged_by_its_own_stage) {
+  mysql_locking_fixture fx;
+  auto app = fx.open_session();
+  auto check = fx.open_session();
+  int committed = 0, events = 0;
+  const auto expect = [&](int more_orders, int more_events) {
+    committed += more_orders;
+    events += more_events;
+    return "orders=" + std::to_string(committed) + " events=" + std::to_string(events) +
+           " in_transaction=0";
+  };
+  for (const int n : {1, 3}) {
+    const std::string id = std::to_string(n);
+    remake_procedures(*app, "SET @outbox_commit_stage = CONCAT(p_mark, ':done');", interrupted);
+    const auto after = order_with(*app, "after-" + id, n);
+    BOOST_TEST(!after, (after ? after->what() : ""));
+    BOOST_TEST(seen_by(*check) == expect(1, n));
+    remake_procedures(*app, "SET @outbox_commit_stage = CONCAT(p_mark, ':commit');", interrupted);
+    const auto during = order_with(*app, "during-" + id, n);
+    BOOST_REQUIRE(during.has_value());
+    BOOST_TEST((during->kind() == outbox::errc::in_doubt), during->what());
+    BOOST_TEST(seen_by(*check) == expect(0, 0));
+    BOOST_TEST(seen_by(*app) == expect(0, 0));  // the writer rolled back what was left
+    remake_procedures(*app, "MODIFIES SQL DATA\n  SQL SECURITY INVOKER\nBEGIN", interrupted);
+    for (const std::string stale : {"commit", "00000000-0000-7000-8000-000000000009:commit"}) {
+      *app << "SET @outbox_commit_stage = :s", soci::use(stale);
+      const auto before = order_with(*app, "before-" + id, n);
+      BOOST_REQUIRE(before.has_value());
+      BOOST_TEST((before->kind() == outbox::errc::transient), before->what());
+      BOOST_TEST(before->native_code() == "1317");
+      BOOST_TEST(seen_by(*app) == expect(0, 0));
+    }
+  }
+  // Made again as migrated, the same session commits through both.
+  remake_procedures(*app, "SQL SECURITY INVOKER", "");
+  BOOST_TEST(!order_with(*app, "healed-1", 1));
+  BOOST_TEST(!order_with(*app, "healed-3", 3));
+  BOOST_TEST(seen_by(*check) == expect(2, 4));
+}
+
+// The transaction ended behind the writer by a statement that commits implicitly (DDL): the
+// order is committed by it, the writer refuses to commit the events on their own (the store
+// conformance suite has the rollback and the deadlock victim). Nothing is sent: no CALL ran.
+BOOST_AUTO_TEST_CASE(a_transaction_committed_by_ddl_gets_no_events) {
+  mysql_locking_fixture fx;
+  auto app = fx.open_session();
+  outbox::writer<outbox::mysql::store> w;
+  auto tx = w.begin(*app);
+  mysql_locking_fixture::insert_order(tx.session(), "o-1", 10);
+  tx.enqueue(outbox::event{"order", "o-1", "placed", "{}", {}});
+  *app << "CREATE TABLE implicit_commit (n INT)";
+  const auto e = outbox::test::error_of([&] { tx.commit(); });
+  BOOST_REQUIRE(e.has_value());
+  BOOST_TEST((e->kind() == outbox::errc::permanent), e->what());
+  BOOST_TEST(std::string(e->what()).find("the events were not committed") != std::string::npos);
+  BOOST_TEST(seen_by(*app) == "orders=1 events=0 in_transaction=0");
+}
+
+// A user without EXECUTE on the procedures (1370), and procedures of migration 0004 (1318:
+// their arguments differ): misconfigured, nothing committed. An error's text is the server's
+// words, never the CALL with its bound values (an event's payload).
+BOOST_AUTO_TEST_CASE(a_call_the_server_refuses_is_misconfigured_and_quotes_no_values) {
+  mysql_locking_fixture fx;
+  auto admin = fx.open_session();
+  const std::string user = "outbox_noexec_" + std::to_string(::getpid());
+  *admin << "CREATE USER IF NOT EXISTS '" + user + "'@'%' IDENTIFIED BY 'pw-never-shown'";
+  *admin << "GRANT SELECT, INSERT, UPDATE, DELETE ON `" + fx.database() + "`.* TO '" + user +
+                "'@'%'";
+  struct drop_user {  // whatever the checks do
+    soci::session& s;
+    std::string u;
+    ~drop_user() { s << "DROP USER IF EXISTS '" + u + "'@'%'"; }
+  } dropped{*admin, user};
+  const std::string secret = R"({"card":"4111-1111-1111-1111"})";
+  {
+    soci::session limited(
+        "mysql",
+        outbox::test::mysql_connect_without(outbox::test::service_address("OUTBOX_TEST_MYSQL"),
+                                            {"db", "dbname", "user", "password"}) +
+            " db=" + fx.database() + " user=" + user + " password=pw-never-shown charset=utf8mb4");
+    const auto e = order_with(limited, "noexec", 1, secret);
+    BOOST_REQUIRE(e.has_value());
+    BOOST_TEST((e->kind() == outbox::errc::misconfigured), e->what());
+    BOOST_TEST(e->native_code() == "1370");
+    BOOST_TEST(std::string(e->what()).find("4111") == std::string::npos, e->what());
+  }
+  const outbox::migration& old = outbox::mysql::migrations[3];
+  BOOST_REQUIRE(old.name == "0004_writer_commit");
+  for (const std::string& s : outbox::mysql::detail::split_statements(old.sql))
+    outbox::mysql::detail::exec(outbox::mysql::detail::handle(*admin), s, "test");
+  for (const int n : {1, 3}) {
+    const auto e = order_with(*admin, "old-" + std::to_string(n), n, secret);
+    BOOST_REQUIRE(e.has_value());
+    BOOST_TEST((e->kind() == outbox::errc::misconfigured), e->what());
+    BOOST_TEST(e->native_code() == "1318");
+    BOOST_TEST(std::string(e->what()).find("migrate") != std::string::npos, e->what());
+    BOOST_TEST(std::string(e->what()).find("4111") == std::string::npos, e->what());
+  }
+  BOOST_TEST(seen_by(*admin) == "orders=0 events=0 in_transaction=0");
+  // The plain enqueue's INSERT refused (by a trigger): its text quotes no value either.
+  mysql_locking_fixture::fail_event_inserts(*admin);
+  outbox::writer<outbox::mysql::store> w;
+  const auto e = outbox::test::error_of([&] {
+    w.enqueue(*admin, outbox::event{"order", "o", "placed", secret, {}});
+  });
+  BOOST_REQUIRE(e.has_value());
+  BOOST_TEST(std::string(e->what()).find("refused by the test") != std::string::npos, e->what());
+  BOOST_TEST(std::string(e->what()).find("4111") == std::string::npos, e->what());
 }
 
 // Through either procedure, the stored rows are the writer's bytes and text exactly (payloads

@@ -41,17 +41,20 @@ class appender {
   using session_type = ::soci::session;  ///< The connection type of the application.
   /// Commits the caller's open transaction on `sql` with `rows` in it
   /// (`writer::transaction::commit`) in one round trip: `CALL outbox_commit(:events)`
-  /// (migration 0004), the rows as one bound JSON argument (payloads in base64; one row:
+  /// (migration 0005), the rows as one bound JSON argument (payloads in base64; one row:
   /// `CALL outbox_commit_one`, its values bound as `append` binds them), which inserts them and
   /// commits. If the INSERT fails the procedure stops there: COMMIT does not run, the
   /// transaction is rolled back (one more round trip asks the procedure's stage, on that path
   /// only). Rows that take more than 1 MiB as sent go as `append`, then COMMIT (two round
-  /// trips: `append` splits them and checks max_allowed_packet). Checked first as `append`.
-  /// @throws outbox::error as `append` (nothing committed); `misconfigured` when the database is
-  ///         not migrated to version 4; `in_doubt` when the connection is lost while the CALL
-  ///         or COMMIT runs, or COMMIT fails (KILL QUERY): the outcome is unknown.
+  /// trips: `append` splits them and checks max_allowed_packet). Checked first as `append`,
+  /// and that the session's transaction is still open (`detail::require_open_transaction`).
+  /// @throws outbox::error as `append` (nothing committed); `permanent` when no transaction is
+  ///         open (nothing sent); `misconfigured` when the database is not migrated to version
+  ///         5; `in_doubt` when the connection is lost while the CALL or COMMIT runs, or COMMIT
+  ///         fails (KILL QUERY): the outcome is unknown.
   void commit(session_type& sql, std::span<const outgoing> rows) {
     MYSQL* c = detail::handle(sql);
+    detail::require_open_transaction(c);
     try {
       if (!rows.empty()) {
         check(c, rows);

@@ -1,7 +1,7 @@
 #pragma once
 /// @file
 /// The writer transaction's commit in one round trip on MySQL: the events as one bound JSON
-/// argument of `CALL outbox_commit` (sql/mysql/0004_writer_commit.sql), which inserts them and
+/// argument of `CALL outbox_commit` (sql/mysql/0005_writer_commit_mark.sql), which inserts them and
 /// commits; if the INSERT fails, COMMIT does not run and the transaction stays open.
 
 #include <cstddef>
@@ -96,25 +96,55 @@ inline constexpr std::size_t max_call_bytes = std::size_t{1} << 20;
                   : "commit: " + sanitize_text(text) + "; COMMIT failed, the outcome is unknown");
 }
 
+/// Refuses to commit when the session's transaction is over (a rollback, a COMMIT or a
+/// statement that commits implicitly, DDL, since `writer::begin`): the procedure's INSERT would
+/// then commit the events on their own. The server's status comes with every OK packet; after
+/// a failed statement it may be stale (a deadlock rolled the transaction back), so then one
+/// round trip asks (`in_transaction`). Nothing is sent otherwise.
+/// @throws outbox::error `permanent` when no transaction is open.
+inline void require_open_transaction(MYSQL* c) {
+  const bool open = mysql_errno(c) == 0 ? (c->server_status & SERVER_STATUS_IN_TRANS) != 0
+                                        : in_transaction(c, "commit");
+  if (!open) outbox::detail::throw_no_transaction("mysql");
+}
+
+/// How far a failed `CALL outbox_commit` got (`@outbox_commit_stage`, migration 0005): the
+/// procedure did not start, or stopped in its INSERT (nothing committed either way), in its
+/// COMMIT (in doubt), or after it (committed).
+enum class call_stage { not_started, insert, commit, done };
+
+/// The stage `stage` (the session variable, empty when NULL) tells for the call marked `mark`:
+/// another call's stage, or none, is `not_started`.
+[[nodiscard]] inline call_stage stage_of(std::string_view mark, std::string_view stage) noexcept {
+  if (stage.size() <= mark.size() || !stage.starts_with(mark) || stage[mark.size()] != ':')
+    return call_stage::not_started;
+  const std::string_view what = stage.substr(mark.size() + 1);
+  if (what == "insert") return call_stage::insert;
+  if (what == "commit") return call_stage::commit;
+  if (what == "done") return call_stage::done;
+  return call_stage::not_started;
+}
+
 /// Commits the open transaction on `sql` with `rows` (at least one) in one round trip: `CALL
 /// outbox_commit_one` with the row's values bound for one row, `CALL outbox_commit` with them
-/// as one bound JSON argument for more. Returns false, having sent nothing, when the rows take
-/// more than `max_call_bytes` as sent. Reports a failure as the writer's commit must: the
-/// connection lost while the CALL ran, or COMMIT refused -> `in_doubt`; the INSERT refused (the
-/// procedure stopped before COMMIT: `@outbox_commit_stage` is still 'insert', one more round
-/// trip on this path only) -> the INSERT's error as `append` reports it. The caller rolls back.
+/// as one bound JSON argument for more; both take the call's mark (the first row's id) first.
+/// Returns false, having sent nothing, when the rows take more than `max_call_bytes` as sent.
+/// A failed CALL is told apart by the procedure's stage for this mark (one more round trip, on
+/// that path only): the connection lost, or COMMIT failed -> `in_doubt`; the INSERT refused,
+/// or the procedure not started -> the error as `append` reports it (the caller rolls back);
+/// the procedure past its COMMIT -> committed, returns true.
 inline bool call_commit(::soci::session& sql, std::span<const outgoing> rows) {
   MYSQL* c = handle(sql);
+  const std::string mark = rows.front().id.to_string();
   unsigned code = 0;
   std::string text;
   try {
     if (rows.size() == 1) {
       const outgoing& r = rows.front();
       if (one_call_size(r) > max_call_bytes) return false;
-      const std::string id = r.id.to_string();
       const long long created = to_us(r.created_at);
       const long long due = outbox::detail::to_unix_ceil<std::chrono::microseconds>(r.available_at);
-      sql << std::string(statements::writer_commit_one), ::soci::use(id),
+      sql << std::string(statements::writer_commit_one), ::soci::use(mark), ::soci::use(mark),
           ::soci::use(r.source->aggregate_type), ::soci::use(r.source->aggregate_id),
           ::soci::use(r.source->event_type), ::soci::use(r.source->payload),
           ::soci::use(r.headers_json), ::soci::use(created), ::soci::use(r.source->content_type),
@@ -122,16 +152,16 @@ inline bool call_commit(::soci::session& sql, std::span<const outgoing> rows) {
     } else {
       const std::optional<std::string> events = commit_argument(rows);
       if (!events) return false;
-      sql << std::string(statements::writer_commit), ::soci::use(*events);
+      sql << std::string(statements::writer_commit), ::soci::use(mark), ::soci::use(*events);
     }
     while (mysql_more_results(c) && mysql_next_result(c) == 0)  // none expected: no SELECT
       if (MYSQL_RES* r = mysql_store_result(c)) mysql_free_result(r);
     return true;
   } catch (const ::soci::mysql_soci_error& e) {
     code = e.err_num_;
-    text = e.what();
+    text = e.get_error_message();  // the server's words: SOCI's context quotes the bound values
   } catch (const ::soci::soci_error& e) {  // not the server's: nothing was sent
-    throw error(errc::permanent, "mysql", {}, "commit: " + sanitize_text(e.what()));
+    throw error(errc::permanent, "mysql", {}, "commit: " + sanitize_text(e.get_error_message()));
   }
   if (connection_lost(code)) throw_commit_in_doubt(code, text);
   const std::string_view stage_sql = statements::writer_commit_stage;
@@ -142,7 +172,15 @@ inline bool call_commit(::soci::session& sql, std::span<const outgoing> rows) {
     if (MYSQL_ROW row = mysql_fetch_row(r); row != nullptr && row[0] != nullptr) stage = row[0];
     mysql_free_result(r);
   }
-  if (!stage.empty() && stage != "insert") throw_commit_in_doubt(code, text);
+  switch (stage_of(mark, stage)) {
+    case call_stage::done:
+      return true;
+    case call_stage::commit:
+      throw_commit_in_doubt(code, text);
+    case call_stage::insert:
+    case call_stage::not_started:
+      break;
+  }
   throw make_error(code, "commit: append", text);
 }
 

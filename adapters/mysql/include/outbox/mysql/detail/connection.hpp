@@ -50,20 +50,24 @@ inline bool connection_lost(unsigned code) noexcept {
 
 /// Classifies a server or client error number:
 /// - connection loss (`connection_lost`), deadlock 1213, lock wait timeout 1205, too many
-///   connections 1040, a query interrupted 1317 -> transient (the first with a reconnect);
+///   connections 1040, a query interrupted 1317 (and 1467, an auto-increment read interrupted
+///   so) -> transient (the first with a reconnect);
 /// - 1062 (duplicate key) -> duplicate;
 /// - 1045 (access denied), 1044 (no access to the database), 1049 (unknown database),
 ///   1146 (no such table), 1054 (unknown column: the schema is behind), 1305 (no such stored
-///   procedure: the same), 1142 (command denied) -> misconfigured;
+///   procedure) and 1318 (a procedure's arguments differ: the same), 1142 (command denied),
+///   1370 (no EXECUTE on a procedure) -> misconfigured;
 /// - 0 (no number: the client failed without one) -> transient; others -> permanent.
 inline errc classify(unsigned code) noexcept {
   if (code == 0 || connection_lost(code) || code == ER_LOCK_DEADLOCK ||
-      code == ER_LOCK_WAIT_TIMEOUT || code == ER_CON_COUNT_ERROR || code == ER_QUERY_INTERRUPTED)
+      code == ER_LOCK_WAIT_TIMEOUT || code == ER_CON_COUNT_ERROR || code == ER_QUERY_INTERRUPTED ||
+      code == ER_AUTOINC_READ_FAILED)
     return errc::transient;
   if (code == ER_DUP_ENTRY) return errc::duplicate;
   if (code == ER_ACCESS_DENIED_ERROR || code == ER_DBACCESS_DENIED_ERROR ||
       code == ER_BAD_DB_ERROR || code == ER_NO_SUCH_TABLE || code == ER_BAD_FIELD_ERROR ||
-      code == ER_SP_DOES_NOT_EXIST || code == ER_TABLEACCESS_DENIED_ERROR)
+      code == ER_SP_DOES_NOT_EXIST || code == ER_SP_WRONG_NO_OF_ARGS ||
+      code == ER_TABLEACCESS_DENIED_ERROR || code == ER_PROCACCESS_DENIED_ERROR)
     return errc::misconfigured;
   return errc::permanent;
 }
@@ -74,12 +78,14 @@ inline bool lock_conflict(unsigned code) noexcept {
   return code == ER_LOCK_DEADLOCK || code == ER_LOCK_WAIT_TIMEOUT;
 }
 
-/// The `outbox::error` of error number `code`. The text is made storable (SOCI's message may
-/// quote the statement with its values: it is cut to 2 KiB).
+/// The `outbox::error` of error number `code`. The text is made storable (cut to 2 KiB); callers
+/// pass the server's words (`soci_error::get_error_message`), never SOCI's context, which
+/// quotes the statement's bound values (an event's payload).
 [[nodiscard]] inline error make_error(unsigned code, std::string_view what, std::string_view text) {
   std::string msg(what);
   msg += ": ";
-  if (code == ER_NO_SUCH_TABLE || code == ER_BAD_FIELD_ERROR || code == ER_SP_DOES_NOT_EXIST)
+  if (code == ER_NO_SUCH_TABLE || code == ER_BAD_FIELD_ERROR || code == ER_SP_DOES_NOT_EXIST ||
+      code == ER_SP_WRONG_NO_OF_ARGS)
     msg += "the database is not migrated, or behind this library (call migrate): ";
   msg += sanitize_text(text);
   return error(classify(code), "mysql", code == 0 ? std::string() : std::to_string(code), msg);
@@ -107,15 +113,17 @@ inline bool lock_conflict(unsigned code) noexcept {
 }
 
 /// Runs `f`, translating SOCI's exceptions into `outbox::error` (by error number for the mysql
-/// backend's; anything else SOCI throws, such as a conversion, is permanent).
+/// backend's; anything else SOCI throws, such as a conversion, is permanent), their text
+/// without the bound values SOCI adds to it.
 template <class F>
 decltype(auto) translated(std::string_view what, F&& f) {
   try {
     return f();
   } catch (const ::soci::mysql_soci_error& e) {
-    throw make_error(e.err_num_, what, e.what());
+    throw make_error(e.err_num_, what, e.get_error_message());
   } catch (const ::soci::soci_error& e) {
-    throw error(errc::permanent, "mysql", {}, std::string(what) + ": " + sanitize_text(e.what()));
+    throw error(errc::permanent, "mysql", {},
+                std::string(what) + ": " + sanitize_text(e.get_error_message()));
   }
 }
 
