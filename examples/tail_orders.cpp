@@ -45,9 +45,9 @@ int main(int argc, char** argv) try {
   soci::session app("postgresql", conninfo);
   outbox::writer<pg::tailing_store> w;  // table-free: the event lives only in the WAL
   {
-    soci::transaction tx(app);
-    app << "INSERT INTO orders (id, total) VALUES ('42', 42)";
-    w.enqueue(app, outbox::event{"order", "42", "order_placed", R"({"total":42})"});
+    auto tx = w.begin(app);  // COMMIT carries the event: one pipeline, one round trip
+    tx.session() << "INSERT INTO orders (id, total) VALUES ('42', 42)";
+    tx.enqueue(outbox::event{"order", "42", "order_placed", R"({"total":42})"});
     tx.commit();
   }
 

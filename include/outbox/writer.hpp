@@ -113,12 +113,18 @@ class writer {
 
   /// Opens a transaction on `sql` whose commit carries its events: business statements run on
   /// `sql` as usual, `transaction::enqueue` validates and keeps events (no SQL), and
-  /// `transaction::commit` sends them with COMMIT, in one round trip where the store can
-  /// (`concepts::committing_store`: PostgreSQL, MySQL). The business rows never commit without the
-  /// events: the only way to commit is `transaction::commit`, and the destructor rolls back.
+  /// `transaction::commit` sends them with COMMIT through the store's `commit`
+  /// (`concepts::committing_store`), in one round trip where the store can (PostgreSQL, MySQL).
+  /// The business rows never commit without the events: the only way to commit is
+  /// `transaction::commit`, and the destructor rolls back; nor the events without the rows: a
+  /// store's `commit` refuses a session whose transaction ended behind the writer's back.
   /// @throws what the session's `begin` throws.
   [[nodiscard]] transaction begin(
       session_type& sql) requires concepts::transactional_session<session_type> {
+    static_assert(store_commits,
+                  "writer::begin needs the store, or its appender, to provide commit(session, "
+                  "rows) (concepts::committing_store), which refuses a session whose transaction "
+                  "is over; enqueue works with append alone");
     return transaction(*this, sql);
   }
 
@@ -154,40 +160,42 @@ class writer {
     return rows;
   }
 
-  /// Commits `sql`'s open transaction with `rows` in it: through the store's `commit` (one
-  /// round trip) where it has one, else appends and commits the session.
-  /// A store object without `commit` commits through its appender's, when that has one: the
-  /// appender is the store's writer side (`concepts::appender_providing_store`).
+  /// True when the store or its appender has `commit` (`begin` needs it).
+  static constexpr bool store_commits = [] {
+    if constexpr (concepts::appender_providing_store<Store>)
+      return concepts::committing_store<Store> ||
+             concepts::committing_store<typename Store::appender>;
+    else
+      return concepts::committing_store<Store>;
+  }();
+
+  /// Commits `sql`'s open transaction with `rows` in it through the store's `commit`, or, for
+  /// a store object without one, its appender's: the appender is the store's writer side
+  /// (`concepts::appender_providing_store`).
   void commit_with(session_type& sql, std::span<const outgoing> rows) {
+    constexpr bool object_commits = requires(Store & s) { s.commit(sql, rows); };
     if constexpr (concepts::appender_providing_store<Store>) {
-      constexpr bool store_commits = requires(Store & s) { s.commit(sql, rows); };
-      constexpr bool appender_commits = concepts::committing_store<typename Store::appender>;
-      if (store_ == nullptr || (!store_commits && appender_commits)) {
-        commit_through(typename Store::appender{}, sql, rows);
-        return;
+      if constexpr (concepts::committing_store<typename Store::appender>) {
+        if (store_ == nullptr || !object_commits) {
+          commit_through(typename Store::appender{}, sql, rows);
+          return;
+        }
       }
     }
-    commit_through(*store_, sql, rows);
+    if constexpr (object_commits) {
+      if (store_ == nullptr)  // an appender without commit, and no store object
+        throw error(errc::misconfigured, "writer", {},
+                    "commit: the store's appender has no commit; build the writer on a store");
+      commit_through(*store_, sql, rows);
+    }
   }
 
   template <class To>
   void commit_through(To&& to, session_type& sql, std::span<const outgoing> rows) {
-    if constexpr (requires { to.commit(sql, rows, options_); }) {
+    if constexpr (requires { to.commit(sql, rows, options_); })
       to.commit(sql, rows, options_);
-    } else if constexpr (requires { to.commit(sql, rows); }) {
+    else
       to.commit(sql, rows);
-    } else {
-      try {
-        if (!rows.empty()) append_through(to, sql, rows);
-        sql.commit();
-      } catch (...) {
-        try {
-          sql.rollback();  // what is left of it: a refused COMMIT may leave it open (SQLite)
-        } catch (...) {    // the first error is the one to report
-        }
-        throw;
-      }
-    }
   }
 
   /// True when `e` brings no trace context of its own (field or headers).

@@ -159,6 +159,29 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(bad_input_is_refused_at_enqueue_and_the_transactio
   BOOST_TEST(conformance::committed(fx) == "orders=2 events=1");
 }
 
+// The transaction ended behind the writer between the business statements and its commit: the
+// caller's own rollback, or a failure that took the transaction down, swallowed by the caller.
+// The commit is refused (permanent) and sends no event: run outside a transaction, the event
+// INSERT would commit on its own, an event about an order that does not exist.
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_transaction_ended_behind_the_writer_commits_no_event, Fixture,
+                              store_fixtures) {
+  Fixture fx;
+  auto sql = fx.open_session();
+  const auto rolled_back = [](typename Fixture::session_type& s) { s.rollback(); };
+  const auto aborted = [](typename Fixture::session_type& s) {
+    Fixture::swallow_a_failure_that_aborts_the_transaction(s);
+  };
+  int n = 0;
+  for (void (*end)(typename Fixture::session_type&) : {+rolled_back, +aborted}) {
+    const auto e = conformance::order_with_events(fx, *sql, "o-" + std::to_string(++n), end);
+    BOOST_REQUIRE(e.has_value());
+    BOOST_TEST((e->kind() == outbox::errc::permanent), e->what());
+    BOOST_TEST(conformance::committed(fx) == "orders=0 events=0");
+  }
+  BOOST_TEST(!conformance::order_with_events(fx, *sql, "o-3"));  // the session is usable
+  BOOST_TEST(conformance::committed(fx) == "orders=1 events=2");
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_refused_event_insert_commits_nothing, Fixture, store_fixtures) {
   conformance::refused_commits_nothing<Fixture>(&Fixture::fail_event_inserts);
 }

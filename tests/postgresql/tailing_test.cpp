@@ -724,6 +724,53 @@ BOOST_FIXTURE_TEST_CASE(the_table_free_writer_prepares_once_and_survives_dealloc
              boost::test_tools::per_element());
 }
 
+// The writer transaction on both tailing writers: the events ride in one pipeline with COMMIT
+// (one event through the prepared statement, three through one statement); the transaction
+// ended behind the writer (the caller's rollback) is refused with nothing emitted; a dropped
+// prepared statement fails one commit (26000) and the next prepares it again. Only what the
+// committed transactions carried goes out, in commit order.
+BOOST_FIXTURE_TEST_CASE(the_writer_transaction_commits_through_both_tailing_writers,
+                        tailing_fixture) {
+  using table_mode = tailing_store::table_mode;
+  auto sql = open_session();
+  const auto with = [&](auto& w, const std::string& name, std::size_t n, auto&& before_commit) {
+    auto tx = w.begin(*sql);
+    insert_order(tx.session(), name, 1);
+    tx.enqueue(std::vector<outbox::event>(n, outbox::event{"order", "1", name, "{}"}));
+    before_commit();
+    return outbox::test::error_of([&] { tx.commit(); });
+  };
+  const auto nothing = [] {};
+  outbox::writer<tailing_store> messages;
+  outbox::writer<table_mode> rows;
+  BOOST_TEST(!with(messages, "m1", 1, nothing));
+  BOOST_TEST(!with(messages, "m3", 3, nothing));
+  BOOST_TEST(!with(rows, "r1", 1, nothing));
+  BOOST_TEST(!with(rows, "r3", 3, nothing));
+  for (const std::string name : {"m-behind", "r-behind"}) {
+    const auto e = name[0] == 'm' ? with(messages, name, 1, [&] { sql->rollback(); })
+                                  : with(rows, name, 1, [&] { sql->rollback(); });
+    BOOST_REQUIRE(e.has_value());
+    BOOST_TEST((e->kind() == outbox::errc::permanent), e->what());
+  }
+  const auto dropped = with(messages, "m-dropped", 1, [&] { *sql << "DEALLOCATE ALL"; });
+  BOOST_REQUIRE(dropped.has_value());
+  BOOST_TEST(dropped->native_code().find("26000") == 0u, dropped->what());
+  BOOST_TEST(!with(messages, "m-again", 1, nothing));
+  BOOST_TEST(count(*sql, "SELECT count(*) FROM orders") == 5);
+
+  auto table = open_session();
+  auto store = make_tailing(*table);
+  outbox::testing::memory_transport transport({.record = true});
+  outbox::relay r(*store, transport);
+  BOOST_TEST_REQUIRE(relay_until(r, transport, 9));
+  BOOST_TEST_REQUIRE(relay_through_sentinel(r, transport));  // and nothing else came
+  BOOST_TEST(
+      names(transport.wire()) == (std::vector<std::string>{"m1", "m3", "m3", "m3", "r1", "r3", "r3",
+                                                           "r3", "m-again", "sentinel"}),
+      boost::test_tools::per_element());
+}
+
 // Break-it finding: a stream restarted (a release, a lost walsender) kept the end of a later
 // transaction without events as a settled position, and moved the slot past an event that was
 // claimed and never settled.

@@ -51,7 +51,7 @@ concept appender_providing_store =
 ///
 /// | operation               | returns | guarantees                                  | errors |
 /// |-------------------------|---------|---------------------------------------------|--------|
-/// | `s.commit(sql, rows)`   | `void`  | the open transaction on `sql` commits with `rows` in it, or not at all; on any error it is over (rolled back), except `in_doubt` | `transient`, `duplicate`, `permanent` (nothing committed), `in_doubt` (the connection was lost after COMMIT was sent) |
+/// | `s.commit(sql, rows)`   | `void`  | the open transaction on `sql` commits with `rows` in it, or not at all; on any error it is over (rolled back), except `in_doubt`; no transaction open on `sql` (ended behind the writer): refused, nothing sent | `transient`, `duplicate`, `permanent` (nothing committed; `detail::throw_no_transaction`), `in_doubt` (the connection was lost after COMMIT was sent) |
 template <class S>
 concept committing_store = appending_store<S> &&
     requires(S& s, typename S::session_type& sql, std::span<const outgoing> rows) {

@@ -145,6 +145,21 @@ class memory_store {
     });
   }
 
+  /// `append`, then the session's commit (`writer::transaction::commit`); on an error the
+  /// transaction is rolled back.
+  /// @throws outbox::error as `append` or the session's commit; `permanent`, nothing written,
+  ///         when no transaction is open on `sql` (`detail::throw_no_transaction`).
+  void commit(session_type& sql, std::span<const outgoing> rows) {
+    if (!sql.in_transaction()) outbox::detail::throw_no_transaction("memory");
+    try {
+      if (!rows.empty()) append(sql, rows);
+      sql.commit();
+    } catch (...) {
+      sql.rollback();
+      throw;
+    }
+  }
+
   // ---- claiming -------------------------------------------------------------------------------
 
   /// Always (leasing), so a relay pipelines on one store (`concepts::overlapping_claims_store`).

@@ -43,54 +43,47 @@ class appender {
   /// @throws outbox::error as `detail::commit_in_pipeline`: nothing committed, or `in_doubt`.
   void commit(session_type& sql, std::span<const outgoing> rows, const writer_options& o = {}) {
     PGconn* c = detail::handle(sql);
-    try {
-      detail::commit_in_pipeline(c, pipeline_for(c, rows, o));
-    } catch (const error& e) {
-      if (e.native_code().starts_with("26000")) {
-        detail::forget_prepared<detail::append_statement>(c);
-        detail::forget_prepared<detail::wake_statement>(c);
-      }
-      throw;
-    }
+    detail::commit_made<detail::append_statement, detail::wake_statement>(
+        c, [&] { return pipeline_for(c, rows, detail::may_prepare(c, o.prepare_statements)); });
   }
 
-  /// The statements of `commit`'s pipeline: the wake-up, then the INSERTs, with the statements
-  /// they use prepared on `c` first (once per connection) when `o` says so. A prepare the server
-  /// refuses (the outbox table gone: 42P01) aborts the open transaction, so it is rolled back
-  /// before the error goes on, as after a refused statement in the pipeline.
+  /// The statements of `commit`'s pipeline: the wake-up, then the INSERTs; the wake-up and the
+  /// one-row INSERT prepared on `c` (once per connection) when `prepare`.
   static std::vector<detail::piped_statement> pipeline_for(PGconn* c,
                                                            std::span<const outgoing> rows,
-                                                           const writer_options& o) {
+                                                           bool prepare) {
     std::vector<detail::piped_statement> statements;
     if (rows.empty()) return statements;
-    const bool prepare = o.prepare_statements && PQstatus(c) == CONNECTION_OK &&
-                         PQtransactionStatus(c) == PQTRANS_INTRANS;
-    try {
-      detail::piped_statement wake;  // first: the trigger then skips the INSERTs
-      if (prepare)
-        wake.prepared = detail::prepared_once<detail::wake_statement>(c, statements::wake);
-      else
-        wake.text = statements::wake;
-      statements.push_back(std::move(wake));
-      if (rows.size() == 1 && prepare) {
-        detail::piped_statement s;
-        add_row(s.values, rows.front());
-        s.prepared = detail::prepared_once<detail::append_statement>(c, statements::append);
-        statements.push_back(std::move(s));
-        return statements;
-      }
-    } catch (...) {
-      detail::roll_back_quietly(c);
-      throw;
+    detail::piped_statement wake;  // first: the trigger then skips the INSERTs
+    if (prepare)
+      wake.prepared = detail::prepared_once<detail::wake_statement>(c, statements::wake);
+    else
+      wake.text = statements::wake;
+    statements.push_back(std::move(wake));
+    inserts_for<detail::append_statement>(c, rows, prepare, statements::append, statements);
+    return statements;
+  }
+
+  /// Adds to `out` the INSERTs of `rows` with `single_row_insert` (append.sql's parameters):
+  /// one row as the statement prepared under `Name` when `prepare`, else one per 500 rows.
+  template <const char* Name>
+  static void inserts_for(PGconn* c, std::span<const outgoing> rows, bool prepare,
+                          std::string_view single_row_insert,
+                          std::vector<detail::piped_statement>& out) {
+    if (rows.size() == 1 && prepare) {
+      detail::piped_statement s;
+      add_row(s.values, rows.front());
+      s.prepared = detail::prepared_once<Name>(c, single_row_insert);
+      out.push_back(std::move(s));
+      return;
     }
-    outbox::sql::insert_in_chunks(statements::append, 9, rows, 500,
+    outbox::sql::insert_in_chunks(single_row_insert, 9, rows, 500,
                                   [&](const std::string& text, std::span<const outgoing> part) {
                                     detail::piped_statement s;
                                     s.text = text;
                                     for (const outgoing& r : part) add_row(s.values, r);
-                                    statements.push_back(std::move(s));
+                                    out.push_back(std::move(s));
                                   });
-    return statements;
   }
 
   /// Adds `r`'s values in append.sql's order.

@@ -185,11 +185,13 @@ class store {
       outbox::sql::require_schema_version(v.step() ? v.column_int64(0) : 0, schema_version,
                                           "sqlite");
     }
-    /// `append`, then COMMIT (`writer::transaction::commit`): SQLite has no round trip to
-    /// save. A refused COMMIT (a deferred constraint, busy) is rolled back.
-    /// @throws outbox::error as `append`, or COMMIT's failure; nothing committed either way.
+    /// `append`, then COMMIT (`writer::transaction::commit`; no round trip to save here). A
+    /// refused COMMIT (a deferred constraint, busy) is rolled back; none open: nothing written.
+    /// @throws outbox::error as `append` or COMMIT (nothing committed); `permanent` without one.
     void commit(session_type& sql, std::span<const outgoing> rows) {
       auto* db = detail::handle(sql);
+      if (detail::sq::sqlite3_get_autocommit(db) != 0)
+        outbox::detail::throw_no_transaction("sqlite");
       try {
         if (!rows.empty()) append(sql, rows);
         detail::exec(db, "COMMIT");

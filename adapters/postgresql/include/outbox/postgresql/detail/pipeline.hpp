@@ -42,13 +42,10 @@ inline void commit_in_pipeline(PGconn* c, const std::vector<piped_statement>& st
                 "commit: the connection was lost before COMMIT was sent; nothing was committed");
   if (const auto status = PQtransactionStatus(c); status != PQTRANS_INTRANS) {
     roll_back_quietly(c);
+    if (status != PQTRANS_INERROR) outbox::detail::throw_no_transaction("postgresql");
     throw error(errc::permanent, "postgresql", {},
-                status == PQTRANS_INERROR
-                    ? "commit: a statement failed inside the transaction (its error was caught and "
-                      "not rethrown), so PostgreSQL rolled it back; nothing was committed"
-                    : "commit: no transaction is open on the session (it was ended behind the "
-                      "writer's back: a rollback or a COMMIT); the events were not committed, and "
-                      "what the session committed before stays committed");
+                "commit: a statement failed inside the transaction (its error was caught and not "
+                "rethrown), so PostgreSQL rolled it back; nothing was committed");
   }
   if (PQenterPipelineMode(c) != 1)
     throw error(errc::permanent, "postgresql", {}, "commit: cannot enter pipeline mode");
@@ -132,6 +129,35 @@ inline void commit_in_pipeline(PGconn* c, const std::vector<piped_statement>& st
   throw error(errc::in_doubt, "postgresql", failed_state,
               "commit: the connection was lost during COMMIT; the outcome is unknown" +
                   (failed_text.empty() ? std::string() : " (" + failed_text + ")"));
+}
+
+/// `commit_in_pipeline` with the statements `make()` returns. `make` may prepare statements on
+/// `c` first (once per connection): a prepare the server refuses (the outbox table gone: 42P01)
+/// aborts the open transaction, so it is rolled back before the error goes on, as after a
+/// statement refused in the pipeline. Prepared statements named `forget...` are forgotten when
+/// the server no longer has them (26000: the next commit prepares them again).
+template <const char*... Forget, class Make>
+void commit_made(PGconn* c, Make&& make) {
+  std::vector<piped_statement> statements;
+  try {
+    statements = make();
+  } catch (...) {
+    roll_back_quietly(c);
+    throw;
+  }
+  try {
+    commit_in_pipeline(c, statements);
+  } catch (const error& e) {
+    if (e.native_code().starts_with("26000")) (forget_prepared<Forget>(c), ...);
+    throw;
+  }
+}
+
+/// True when `commit_made`'s `make` may prepare on `c`: asked for, and a transaction open (a
+/// prepare in an aborted one fails; without one, `commit_in_pipeline` refuses anyway).
+[[nodiscard]] inline bool may_prepare(PGconn* c, bool prepare_statements) noexcept {
+  return prepare_statements && PQstatus(c) == CONNECTION_OK &&
+         PQtransactionStatus(c) == PQTRANS_INTRANS;
 }
 
 }  // namespace outbox::postgresql::detail
