@@ -10,7 +10,8 @@
 // measured without a relay). And the writer's transaction (`ratio writer-pipelined`): the
 // event kept until commit and sent with COMMIT in one libpq pipeline, one round trip; beside
 // it the same pipeline without the writer's own wake-up, the trigger waking the relay
-// (`ratio writer-pipelined-trigger-wakes`).
+// (`ratio writer-pipelined-trigger-wakes`); and the table-free writer's transaction, its
+// message sent with COMMIT the same way (`ratio writer-tablefree-pipelined`).
 //
 // Usage: postgresql_writer_bench [--seconds N] [--split 0|1] [--smoke]
 // Server: OUTBOX_TEST_POSTGRESQL (libpq conninfo); uses (and drops) the schema outbox_wbench.
@@ -51,7 +52,14 @@ struct tally {
 /// What the "with event" transactions add: the table writer's event, the table-free writer's
 /// (a logical decoding message in the WAL: no row, no index, no trigger), or only a round trip
 /// (`SELECT 1`: the floor of any writer that sends its event as a statement of its own).
-enum class adds { table_event, wal_event, round_trip, pipelined_event, pipelined_by_trigger };
+enum class adds {
+  table_event,
+  wal_event,
+  round_trip,
+  pipelined_event,
+  pipelined_by_trigger,
+  wal_pipelined
+};
 
 std::pair<double, double> mix(double seconds, const std::string& label,
                               outbox::writer_options wo = {}, adds what = adds::table_event) {
@@ -91,15 +99,21 @@ std::pair<double, double> mix(double seconds, const std::string& label,
             statements[0].prepared =
                 pg::detail::prepared_once<pg::detail::append_statement>(c, pg::statements::append);
             pg::detail::commit_in_pipeline(c, statements);
-          } else if (enqueue && what == adds::pipelined_event) {
+          } else if (enqueue && (what == adds::pipelined_event || what == adds::wal_pipelined)) {
             // The writer's transaction: the event is kept and rides on COMMIT's round trip.
-            auto tx = w.begin(sql);
-            long long id = 0;
-            sql << "INSERT INTO bench_orders (customer, total_cents) VALUES (:c, :t) RETURNING id",
-                soci::use(customer), soci::use(total), soci::into(id);
-            tx.enqueue(outbox::event{"order", std::to_string(id), "order_placed",
-                                     R"({"customer":")" + customer + R"(","total_cents":1999})"});
-            tx.commit();
+            const auto order = [&](auto&& tx) {
+              long long id = 0;
+              sql << "INSERT INTO bench_orders (customer, total_cents) VALUES (:c, :t) "
+                     "RETURNING id",
+                  soci::use(customer), soci::use(total), soci::into(id);
+              tx.enqueue(outbox::event{"order", std::to_string(id), "order_placed",
+                                       R"({"customer":")" + customer + R"(","total_cents":1999})"});
+              tx.commit();
+            };
+            if (what == adds::wal_pipelined)
+              order(wal_writer.begin(sql));
+            else
+              order(w.begin(sql));
           } else {
             soci::transaction tx(sql);
             long long id = 0;
@@ -178,8 +192,11 @@ int main(int argc, char** argv) try {
   std::printf("ratio writer-pipelined-trigger-wakes %.2f (8 clients %.2f)\n", g1, g8);
   const auto [f1, f8] = mix(seconds, "table-free (WAL message)", {}, adds::wal_event);
   const auto [r1, r8] = mix(seconds, "one more round trip (SELECT 1)", {}, adds::round_trip);
+  const auto [fp1, fp8] =
+      mix(seconds, "table-free writer transaction (message with COMMIT)", {}, adds::wal_pipelined);
   std::printf("ratio writer-tablefree %.2f\n", f1);
   std::printf("ratio writer-tablefree-8-clients %.2f\n", f8);
+  std::printf("ratio writer-tablefree-pipelined %.2f (8 clients %.2f)\n", fp1, fp8);
   std::printf("ratio writer-round-trip-floor %.2f (8 clients %.2f)\n", r1, r8);
   if (split) {
     const auto [p1, p8] = mix(seconds, "event INSERT not prepared",
