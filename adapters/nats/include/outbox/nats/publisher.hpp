@@ -1,0 +1,316 @@
+#pragma once
+/// @file
+/// `outbox::nats::publisher`: the relay's side of the NATS JetStream transport over libnats.
+/// A batch is published asynchronously and settled from the stream's PubAcks.
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <nats/nats.h>
+
+#include <outbox/concepts/transport.hpp>
+#include <outbox/message.hpp>
+#include <outbox/nats/connection.hpp>
+#include <outbox/nats/protocol.hpp>
+#include <outbox/nats/stream.hpp>
+
+namespace outbox::nats {
+
+/// Options of a publisher. Fill with designated initialisers.
+struct publisher_options {
+  connection_options connection{};  ///< URL, credentials, TLS, timeouts.
+  stream_options stream{};          ///< The stream set up (or checked) on connect.
+  /// The subject of an event: `{event_type}`, `{aggregate_type}` and `{aggregate_id}` are
+  /// replaced. The stream must capture it (`stream_options::subjects`).
+  std::string subject_pattern{default_subject_pattern};
+  /// When set, the subject of an event instead of `subject_pattern`.
+  subject_router::function subject{};
+};
+
+namespace detail {
+
+/// What the PubAck callback (a libnats thread) shares with `publish` (the caller's thread). On
+/// the heap: the callback's closure outlives moves of the publisher.
+struct ack_state {
+  std::mutex mutex;
+  std::condition_variable settled;
+  std::unordered_map<std::string, std::size_t> by_id;  // Nats-Msg-Id -> batch index, unsettled
+  std::vector<publish_result>* results = nullptr;
+  std::vector<std::size_t> no_responders;  // batch indexes no stream answered for
+  bool closed = false;
+
+  /// The PubAck callback: settles the message it is for (ignored once its call is over).
+  static void on_ack(jsCtx*, natsMsg* msg, jsPubAck* pa, jsPubAckErr* pae, void* closure) {
+    auto& st = *static_cast<ack_state*>(closure);
+    const std::string id = header(msg, msg_id_header);
+    std::unique_lock lock(st.mutex);
+    if (!st.closed) {
+      if (auto it = st.by_id.find(id); it != st.by_id.end()) {
+        publish_result& r = (*st.results)[it->second];
+        if (pa != nullptr) {
+          // Duplicate: the stream stored it within its window already; confirmed all the same.
+          r.confirmed = true;
+          r.error.clear();
+        } else if (pae != nullptr) {
+          classify(r, pae);
+          if (pae->Err == NATS_NO_RESPONDERS) st.no_responders.push_back(it->second);
+        }
+        st.by_id.erase(it);
+        if (st.by_id.empty()) st.settled.notify_all();
+      }
+    }
+    lock.unlock();
+    natsMsg_Destroy(msg);
+  }
+
+  /// A refused publish: a JetStream error code is the stream's verdict on this message (no
+  /// room with discard=new, too large, wrong stream...): `permanent`, but for a cluster or
+  /// storage that is short for a while; a libnats status (timeout, no connection) `transient`.
+  static void classify(publish_result& r, const jsPubAckErr* pae) {
+    const jsErrCode code = pae->ErrCode;
+    const bool passing = code == JSClusterNotAvailErr || code == JSInsufficientResourcesErr ||
+                         code == JSMemoryResourcesExceededErr ||
+                         code == JSStorageResourcesExceededErr;
+    r.error_class = code != 0 && !passing ? errc::permanent : errc::transient;
+    r.error = std::string("refused by JetStream: ") +
+              (pae->ErrText && *pae->ErrText ? pae->ErrText : natsStatus_GetText(pae->Err));
+    if (code != 0) r.error += " (err_code " + std::to_string(code) + ")";
+  }
+};
+
+}  // namespace detail
+
+/// A `concepts::transport` over NATS JetStream. `publish` sends the whole batch with
+/// `js_PublishMsgAsync` (headers: `encode`; `Nats-Msg-Id` = the event id), then waits until
+/// `until` for the PubAcks: a PubAck = confirmed (a duplicate within the stream's duplicate
+/// window too: the stream holds the event already); a JetStream error for the message (a stream
+/// at its limits with discard=new, a message over the stream's max_msg_size) = its `permanent`
+/// failure; no stream capturing the subject (no responders while JetStream answers) =
+/// `permanent`; no PubAck by `until`, or a lost connection, = `transient`. A message that
+/// cannot be sent (a bad subject or header, over the server's max_payload: `unsendable`) is its
+/// `permanent` failure, found before anything of it is sent.
+///
+/// Connection: opened lazily; libnats reconnects by itself after a loss. While it is
+/// disconnected, `publish` throws `transient` and sends nothing (the relay backs off).
+///
+/// Threading: one caller thread (the PubAcks are read on libnats' thread). Move-only.
+class publisher {
+ public:
+  /// Checks the options; connects lazily (first `publish`) unless `connect()` is called.
+  /// @throws outbox::error `misconfigured` for a bad URL or subject pattern.
+  explicit publisher(publisher_options options)
+      : options_(std::move(options)),
+        router_(options_.subject_pattern, options_.subject),
+        state_(std::make_unique<detail::ack_state>()),
+        conn_(std::make_unique<connection>(options_.connection)) {}
+
+  publisher(const publisher&) = delete;
+  publisher& operator=(const publisher&) = delete;
+  /// Move-only: the connection and the callbacks' state go with it.
+  publisher(publisher&&) noexcept = default;
+  /// Moves the publisher, closing its own connection first.
+  publisher& operator=(publisher&& other) noexcept {
+    if (this != &other) {
+      shut();
+      options_ = std::move(other.options_);
+      router_ = std::move(other.router_);
+      js_ = std::move(other.js_);
+      state_ = std::move(other.state_);
+      conn_ = std::move(other.conn_);
+      stream_ready_ = other.stream_ready_;
+    }
+    return *this;
+  }
+  /// Closes the connection; waits for a PubAck callback that is running.
+  ~publisher() { shut(); }
+
+  /// The route of `m` (`concepts::routing_transport`): `nats:<subject>`.
+  [[nodiscard]] std::string route(const message& m) const {
+    try {
+      return "nats:" + router_(m);
+    } catch (...) {
+      return "nats:?";
+    }
+  }
+
+  /// Connects now and sets the stream up (see `stream_options`).
+  /// @throws outbox::error `transient` or `misconfigured`.
+  void connect() { ensure(); }
+
+  /// Where it publishes, without credentials.
+  [[nodiscard]] const std::string& where() const noexcept { return conn_->where(); }
+  /// The libnats connection (null before the first connect).
+  [[nodiscard]] natsConnection* native_handle() const noexcept { return conn_->handle(); }
+  /// Connections opened so far (not counting libnats' own reconnects).
+  [[nodiscard]] std::uint64_t connections() const noexcept { return conn_->generation(); }
+
+  /// Publishes `batch` and waits until `until` for its PubAcks. See the class comment.
+  /// @throws outbox::error `transient` (no connection, or connected only after `until`) or
+  ///         `misconfigured` (credentials, the stream missing and not to be created).
+  std::vector<publish_result> publish(std::span<const message> batch,
+                                      std::chrono::steady_clock::time_point until) {
+    std::vector<publish_result> results;
+    if (batch.empty()) return results;
+    ensure();
+    if (!conn_->connected())
+      throw error(errc::transient, "nats", {},
+                  "disconnected from " + conn_->where() + " (reconnecting); nothing sent");
+    if (std::chrono::steady_clock::now() >= until)
+      throw error(
+          errc::transient, "nats", {},
+          "connected only after the publish deadline; nothing sent (" + conn_->where() + ")");
+    results.resize(batch.size());
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      results[i].id = batch[i].id;
+      results[i].error = "no PubAck by the deadline";
+    }
+    auto& st = *state_;
+    {
+      std::lock_guard lock(st.mutex);
+      st.by_id.clear();
+      st.no_responders.clear();
+      st.results = &results;
+    }
+    const std::int64_t max_payload = natsConnection_GetMaxPayload(conn_->handle());
+    std::string failure;  // set when the connection failed: the rest is not sent
+    for (std::size_t i = 0; i < batch.size() && failure.empty(); ++i) {
+      send(batch[i], i, results, max_payload, until, failure);
+    }
+    std::unique_lock lock(st.mutex);
+    st.settled.wait_until(lock, until, [&] { return st.by_id.empty(); });
+    const bool late = !st.by_id.empty();
+    st.by_id.clear();  // late PubAcks find nothing
+    const auto no_responders = std::move(st.no_responders);
+    st.no_responders.clear();
+    lock.unlock();
+    if (late) {
+      // Take the unacknowledged messages back from libnats (their PubAcks, if they come, are
+      // dropped); they stay `transient`: the stream may hold them, and their retry is then a
+      // duplicate it drops within its window.
+      natsMsgList pending{};
+      if (js_PublishAsyncGetPendingList(&pending, js_.get()) == NATS_OK)
+        natsMsgList_Destroy(&pending);
+    }
+    if (!no_responders.empty()) settle_no_responders(batch, results, no_responders);
+    if (!failure.empty())
+      for (auto& r : results)
+        if (!r.confirmed && r.error_class != errc::permanent) r.error = failure;
+    return results;
+  }
+
+ private:
+  void ensure() {
+    if (conn_->ensure() || !js_) {
+      jsOptions o;
+      jsOptions_Init(&o);
+      o.PublishAsync.AckHandler = &detail::ack_state::on_ack;
+      o.PublishAsync.AckHandlerClosure = state_.get();
+      js_.reset();
+      js_ = conn_->jetstream(o);
+    }
+    if (!stream_ready_) {
+      ensure_stream(*conn_, js_.get(), options_.stream);
+      stream_ready_ = true;
+    }
+  }
+
+  void send(const message& m, std::size_t i, std::vector<publish_result>& results,
+            std::int64_t max_payload, std::chrono::steady_clock::time_point until,
+            std::string& failure) {
+    std::string subject;
+    try {
+      subject = router_(m);
+    } catch (const std::exception& e) {
+      results[i].error_class = errc::permanent;
+      results[i].error = std::string("publisher_options::subject threw: ") + e.what();
+      return;
+    }
+    if (auto why = unsendable(m, subject, max_payload); !why.empty()) {
+      results[i].error_class = errc::permanent;
+      results[i].error = std::move(why);
+      return;
+    }
+    msg_ptr msg;
+    try {
+      msg = encode(m, subject);
+    } catch (const error& e) {
+      results[i].error_class = errc::permanent;
+      results[i].error = e.what();
+      return;
+    }
+    const std::string id = m.id.to_string();
+    {
+      std::lock_guard lock(state_->mutex);
+      state_->by_id.insert_or_assign(id, i);
+    }
+    jsPubOptions po;
+    jsPubOptions_Init(&po);
+    po.MaxWait = std::max<std::int64_t>(
+        1, std::chrono::ceil<std::chrono::milliseconds>(until - std::chrono::steady_clock::now())
+               .count());
+    natsMsg* raw = msg.release();
+    const natsStatus s = js_PublishMsgAsync(js_.get(), &raw, &po);
+    natsMsg_Destroy(raw);  // null when libnats took it
+    if (s == NATS_OK) return;
+    {
+      std::lock_guard lock(state_->mutex);
+      state_->by_id.erase(id);
+    }
+    if (s == NATS_MAX_PAYLOAD) {
+      results[i].error_class = errc::permanent;
+      results[i].error = "over the server's max_payload";
+      return;
+    }
+    failure = conn_->scrub(std::string("publish failed: ") + natsStatus_GetText(s) + " (" +
+                           conn_->where() + ")");
+  }
+
+  /// No stream answered for these messages: JetStream is there (it answers an account-info
+  /// request) and no stream captures their subjects (`permanent`), or it is not (yet: a server
+  /// that is starting, `transient`).
+  void settle_no_responders(std::span<const message> batch, std::vector<publish_result>& results,
+                            const std::vector<std::size_t>& which) {
+    jsAccountInfo* info = nullptr;
+    jsErrCode code = static_cast<jsErrCode>(0);
+    const natsStatus s = js_GetAccountInfo(&info, js_.get(), nullptr, &code);
+    jsAccountInfo_Destroy(info);
+    for (const std::size_t i : which) {
+      publish_result& r = results[i];
+      if (s == NATS_OK) {
+        r.error_class = errc::permanent;
+        r.error = "no JetStream stream captures the subject " + router_(batch[i]);
+      } else {
+        r.error_class = errc::transient;
+        r.error = "no answer from JetStream (starting?) for subject " + router_(batch[i]);
+      }
+    }
+  }
+
+  void shut() noexcept {
+    if (!state_) return;
+    if (conn_) conn_->close();
+    js_.reset();
+    std::unique_lock lock(state_->mutex);
+    state_->closed = true;
+  }
+
+  publisher_options options_;
+  subject_router router_;
+  // Declared before the connection: destroyed after it (no callback can find it gone).
+  std::unique_ptr<detail::ack_state> state_;
+  std::unique_ptr<connection> conn_;
+  detail::js_ptr js_;
+  bool stream_ready_ = false;
+};
+
+static_assert(concepts::routing_transport<publisher>);
+
+}  // namespace outbox::nats
