@@ -30,14 +30,17 @@ nats_env() {
 # Starts nats-server on DIR/nats/server.conf, waits until it accepts connections and writes
 # its pid file; on failure shows the log and dies with MESSAGE. Usage: nats_launch MESSAGE
 nats_launch() {
-    local server base=$DIR/nats log=$LOGS/nats.log pid tries=300
+    local server base=$DIR/nats log=$LOGS/nats.log pid port tries=300
+    # The port of the config (a restart may run without the set's OUTBOX_SERVICES_SET).
+    port=$(sed -n 's/^listen: 127\.0\.0\.1:\([0-9]*\)$/\1/p' "$base/server.conf")
+    [[ -n $port ]] || die "nats: no listen port in $base/server.conf"
     server=$(find_prog nats-server) || die "nats: nats-server not installed (run: $0 install)"
     # setsid: its own session (see start_mysql); the config names DIR, which is_ours checks.
     setsid "$server" -c "$base/server.conf" </dev/null >>"$log" 2>&1 &
     pid=$!
     write_pid nats "$pid"
     # Ready once the log says so (JetStream recovered its streams) and the port accepts.
-    until grep -q "Server is ready" "$base/server.log" 2>/dev/null && port_accepts "$NATS_PORT"; do
+    until grep -q "Server is ready" "$base/server.log" 2>/dev/null && port_accepts "$port"; do
         if ! is_alive "$pid" || ((tries-- <= 0)); then
             show_tail "$log" "$base/server.log"
             die "$1"
@@ -94,5 +97,5 @@ restart_nats() {
     mv -f "$DIR/nats/server.log" "$DIR/nats/server.log.1" 2>/dev/null || true
     sleep "$down"
     nats_launch "restart: nats did not start again"
-    echo "nats: restarted (SIG$sig, down ${down} s) on port $NATS_PORT (pid $(read_pid nats)) in $(elapsed_since "$t0") s"
+    echo "nats: restarted (SIG$sig, down ${down} s) (pid $(read_pid nats)) in $(elapsed_since "$t0") s"
 }

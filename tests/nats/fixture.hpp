@@ -86,7 +86,7 @@ struct nats_fixture {
 
   static std::string url() { return service_address("OUTBOX_TEST_NATS"); }
 
-  nats_fixture() : nats_fixture(outbox::nats::stream_options{}) {}
+  nats_fixture() : nats_fixture(outbox::nats::stream_options{.memory = true}) {}
   ~nats_fixture() {
     rcv_.reset();
     pub_.reset();
@@ -142,11 +142,11 @@ struct nats_fixture {
   }
 
  protected:
+  /// A stream with the settings of `s` (its name and subjects are the fixture's).
   explicit nats_fixture(outbox::nats::stream_options s)
       : prefix_("outbox-test-" + make_uuid_v7().to_string()), stream_(std::move(s)) {
     stream_.name = "OUTBOX-TEST-" + prefix_.substr(12);
     stream_.subjects = {prefix_ + ".>"};
-    stream_.memory = true;
     pub_ = outbox::nats::publisher(publisher_options());
     restart_receiver();
     pub_->connect();

@@ -40,6 +40,9 @@ struct receiver_options {
   /// consumer's value, created or not).
   std::int64_t max_ack_pending = 256;
   int fetch_batch = 64;  ///< Messages fetched per request, at most.
+  /// A fetch from a deleted consumer only times out, as an idle one does: while nothing comes,
+  /// `receive` asks the server whether the consumer exists this often (one API request).
+  std::chrono::milliseconds check_every{std::chrono::seconds(5)};
   /// `nack(d, true)`: unset, the delivery comes again from here, before anything fetched
   /// after it (order per aggregate kept; the consumer has waited its retry delay already);
   /// set, a NAK with this delay: the server delivers it again then, to any receiver of the
@@ -90,6 +93,7 @@ class receiver {
       held_ = std::move(other.held_);
       max_held_ = other.max_held_;
       malformed_ = other.malformed_;
+      checked_ = other.checked_;
     }
     return *this;
   }
@@ -116,7 +120,7 @@ class receiver {
       const auto left =
           std::chrono::ceil<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
       if (left.count() <= 0) return std::nullopt;
-      fetch(left);
+      fetch(std::min(left, options_.check_every));
     }
   }
 
@@ -220,6 +224,7 @@ class receiver {
     s = js_PullSubscribe(&sub, js_.get(), nullptr, durable, nullptr, &so, &code);
     if (s != NATS_OK) conn_->fail(s, "pull subscribe to " + options_.durable, code);
     sub_.reset(sub);
+    checked_ = std::chrono::steady_clock::now();
   }
 
   void fetch(std::chrono::milliseconds timeout) {
@@ -229,7 +234,15 @@ class receiver {
     natsMsgList list{};
     jsErrCode code = static_cast<jsErrCode>(0);
     const natsStatus s = natsSubscription_Fetch(&list, sub_.get(), batch, timeout.count(), &code);
-    if (s == NATS_TIMEOUT) return;
+    if (s == NATS_TIMEOUT) {
+      natsMsgList_Destroy(&list);
+      const auto now = std::chrono::steady_clock::now();
+      if (now - checked_ >= options_.check_every) {
+        checked_ = now;
+        if (consumer_deleted()) lost(s, code);
+      }
+      return;
+    }
     if (s != NATS_OK) lost(s, code);
     for (int i = 0; i < list.Count; ++i) {
       msg_ptr msg(list.Msgs[i]);
@@ -254,14 +267,20 @@ class receiver {
     natsMsgList_Destroy(&list);
   }
 
-  /// A fetch failed: the consumer was deleted, or the connection is down.
-  [[noreturn]] void lost(natsStatus s, jsErrCode code) {
+  /// True when the server says the consumer does not exist (any other answer: false).
+  bool consumer_deleted() {
     jsConsumerInfo* info = nullptr;
     jsErrCode why = static_cast<jsErrCode>(0);
     const natsStatus look = js_GetConsumerInfo(&info, js_.get(), options_.stream.name.c_str(),
                                                options_.durable.c_str(), nullptr, &why);
     jsConsumerInfo_Destroy(info);
-    if (look != NATS_OK && why == JSConsumerNotFoundErr) {
+    return look != NATS_OK && why == JSConsumerNotFoundErr;
+  }
+
+  /// A fetch failed: the consumer was deleted, or the connection is down.
+  [[noreturn]] void lost(natsStatus s, jsErrCode code) {
+    if (consumer_deleted()) {
+      const jsErrCode why = JSConsumerNotFoundErr;
       sub_.reset();
       ready_.clear();
       held_.clear();
@@ -298,6 +317,7 @@ class receiver {
   std::map<std::uint64_t, msg_ptr> held_;   // stream sequence -> handed out, not settled
   std::size_t max_held_ = 0;
   std::uint64_t malformed_ = 0;
+  std::chrono::steady_clock::time_point checked_{};  // the consumer last known to exist
 };
 
 static_assert(concepts::receiver<receiver>);
