@@ -3,6 +3,7 @@
 // confirm is the stream's PubAck, so the drain waits for the consumer. Its outage restarts the
 // server of scripts/services.sh (DIR/restart nats), the stream kept on its store.
 
+#include <chrono>
 #include <string>
 
 #include <outbox/nats/nats.hpp>
@@ -27,7 +28,7 @@ struct nats_kind {
   static const char* missing(const args& a) {
     return a.address(server_flag).empty() ? "NATS (--nats or OUTBOX_TEST_NATS)" : nullptr;
   }
-  /// One consumer: the receiver keeps a requeued delivery in place, and its consumer's order.
+  /// One consumer (several would share the consumer's messages out of order).
   static int consumers(const args&) { return 1; }
   /// A header name NATS headers cannot carry (a ':' in it): the publisher fails it
   /// `permanent` before anything is sent, and the relay dead-letters it.
@@ -42,9 +43,15 @@ struct nats_kind {
                                     .stream = stream(a),
                                     .subject_pattern = prefix(a) + ".{event_type}"});
   }
+  /// One message pending at a time (max ack pending 1, as AMQP's prefetch 1): strict
+  /// per-aggregate order. A killed consumer's message comes again only after the ack wait
+  /// (JetStream knows no client's end), and none other is delivered meanwhile: 5 s, not 30.
   static outbox::nats::receiver receiver(const args& a) {
-    return outbox::nats::receiver(
-        {.connection = {.url = a.address(server_flag)}, .stream = stream(a), .durable = "faults"});
+    return outbox::nats::receiver({.connection = {.url = a.address(server_flag)},
+                                   .stream = stream(a),
+                                   .durable = "faults",
+                                   .ack_wait = std::chrono::seconds(5),
+                                   .max_ack_pending = 1});
   }
   /// Deletes the run's stream (with its consumer; best effort: the caller reports a failure).
   static void drop(const args& a) {
