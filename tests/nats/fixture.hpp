@@ -83,6 +83,9 @@ struct nats_fixture {
   static constexpr bool keeps_batch_order = true;
   /// Capability: a requeued delivery comes again before what was fetched after it.
   static constexpr bool redelivers_in_place = true;
+  /// The stream drops a message whose `Nats-Msg-Id` (the event id) it stored within its
+  /// duplicate window: a copy the relay sends again reaches no consumer.
+  static constexpr bool drops_republished = true;
 
   static std::string url() { return service_address("OUTBOX_TEST_NATS"); }
 

@@ -180,25 +180,33 @@ using msg_ptr = std::unique_ptr<natsMsg, detail::msg_deleter>;
 /// `Content-Type`, `Outbox-Created-At` (Unix ms) and the event's own (predecessor stamp and
 /// trace context among them). Check `unsendable` first.
 /// @throws outbox::error `permanent` when libnats refuses it after all.
-[[nodiscard]] inline msg_ptr encode(const message& m, const std::string& subject) {
+[[nodiscard]] inline msg_ptr encode(const message& m, const std::string& subject,
+                                    const std::string& id) {
   natsMsg* raw = nullptr;
   natsStatus s = natsMsg_Create(&raw, subject.c_str(), nullptr, m.payload.data(),
                                 static_cast<int>(m.payload.size()));
   msg_ptr out(raw);
-  const auto set = [&](std::string_view k, const std::string& v) {
-    if (s == NATS_OK) s = natsMsgHeader_Set(raw, std::string(k).c_str(), v.c_str());
+  // The names are literals: their data() is NUL-terminated.
+  const auto set = [&](std::string_view k, const char* v) {
+    if (s == NATS_OK) s = natsMsgHeader_Set(raw, k.data(), v);
   };
-  set(msg_id_header, m.id.to_string());
-  set(event_type_header, m.event_type);
-  set(aggregate_type_header, m.aggregate_type);
-  set(aggregate_id_header, m.aggregate_id);
-  set(content_type_header, m.content_type);
-  set(created_at_header, std::to_string(to_unix<std::milli>(m.created_at)));
-  for (const auto& [k, v] : m.headers) set(k, v);
+  set(msg_id_header, id.c_str());
+  set(event_type_header, m.event_type.c_str());
+  set(aggregate_type_header, m.aggregate_type.c_str());
+  set(aggregate_id_header, m.aggregate_id.c_str());
+  set(content_type_header, m.content_type.c_str());
+  set(created_at_header, std::to_string(to_unix<std::milli>(m.created_at)).c_str());
+  for (const auto& [k, v] : m.headers)
+    if (s == NATS_OK) s = natsMsgHeader_Set(raw, k.c_str(), v.c_str());
   if (s != NATS_OK)
     throw error(errc::permanent, "nats", natsStatus_GetText(s),
                 "libnats cannot make this message: " + std::string(natsStatus_GetText(s)));
   return out;
+}
+
+/// `encode(m, subject, id)` with the id made here.
+[[nodiscard]] inline msg_ptr encode(const message& m, const std::string& subject) {
+  return encode(m, subject, m.id.to_string());
 }
 
 /// One header of `msg` (empty when absent).
