@@ -273,6 +273,18 @@ BOOST_AUTO_TEST_CASE(bad_configuration_is_misconfigured_and_never_shows_a_secret
                 "wrong-pass-51c");
   const std::string bare = "nats://" + url.substr(url.find('@') + 1);
   misconfigured(
+      [&] {
+        outbox::nats::publisher(
+            {.connection = {.url = bare, .user = "outbox", .password = "pw-2x7"}})
+            .connect();
+      },
+      "pw-2x7");
+  {  // the right ones, as options: connects
+    const auto pass = url.substr(url.find(':', 7) + 1, url.find('@') - url.find(':', 7) - 1);
+    outbox::nats::publisher({.connection = {.url = bare, .user = "outbox", .password = pass}})
+        .connect();
+  }
+  misconfigured(
       [&] { outbox::nats::publisher({.connection = {.url = bare, .token = "tok-83q"}}).connect(); },
       "tok-83q");
   // Stream and consumer required to exist.

@@ -23,14 +23,10 @@ struct nats {
   template <class R, class F>
   static R with_maker(const store_url& u, F& f) {
     outbox::nats::publisher_options o;
-    // The connection URL without the tool's parameters (the adapter reads it again).
-    std::string conn = u.scheme + "://";
-    if (!u.user.empty() || !u.password.empty())
-      conn += percent_encode(u.user) +
-              (u.password.empty() ? "" : ":" + percent_encode(u.password)) + "@";
-    conn += u.host;
-    if (u.port) conn += ":" + std::to_string(*u.port);
-    o.connection.url = conn;
+    // The server without the tool's parameters; the credentials apart (no percent-encoding).
+    o.connection.url = u.scheme + "://" + u.host + (u.port ? ":" + std::to_string(*u.port) : "");
+    o.connection.user = u.user;
+    o.connection.password = u.password;
     for (const auto& [k, v] : u.query) {
       if (k == "stream")
         o.stream.name = v;

@@ -36,7 +36,11 @@ struct connection_options {
   /// `nats://[user:password@]host:port`, or `tls://` for TLS; several servers of one cluster
   /// separated by commas.
   std::string url{};
-  std::string token{};  ///< Token authentication (the server's `authorization.token`).
+  /// User and password authentication, instead of the URL's (a password need not be
+  /// percent-encoded here).
+  std::string user{};
+  std::string password{};  ///< With `user`.
+  std::string token{};     ///< Token authentication (the server's `authorization.token`).
   /// A `.creds` file (user JWT and NKey seed: NATS decentralized authentication).
   std::string creds_file{};
   std::string nkey_public{};     ///< NKey authentication: the user's public key (`U...`)...
@@ -180,6 +184,7 @@ class connection {
         secrets_.push_back(options_.url.substr(colon + 1, at_sign - colon - 1));
     }
     secrets_.push_back(options_.token);
+    secrets_.push_back(options_.password);
   }
 
   /// Where it connects, without credentials.
@@ -211,6 +216,8 @@ class connection {
     check(natsOptions_SetAllowReconnect(raw, true), "reconnect");
     check(natsOptions_SetMaxReconnect(raw, -1), "reconnect");
     check(natsOptions_SetReconnectWait(raw, options_.reconnect_wait.count()), "reconnect_wait");
+    if (!options_.user.empty())
+      check(natsOptions_SetUserInfo(raw, options_.user.c_str(), options_.password.c_str()), "user");
     if (!options_.token.empty()) check(natsOptions_SetToken(raw, options_.token.c_str()), "token");
     if (!options_.creds_file.empty())
       check(natsOptions_SetUserCredentialsFromFiles(raw, options_.creds_file.c_str(), nullptr),

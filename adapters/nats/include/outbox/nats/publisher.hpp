@@ -93,7 +93,7 @@ struct ack_state {
 /// `until` for the PubAcks: a PubAck = confirmed (a duplicate within the stream's duplicate
 /// window too: the stream holds the event already); a JetStream error for the message (a stream
 /// at its limits with discard=new, a message over the stream's max_msg_size) = its `permanent`
-/// failure; no stream capturing the subject (no responders while JetStream answers) =
+/// failure; no stream capturing the subject (no responders, and JetStream lists none for it) =
 /// `permanent`; no PubAck by `until`, or a lost connection, = `transient`. A message that
 /// cannot be sent (a bad subject or header, over the server's max_payload: `unsendable`) is its
 /// `permanent` failure, found before anything of it is sent.
@@ -213,7 +213,7 @@ class publisher {
       if (js_PublishAsyncGetPendingList(&pending, js_.get()) == NATS_OK)
         natsMsgList_Destroy(&pending);
     }
-    if (!no_responders.empty()) settle_no_responders(batch, results, no_responders);
+    if (!no_responders.empty()) settle_no_responders(results, no_responders);
     if (!failure.empty())
       for (auto& r : results)
         if (!r.confirmed && r.error_class != errc::permanent) r.error = failure;
@@ -292,24 +292,31 @@ class publisher {
     state_->by_id.erase(ids_[i]);
   }
 
-  /// No stream answered for these messages: JetStream is there (it answers an account-info
-  /// request) and no stream captures their subjects (`permanent`), or it is not (yet: a server
-  /// that is starting, `transient`).
-  void settle_no_responders(std::span<const message> batch, std::vector<publish_result>& results,
+  /// No stream answered for these messages: none captures the subject (JetStream says so
+  /// when asked for the streams of that subject: `permanent`), or one does and has not
+  /// answered (a server that restarted recovers its streams after it takes connections), or
+  /// JetStream is not there: `transient`. One question per subject.
+  void settle_no_responders(std::vector<publish_result>& results,
                             const std::vector<std::size_t>& which) {
-    jsAccountInfo* info = nullptr;
-    jsErrCode code = static_cast<jsErrCode>(0);
-    const natsStatus s = js_GetAccountInfo(&info, js_.get(), nullptr, &code);
-    jsAccountInfo_Destroy(info);
+    std::unordered_map<std::string, bool> captured;  // subject -> a stream captures it
     for (const std::size_t i : which) {
-      publish_result& r = results[i];
-      if (s == NATS_OK) {
-        r.error_class = errc::permanent;
-        r.error = "no JetStream stream captures the subject " + router_(batch[i]);
-      } else {
-        r.error_class = errc::transient;
-        r.error = "no answer from JetStream (starting?) for subject " + router_(batch[i]);
+      const std::string& subject = subjects_[i];
+      auto it = captured.find(subject);
+      if (it == captured.end()) {
+        jsOptions o;
+        jsOptions_Init(&o);
+        o.Stream.Info.SubjectsFilter = subject.c_str();
+        jsStreamNamesList* names = nullptr;
+        jsErrCode code = static_cast<jsErrCode>(0);
+        const natsStatus s = js_StreamNames(&names, js_.get(), &o, &code);
+        if (names != nullptr) jsStreamNamesList_Destroy(names);
+        it = captured.emplace(subject, s != NATS_NOT_FOUND).first;
       }
+      publish_result& r = results[i];
+      r.error_class = it->second ? errc::transient : errc::permanent;
+      r.error = it->second ? "no answer from the stream of subject " + subject +
+                                 " (JetStream starting or recovering?)"
+                           : "no JetStream stream captures the subject " + subject;
     }
   }
 
