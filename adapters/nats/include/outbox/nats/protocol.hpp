@@ -51,7 +51,8 @@ inline constexpr std::string_view default_subject_pattern = "outbox.event.{event
 }
 
 /// Why `subject` cannot be a subject to publish to, or empty when it can: tokens separated by
-/// `.`, none empty, no wildcard token (`*`, `>`), no whitespace or control character.
+/// dots, none empty, no wildcard token (a star or a greater-than sign), no whitespace or
+/// control character.
 [[nodiscard]] inline std::string subject_problem(std::string_view subject) {
   if (subject.empty()) return "is empty";
   std::size_t start = 0;
