@@ -67,6 +67,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using outbox::bench::rates;
+
 struct args {
   long rows = 20'000;
   long batch = 1000;
@@ -216,22 +218,6 @@ std::pair<double, double> cpu_ticks() {
   const double busy = user + nice + system + irq + softirq + steal;
   return {busy, busy + idle + iowait};
 }
-
-/// The rates of one contender over the rounds.
-struct rates {
-  std::vector<double> v;
-  void add(const outbox::bench::result& r) { v.push_back(r.rate()); }
-  [[nodiscard]] double best() const {
-    return v.empty() ? 0 : *std::max_element(v.begin(), v.end());
-  }
-  [[nodiscard]] double median() const {
-    if (v.empty()) return 0;
-    std::vector<double> s = v;
-    std::sort(s.begin(), s.end());
-    const std::size_t n = s.size();
-    return n % 2 == 1 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
-  }
-};
 
 /// A bare rabbitmq-c publisher: `rows` messages like the relay's, at most `window` unconfirmed.
 outbox::bench::result bare_run(const std::string& url, const std::string& exchange, long rows,

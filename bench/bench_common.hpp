@@ -2,6 +2,7 @@
 // What the benchmarks share: the sample event, SQLite database copies, server addresses, the
 // flags (with `--smoke`) and the timing record.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -169,6 +170,22 @@ struct result {
   double seconds = 0;
   long long rows = 0;
   [[nodiscard]] double rate() const { return static_cast<double>(rows) / seconds; }
+};
+
+/// The rates of one contender over the rounds of a benchmark.
+struct rates {
+  std::vector<double> v;
+  void add(const result& r) { v.push_back(r.rate()); }
+  [[nodiscard]] double best() const {
+    return v.empty() ? 0 : *std::max_element(v.begin(), v.end());
+  }
+  [[nodiscard]] double median() const {
+    if (v.empty()) return 0;
+    std::vector<double> s = v;
+    std::sort(s.begin(), s.end());
+    const std::size_t n = s.size();
+    return n % 2 == 1 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+  }
 };
 
 }  // namespace outbox::bench

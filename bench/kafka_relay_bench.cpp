@@ -53,6 +53,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using outbox::bench::rates;
+
 struct args {
   long rows = 100'000;
   long batch = 1000;
@@ -207,14 +209,6 @@ outbox::bench::result bare_run(const std::string& bootstrap, const std::string& 
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return {s, rows};
 }
-
-struct rates {
-  std::vector<double> v;
-  void add(const outbox::bench::result& r) { v.push_back(r.rate()); }
-  [[nodiscard]] double best() const {
-    return v.empty() ? 0 : *std::max_element(v.begin(), v.end());
-  }
-};
 
 }  // namespace
 

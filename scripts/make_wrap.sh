@@ -20,5 +20,5 @@ source_filename = $name
 source_hash = $hash
 
 [provide]
-dependency_names = outbox, outbox-sqlite, outbox-postgresql, outbox-mysql, outbox-zeromq, outbox-amqp, outbox-kafka, outbox-prometheus
+dependency_names = outbox, outbox-sqlite, outbox-postgresql, outbox-mysql, outbox-zeromq, outbox-amqp, outbox-kafka, outbox-nats, outbox-prometheus
 WRAP

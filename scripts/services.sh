@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# scripts/services.sh: throwaway PostgreSQL, MariaDB and RabbitMQ servers for outbox's tests.
+# scripts/services.sh: throwaway PostgreSQL, MariaDB, RabbitMQ and NATS (JetStream) servers for
+# outbox's tests.
 #
 #   scripts/services.sh install
 #       apt-get installs the server packages (Debian 12: PostgreSQL 15, MariaDB 10.11,
-#       RabbitMQ 3.10). Needs root (or sudo).
+#       RabbitMQ 3.10, nats-server 2.9). Needs root (or sudo).
 #
-#   scripts/services.sh start DIR [postgresql] [mysql] [amqp]
+#   scripts/services.sh start DIR [postgresql] [mysql] [amqp] [nats]
 #       Starts the named servers (all of them when none is named), in parallel, each with its own
 #       data directory under DIR, listening on 127.0.0.1 only, on non-default ports. Writes
 #       DIR/env.sh with the OUTBOX_TEST_* connection strings the tests read, and the pid of
@@ -15,8 +16,8 @@
 #       Stops what `start` started in DIR (and only that), by pid. Safe to run twice, or on a
 #       DIR whose servers already died.
 #
-#   scripts/services.sh restart DIR postgresql [DOWN_SECONDS] [--immediate]
-#       Restarts the PostgreSQL server that `start` started in DIR: stops it by its pid (fast
+#   scripts/services.sh restart DIR postgresql|nats [DOWN_SECONDS] [--immediate]
+#       Restarts the PostgreSQL (or NATS) server that `start` started in DIR: stops it by its pid (fast
 #       shutdown, SIGINT: sessions are cut and their transactions rolled back; --immediate:
 #       SIGQUIT, no checkpoint, WAL recovery at the next start, like a crash), keeps it down
 #       DOWN_SECONDS (0; decimals allowed), starts it again on the same data directory and port,
@@ -36,6 +37,7 @@
 #   OUTBOX_AMQPS_PORT (27671, RabbitMQ's TLS listener)
 #   OUTBOX_AMQP_DIST_PORT (27673)  OUTBOX_EPMD_PORT (24369)
 #   OUTBOX_AMQP_CTL_PORT_MIN..OUTBOX_AMQP_CTL_PORT_MAX (27674..27683, used by rabbitmqctl)
+#   OUTBOX_NATS_PORT (24222, nats-server with JetStream)
 # or run another set of servers beside the first with OUTBOX_SERVICES_SET=N (2-9): every port
 # above (default or given) + 20 * (N - 1).
 #

@@ -3,7 +3,7 @@
 # sudo available). `.ci/run` runs exactly this.
 #
 #  1. installs the build packages and the servers (apt-get, only what is missing);
-#  2. starts throwaway PostgreSQL, MariaDB and RabbitMQ servers (scripts/services.sh), two
+#  2. starts throwaway PostgreSQL, MariaDB, RabbitMQ and NATS servers (scripts/services.sh), two
 #     sets of them on different ports (OUTBOX_CI_SERVER_SETS=1: one), while the project
 #     builds, in build-ci (-Dwerror=true, debugoptimized, with the benchmarks and the consumer
 #     projects of tests/consumers/, installed into build-ci/prefix);

@@ -314,7 +314,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(an_abandoned_claim_is_taken_over_after_its_lease_a
   BOOST_TEST(relay.stats().published == 5u);
   w.consume_all(consumer);
   BOOST_TEST(consumer.stats().applied == 5u);
-  BOOST_TEST(consumer.stats().duplicates_skipped == 5u);
+  BOOST_TEST(consumer.stats().duplicates_skipped == w.copies(5));
   BOOST_TEST(w.applied() == 5);
   BOOST_TEST(w.applied_distinct() == 5);
 }
@@ -406,7 +406,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(messages_without_a_confirm_time_out_and_are_retrie
   BOOST_TEST(patient.stats().published == 1u);
   w.consume_all(consumer);
   BOOST_TEST(consumer.stats().applied == 1u);
-  BOOST_TEST(consumer.stats().duplicates_skipped == 1u);  // the unconfirmed send arrived too
+  // The unconfirmed send arrived too (unless the broker dropped the copy sent again).
+  BOOST_TEST(consumer.stats().duplicates_skipped == w.copies(1));
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_misconfigured_transport_stops_the_relay_and_dead_letters_nothing,

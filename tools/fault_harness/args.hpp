@@ -85,6 +85,7 @@ struct args {
   std::string broker_close_cmd;     ///< Closes every client connection of the broker.
   std::string broker_down_cmd;      ///< Takes the broker away (RabbitMQ: stop_app) ...
   std::string broker_up_cmd;        ///< ... and brings it back (start_app).
+  std::string broker_restart_cmd;   ///< Restarts the broker (down OUTBOX_FAULT_DOWN_S).
   std::string db_restart_cmd;       ///< Restarts the database server (down OUTBOX_FAULT_DOWN_S).
   /// The harness's own test: the run's Kafka mock cluster finds its brokers' ports taken when
   /// they go down (kafka_cluster_process), and the run must fail at once, saying so.
@@ -121,8 +122,9 @@ struct args {
          "[--consumer-faults kill,before-ack,in-tx] [--db-kill-targets relay,consumer,writer]\n"
          "       [--broker-outages K] [--broker-outage-kinds KINDS] [--db-restarts K]\n"
          "       [--broker-close-cmd CMD] [--broker-down-cmd CMD] [--broker-up-cmd CMD]\n"
-         "       [--db-restart-cmd CMD]   (server faults: each CMD runs under sh -c, with\n"
-         "         OUTBOX_FAULT_DOWN_S the seconds the database is to stay down; default\n"
+         "       [--broker-restart-cmd CMD] [--db-restart-cmd CMD]   (server faults: each CMD\n"
+         "         runs under sh -c, with OUTBOX_FAULT_DOWN_S the seconds the server is to stay\n"
+         "         down; default\n"
          "         commands from OUTBOX_SERVICES_DIR, the servers of scripts/services.sh)\n"
          "       [--take-kafka-port]   (the harness's own test: see kafka_cluster_process)\n"
          "       fault_harness --role writer|relay|consumer|check|kafka-cluster --dir DIR [...]\n";
@@ -219,6 +221,8 @@ inline args parse(int argc, char** argv) {
       a.broker_down_cmd = text(i);
     else if (arg == "--broker-up-cmd")
       a.broker_up_cmd = text(i);
+    else if (arg == "--broker-restart-cmd")
+      a.broker_restart_cmd = text(i);
     else if (arg == "--db-restart-cmd")
       a.db_restart_cmd = text(i);
     else if (arg == "--take-kafka-port")

@@ -75,7 +75,8 @@ concept store_kind = requires(const args& a, soci::session& sql, const std::stri
 ///
 /// Optional: its server (`server_flag`, `server_env`, `server_form`: on_server),
 /// `services_rabbitmq` (the default outage commands are scripts/services.sh's
-/// RabbitMQ's), `own_cluster(a)`, `start_own_cluster(a)` and `own_cluster_outages` (a broker of
+/// RabbitMQ's), `services_server` (the scripts/services.sh server that `server-restart`
+/// restarts by DIR/restart), `own_cluster(a)`, `start_own_cluster(a)` and `own_cluster_outages` (a broker of
 /// the run's own, started by the orchestrator, taken down by a word: `power(down)`),
 /// `run_cluster(a)` (that broker's process, `--role kafka-cluster`), `consumer_warmup` (how long
 /// a consumer is up before it has deliveries to copy in a storm), `partition_stall(outages)`

@@ -86,10 +86,13 @@ class orchestrator {
     outage_kinds_ = outage_kinds(a, offered, T::name, S::name, db_server);
     const bool broker_cmds =
         a.broker_outages > 0 && (listed(a.broker_outage_kinds, "close-connections") ||
-                                 listed(a.broker_outage_kinds, "node-restart"));
+                                 listed(a.broker_outage_kinds, "node-restart") ||
+                                 listed(a.broker_outage_kinds, "server-restart"));
     bool rabbitmq = false;  // another broker's outages never default to RabbitMQ's commands
     if constexpr (requires { T::services_rabbitmq; }) rabbitmq = T::services_rabbitmq;
-    const std::string no_way = server_commands(a, broker_cmds, rabbitmq, db_server);
+    const char* broker_server = nullptr;  // its scripts/services.sh server, for DIR/restart
+    if constexpr (requires { T::services_server; }) broker_server = T::services_server;
+    const std::string no_way = server_commands(a, broker_cmds, rabbitmq, broker_server, db_server);
     if (!no_way.empty()) return missing_service(no_way.c_str(), "");
     return std::nullopt;
   }

@@ -134,7 +134,8 @@ inline std::vector<server_fault> schedule_server_faults(std::mt19937_64& rng, co
     f.threshold = at(rng);
     f.delay = std::chrono::milliseconds(rng() % 300);
     const auto draw = rng();
-    const bool away = f.kind == "node-restart" || f.kind == "leaders-down";
+    const bool away =
+        f.kind == "node-restart" || f.kind == "server-restart" || f.kind == "leaders-down";
     if (f.kind == "consumer-away" || (away && !long_one)) {
       f.down = std::chrono::milliseconds(2600 + draw % 1900);  // 2.6 to 4.5 s
       long_one = true;

@@ -6,7 +6,9 @@
 // commands), `consumer-away` (ZeroMQ, where the consumer is the other end of the wire: the
 // consumer stopped, SIGTERM, and kept down `down`, longer than the relay's publish timeout, so
 // its publishes time out while it is gone), `leaders-down` (Kafka, the run's own mock cluster:
-// the brokers that lead the topic's partitions down, then up), `db-restart` (the database server
+// the brokers that lead the topic's partitions down, then up), `server-restart` (NATS: the
+// server stopped and started again by one command, told to stay down `down`, its store kept),
+// `db-restart` (the database server
 // stopped and started again by one command, told to stay down `down`). The parts are never
 // told: they must ride it out by themselves. The harness never knows where the servers live:
 // it runs commands (the flags, else derived from OUTBOX_SERVICES_DIR: server_commands).
@@ -64,9 +66,10 @@ inline std::vector<std::string> outage_kinds(args& a, const std::string& offered
 
 /// The commands of the server faults: the flags, else derived from OUTBOX_SERVICES_DIR (the
 /// servers of scripts/services.sh: rabbitmqctl in the node's environment when the transport's
-/// broker is that node (`rabbitmq`), DIR/restart). Returns what is missing for the faults asked
-/// for (empty: nothing).
-inline std::string server_commands(args& a, bool broker, bool rabbitmq, const char* db_server) {
+/// broker is that node (`rabbitmq`), DIR/restart, of the broker's server `broker_server` too).
+/// Returns what is missing for the faults asked for (empty: nothing).
+inline std::string server_commands(args& a, bool broker, bool rabbitmq, const char* broker_server,
+                                   const char* db_server) {
   const char* env = std::getenv("OUTBOX_SERVICES_DIR");
   const std::string dir = env != nullptr ? env : "";
   const std::string ctl = "'" + dir + "/rabbitmq/ctl-env.sh'";
@@ -86,6 +89,11 @@ inline std::string server_commands(args& a, bool broker, bool rabbitmq, const ch
     if (listed(a.broker_outage_kinds, "node-restart") &&
         (a.broker_down_cmd.empty() || a.broker_up_cmd.empty()))
       missing += " --broker-down-cmd/--broker-up-cmd";
+    if (a.broker_restart_cmd.empty() && broker_server != nullptr && !dir.empty() &&
+        std::filesystem::exists(dir + "/restart"))
+      a.broker_restart_cmd = "'" + dir + "/restart' " + broker_server + " \"$OUTBOX_FAULT_DOWN_S\"";
+    if (listed(a.broker_outage_kinds, "server-restart") && a.broker_restart_cmd.empty())
+      missing += " --broker-restart-cmd";
   }
   if (a.db_restarts > 0 && db_server != nullptr) {
     if (a.db_restart_cmd.empty() && !dir.empty() && std::filesystem::exists(dir + "/restart"))
@@ -257,7 +265,10 @@ struct server_fault_driver {
           start(a->broker_down_cmd, f.down);
           step = 1;
         } else {
-          start(f.kind == "db-restart" ? a->db_restart_cmd : a->broker_close_cmd, f.down);
+          start(f.kind == "db-restart"       ? a->db_restart_cmd
+                : f.kind == "server-restart" ? a->broker_restart_cmd
+                                             : a->broker_close_cmd,
+                f.down);
           step = 1;
         }
         return;

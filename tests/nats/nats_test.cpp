@@ -1,0 +1,373 @@
+// What is particular to the NATS JetStream transport, on a real nats-server (OUTBOX_TEST_NATS):
+// the duplicate window, a stream at its limit, subjects no stream captures, a server restart in
+// the middle of the batches, a consumer deleted under a receiver, malformed messages, bad
+// configuration, and what a plain libnats client reads of what the relay published.
+#define BOOST_TEST_MODULE nats specific
+#define BOOST_TEST_NO_MAIN
+#include <boost/test/unit_test.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <outbox/consumer.hpp>
+#include <outbox/relay.hpp>
+#include <outbox/writer.hpp>
+
+#include "../sqlite/fixture.hpp"
+#include "fixture.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using outbox::test::nats_admin;
+using outbox::test::nats_fixture;
+
+outbox::message sample(const std::string& agg = "42", const std::string& type = "order_placed") {
+  outbox::message m;
+  m.id = outbox::make_uuid_v7();
+  m.aggregate_type = "order";
+  m.aggregate_id = agg;
+  m.event_type = type;
+  m.payload = R"({"order":")" + agg + "\"}";
+  m.headers = {{"tenant", "acme"}};
+  m.created_at = std::chrono::system_clock::now();
+  m.attempts = 1;
+  return m;
+}
+
+auto in(std::chrono::milliseconds d) { return std::chrono::steady_clock::now() + d; }
+
+/// A fixture whose stream has the given settings (limits, file storage).
+struct stream_fixture : nats_fixture {
+  explicit stream_fixture(outbox::nats::stream_options s) : nats_fixture(std::move(s)) {}
+};
+
+/// The error class and text `f` throws (fails the test when it throws nothing).
+template <class F>
+std::pair<outbox::errc, std::string> thrown(F&& f) {
+  try {
+    f();
+  } catch (const outbox::error& e) {
+    return {e.kind(), e.what()};
+  }
+  BOOST_FAIL("no outbox::error thrown");
+  return {};
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(the_duplicate_window_drops_an_event_published_again) {
+  nats_fixture fx;
+  const auto m = sample();
+  for (int i = 0; i < 2; ++i) {
+    const auto r = fx.publisher().publish(std::span(&m, 1), in(30s));
+    BOOST_TEST_REQUIRE(r.size() == 1u);
+    BOOST_TEST(r[0].confirmed);  // the copy is confirmed: the stream holds the event
+  }
+  BOOST_TEST(nats_admin(nats_fixture::url()).stored(fx.stream().name) == 1u);
+  auto d = fx.receiver().receive(30s);
+  BOOST_TEST_REQUIRE(d.has_value());
+  BOOST_TEST(d->msg.id == m.id);
+  fx.receiver().ack(*d);
+  BOOST_TEST(!fx.receiver().receive(200ms).has_value());
+}
+
+BOOST_AUTO_TEST_CASE(a_stream_at_its_limit_with_discard_new_fails_the_message_for_good) {
+  stream_fixture fx({.max_msgs = 2, .discard_new = true});
+  const std::vector<outbox::message> batch{sample("1"), sample("2"), sample("3")};
+  const auto r = fx.publisher().publish(batch, in(30s));
+  BOOST_TEST_REQUIRE(r.size() == 3u);
+  BOOST_TEST(r[0].confirmed);
+  BOOST_TEST(r[1].confirmed);
+  BOOST_TEST(!r[2].confirmed);
+  BOOST_TEST((r[2].error_class == outbox::errc::permanent));
+  BOOST_TEST(r[2].error.find("maximum messages") != std::string::npos, r[2].error);
+}
+
+BOOST_AUTO_TEST_CASE(a_subject_no_stream_captures_fails_only_its_message_for_good) {
+  nats_fixture fx;
+  auto o = fx.publisher_options();
+  const std::string elsewhere = "nowhere-" + outbox::make_uuid_v7().to_string();
+  o.subject = [&](const outbox::message& m) {
+    return m.aggregate_id == "lost" ? elsewhere + ".x" : fx.prefix() + "." + m.event_type;
+  };
+  outbox::nats::publisher p(o);
+  const std::vector<outbox::message> batch{sample("1"), sample("lost"), sample("3")};
+  const auto r = p.publish(batch, in(30s));
+  BOOST_TEST_REQUIRE(r.size() == 3u);
+  BOOST_TEST(r[0].confirmed);
+  BOOST_TEST(!r[1].confirmed);
+  BOOST_TEST((r[1].error_class == outbox::errc::permanent));
+  BOOST_TEST(r[1].error.find("no JetStream stream captures") != std::string::npos, r[1].error);
+  BOOST_TEST(r[2].confirmed);
+  BOOST_TEST(p.route(batch[1]) == "nats:" + elsewhere + ".x");
+}
+
+BOOST_AUTO_TEST_CASE(what_nats_cannot_carry_fails_only_its_message_before_it_is_sent) {
+  nats_fixture fx;
+  auto big = sample("1");
+  big.payload = std::string(2 * 1024 * 1024, 'x');  // over the default max_payload (1 MiB)
+  big.content_type = "application/octet-stream";
+  auto colon = sample("2");
+  colon.headers.emplace("bad:name", "x");
+  auto line = sample("3");
+  line.headers.emplace("fine", "two\r\nlines");
+  auto reserved = sample("4");
+  reserved.headers.emplace("Nats-Expected-Stream", "x");
+  auto spaced = sample("5", "order placed");  // a space in the subject
+  const std::vector<outbox::message> batch{big, colon, line, reserved, spaced, sample("6")};
+  const auto r = fx.publisher().publish(batch, in(30s));
+  BOOST_TEST_REQUIRE(r.size() == batch.size());
+  for (std::size_t i = 0; i + 1 < batch.size(); ++i) {
+    BOOST_TEST(!r[i].confirmed);
+    BOOST_TEST((r[i].error_class == outbox::errc::permanent), i << ": " << r[i].error);
+  }
+  BOOST_TEST(r[0].error.find("max_payload") != std::string::npos, r[0].error);
+  BOOST_TEST(r.back().confirmed);
+  BOOST_TEST(nats_admin(nats_fixture::url()).stored(fx.stream().name) == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(a_server_restart_in_the_middle_of_the_batches_loses_nothing) {
+  const auto dir = outbox::test::service_address("OUTBOX_SERVICES_DIR");
+  BOOST_TEST_REQUIRE(!dir.empty(), "needs the servers of scripts/services.sh");
+  stream_fixture fx({});  // file storage: the stream survives the restart
+  std::atomic<bool> restarting{true};
+  std::jthread restart([&] {
+    std::this_thread::sleep_for(200ms);
+    BOOST_TEST(std::system(("'" + dir + "/restart' nats 0.5 >/dev/null").c_str()) == 0);
+    restarting = false;
+  });
+  std::vector<outbox::message> all;
+  std::vector<outbox::message> todo;
+  std::set<outbox::uuid> sent;
+  int refused = 0;  // batches refused whole, or messages not confirmed: the restart was crossed
+  // As the relay does: batches of 100, new ones while the server restarts; what is not
+  // confirmed is sent again, until all are.
+  for (const auto until = in(90s);
+       (restarting || !todo.empty()) && std::chrono::steady_clock::now() < until;) {
+    if (todo.size() < 100 && restarting)
+      for (int i = 0; i < 100; ++i) {
+        all.push_back(sample(std::to_string(all.size() % 50)));
+        todo.push_back(all.back());
+      }
+    const std::size_t n = std::min<std::size_t>(100, todo.size());
+    if (n == 0) continue;
+    const std::vector<outbox::message> batch(todo.begin(), todo.begin() + n);
+    std::vector<outbox::message> again;
+    try {
+      const auto r = fx.publisher().publish(batch, in(2s));
+      for (std::size_t i = 0; i < r.size(); ++i) {
+        BOOST_TEST((r[i].confirmed || r[i].error_class == outbox::errc::transient), r[i].error);
+        if (r[i].confirmed) {
+          sent.insert(r[i].id);
+        } else {
+          again.push_back(batch[i]);
+          ++refused;
+        }
+      }
+    } catch (const outbox::error& e) {
+      BOOST_TEST((e.kind() == outbox::errc::transient), e.what());
+      ++refused;
+      again = batch;
+      std::this_thread::sleep_for(50ms);
+    }
+    todo.erase(todo.begin(), todo.begin() + static_cast<std::ptrdiff_t>(n));
+    todo.insert(todo.end(), again.begin(), again.end());
+  }
+  restart.join();
+  BOOST_TEST(refused > 0);  // else the server did not go away under the batches
+  BOOST_TEST(todo.empty());
+  BOOST_TEST(sent.size() == all.size());
+  BOOST_TEST_MESSAGE(all.size() << " events, " << refused << " refusals during the restart");
+  // Every event in the stream, once (the duplicate window dropped the copies sent again).
+  BOOST_TEST(nats_admin(nats_fixture::url()).stored(fx.stream().name) == all.size());
+  std::set<outbox::uuid> got;
+  for (const auto until = in(60s);
+       got.size() < all.size() && std::chrono::steady_clock::now() < until;)
+    if (auto d = fx.receiver().receive(1s)) {
+      got.insert(d->msg.id);
+      fx.receiver().ack(*d);
+    }
+  BOOST_TEST(got.size() == all.size());
+}
+
+BOOST_AUTO_TEST_CASE(a_consumer_deleted_under_a_receiver_is_created_again_or_stops_the_run) {
+  nats_fixture fx;
+  const auto m = sample();
+  BOOST_TEST_REQUIRE(fx.publisher().publish(std::span(&m, 1), in(30s))[0].confirmed);
+  auto o = fx.receiver_options();
+  o.check_every = 100ms;
+  outbox::nats::receiver again(o);
+  again.connect();
+  nats_admin(nats_fixture::url()).delete_consumer(fx.stream().name, nats_fixture::durable);
+  // Created again (from the stream's first message): transient once, then the event comes.
+  const auto [kind, text] = thrown([&] { (void)again.receive(5s); });
+  BOOST_TEST((kind == outbox::errc::transient), text);
+  BOOST_TEST(text.find("was deleted") != std::string::npos, text);
+  auto d = again.receive(30s);
+  BOOST_TEST_REQUIRE(d.has_value());
+  BOOST_TEST(d->msg.id == m.id);
+  again.ack(*d);
+
+  // Not to be created: consumer::run stops with `misconfigured`, naming the consumer.
+  o.create_consumer = false;
+  outbox::nats::receiver fixed(o);
+  fixed.connect();
+  nats_admin(nats_fixture::url()).delete_consumer(fx.stream().name, nats_fixture::durable);
+  outbox::test::sqlite_fixture db;
+  auto sql = db.open_session();
+  auto st = db.make_store(*sql);
+  outbox::consumer c(*st, fixed, [](soci::session&, const outbox::message&) {},
+                     {.name = "billing", .poll_timeout = 200ms});
+  const auto [run_kind, run_text] = thrown([&] { c.run({}); });
+  BOOST_TEST((run_kind == outbox::errc::misconfigured), run_text);
+  BOOST_TEST(run_text.find("billing") != std::string::npos, run_text);
+  BOOST_TEST(run_text.find("create_consumer is false") != std::string::npos, run_text);
+}
+
+BOOST_AUTO_TEST_CASE(a_malformed_message_is_terminated_counted_and_never_redelivered) {
+  nats_fixture fx;
+  nats_admin admin(nats_fixture::url());
+  jsPubAck* pa = nullptr;
+  const std::string subject = fx.prefix() + ".foreign";
+  BOOST_TEST_REQUIRE(js_Publish(&pa, admin.js(), subject.c_str(), "x", 1, nullptr, nullptr) ==
+                     NATS_OK);
+  jsPubAck_Destroy(pa);
+  const auto good = sample();
+  BOOST_TEST_REQUIRE(fx.publisher().publish(std::span(&good, 1), in(30s))[0].confirmed);
+  auto d = fx.receiver().receive(30s);
+  BOOST_TEST_REQUIRE(d.has_value());
+  BOOST_TEST(d->msg.id == good.id);
+  fx.receiver().ack(*d);
+  BOOST_TEST(fx.receiver().malformed() == 1u);
+  fx.restart_receiver();  // a redelivery would come to a fresh receiver at once
+  BOOST_TEST(!fx.receiver().receive(300ms).has_value());
+  BOOST_TEST(fx.outstanding() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(bad_configuration_is_misconfigured_and_never_shows_a_secret) {
+  using outbox::errc;
+  const std::string url = nats_fixture::url();
+  const auto misconfigured = [](auto f, const std::string& secret = {}) {
+    const auto [kind, text] = thrown(f);
+    BOOST_TEST((kind == errc::misconfigured), text);
+    if (!secret.empty()) BOOST_TEST(text.find(secret) == std::string::npos, text);
+  };
+  misconfigured([] { outbox::nats::publisher p({.connection = {.url = "http://h:1"}}); });
+  misconfigured([] { outbox::nats::publisher p({.connection = {.url = "nats://u:pw-9z@:1"}}); },
+                "pw-9z");
+  misconfigured([] { outbox::nats::publisher p({.connection = {.url = "nats://h:port"}}); });
+  for (const char* pattern : {"a..{event_type}", "a.{nope}", "a.{event_type", "a.>", ""})
+    misconfigured([&] {
+      outbox::nats::publisher p({.connection = {.url = url}, .subject_pattern = pattern});
+    });
+  // Wrong credentials: refused by the server, the password and the token not in the text.
+  const std::string wrong = "nats://outbox:wrong-pass-51c@" + url.substr(url.find('@') + 1);
+  misconfigured([&] { outbox::nats::publisher({.connection = {.url = wrong}}).connect(); },
+                "wrong-pass-51c");
+  const std::string bare = "nats://" + url.substr(url.find('@') + 1);
+  misconfigured(
+      [&] {
+        outbox::nats::publisher(
+            {.connection = {.url = bare, .user = "outbox", .password = "pw-2x7"}})
+            .connect();
+      },
+      "pw-2x7");
+  {  // the right ones, as options: connects
+    const auto pass = url.substr(url.find(':', 7) + 1, url.find('@') - url.find(':', 7) - 1);
+    outbox::nats::publisher({.connection = {.url = bare, .user = "outbox", .password = pass}})
+        .connect();
+  }
+  misconfigured(
+      [&] { outbox::nats::publisher({.connection = {.url = bare, .token = "tok-83q"}}).connect(); },
+      "tok-83q");
+  // Stream and consumer required to exist.
+  const std::string missing = "MISSING-" + outbox::make_uuid_v7().to_string();
+  misconfigured([&] {
+    outbox::nats::publisher(
+        {.connection = {.url = url}, .stream = {.name = missing, .create = false}})
+        .connect();
+  });
+  nats_fixture fx;
+  auto o = fx.receiver_options();
+  o.durable = "absent";
+  o.create_consumer = false;
+  misconfigured([&] { outbox::nats::receiver(o).connect(); });
+}
+
+BOOST_AUTO_TEST_CASE(a_plain_libnats_client_reads_the_documented_subject_and_headers) {
+  // The relay publishes from an SQLite outbox; a pull subscription of plain libnats calls (not
+  // the adapter's receiver) reads it back.
+  nats_fixture fx;
+  outbox::test::sqlite_fixture db;
+  auto sql = db.open_session();
+  auto st = db.make_store(*sql);
+  outbox::writer w(*st);
+  outbox::uuid first;
+  outbox::uuid second;
+  {
+    ::soci::transaction tx(*sql);
+    outbox::event e{"order", "42", "order_placed", R"({"n":1})", {{"tenant", "acme"}}};
+    e.trace.traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    first = w.enqueue(*sql, e);
+    second = w.enqueue(
+        *sql, outbox::event{"order", "42", "order_paid", "AAEC", {}, "application/octet-stream"});
+    tx.commit();
+  }
+  outbox::relay r(*st, fx.publisher(), {.stamp_predecessors = true});
+  BOOST_TEST_REQUIRE(r.run_once() == 2u);
+
+  nats_admin admin(nats_fixture::url());
+  natsSubscription* sub = nullptr;
+  jsSubOptions so;
+  jsSubOptions_Init(&so);
+  so.Stream = fx.stream().name.c_str();
+  jsErrCode code{};
+  const std::string subjects = fx.prefix() + ".>";
+  BOOST_TEST_REQUIRE(js_PullSubscribe(&sub, admin.js(), subjects.c_str(), "plain-reader", nullptr,
+                                      &so, &code) == NATS_OK);
+  natsMsgList list{};
+  BOOST_TEST_REQUIRE(natsSubscription_Fetch(&list, sub, 2, 10000, &code) == NATS_OK);
+  BOOST_TEST_REQUIRE(list.Count == 2);
+  std::map<std::string, std::string> h1;
+  std::map<std::string, std::string> h2;
+  for (auto* h : {&h1, &h2}) {
+    natsMsg* msg = list.Msgs[h == &h1 ? 0 : 1];
+    const char** keys = nullptr;
+    int n = 0;
+    BOOST_TEST_REQUIRE(natsMsgHeader_Keys(msg, &keys, &n) == NATS_OK);
+    for (int i = 0; i < n; ++i) {
+      const char* v = nullptr;
+      natsMsgHeader_Get(msg, keys[i], &v);
+      (*h)[keys[i]] = v ? v : "";
+    }
+    std::free(static_cast<void*>(keys));
+    (*h)["subject"] = natsMsg_GetSubject(msg);
+    (*h)["data"] = std::string(natsMsg_GetData(msg), natsMsg_GetDataLength(msg));
+  }
+  BOOST_TEST(h1["subject"] == fx.prefix() + ".order_placed");
+  BOOST_TEST(h1["Nats-Msg-Id"] == first.to_string());
+  BOOST_TEST(h1["Outbox-Event-Type"] == "order_placed");
+  BOOST_TEST(h1["Outbox-Aggregate-Type"] == "order");
+  BOOST_TEST(h1["Outbox-Aggregate-Id"] == "42");
+  BOOST_TEST(h1["Content-Type"] == "application/json");
+  BOOST_TEST(!h1["Outbox-Created-At"].empty());
+  BOOST_TEST(h1["tenant"] == "acme");
+  BOOST_TEST(h1["traceparent"] == "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+  BOOST_TEST(h1["data"] == R"({"n":1})");
+  BOOST_TEST(h2["subject"] == fx.prefix() + ".order_paid");
+  BOOST_TEST(h2["Nats-Msg-Id"] == second.to_string());
+  BOOST_TEST(h2["Content-Type"] == "application/octet-stream");
+  BOOST_TEST(h2["outbox-predecessor"] == first.to_string());
+  BOOST_TEST(h2["data"] == "AAEC");
+  natsMsgList_Destroy(&list);
+  natsSubscription_Destroy(sub);
+}
+
+OUTBOX_TEST_MAIN_REQUIRING("OUTBOX_TEST_NATS")
