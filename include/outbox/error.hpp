@@ -121,6 +121,15 @@ inline bool is_misconfigured(const std::exception_ptr& p) {
               "that commits implicitly); the events were not committed, and what the session "
               "committed before stays committed");
 }
+
+/// What a committing store's `open` (`writer::begin`) throws, having sent nothing, when a
+/// transaction is already open on the session: a BEGIN would commit it (MySQL) or nest in it
+/// silently (PostgreSQL), and the writer's commit would then end the caller's transaction.
+[[noreturn]] inline void throw_transaction_open(std::string_view adapter) {
+  throw error(errc::permanent, std::string(adapter), {},
+              "begin: a transaction is already open on the session; writer::begin opens its own: "
+              "commit or roll back the open one first, or enqueue inside it");
+}
 }  // namespace detail
 
 /// Throws an `invalid_input` error naming `field`.

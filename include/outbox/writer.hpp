@@ -117,7 +117,9 @@ class writer {
   /// (`concepts::committing_store`), in one round trip where the store can (PostgreSQL, MySQL).
   /// The business rows never commit without the events: the only way to commit is
   /// `transaction::commit`, and the destructor rolls back; nor the events without the rows: a
-  /// store's `commit` refuses a session whose transaction ended behind the writer's back.
+  /// store's `commit` refuses a session whose transaction ended behind the writer's back (not
+  /// one where the caller opened another since: docs/limits.md), and `begin` a session already
+  /// in a transaction (`permanent`).
   /// @throws what the session's `begin` throws.
   [[nodiscard]] transaction begin(
       session_type& sql) requires concepts::transactional_session<session_type> {
@@ -168,6 +170,18 @@ class writer {
     else
       return concepts::committing_store<Store>;
   }();
+
+  /// Opens `begin`'s transaction on `sql`: through the store's appender's `open` where it has
+  /// one (it refuses a session already in a transaction), else the session's `begin`.
+  static void open_on(session_type& sql) {
+    if constexpr (concepts::appender_providing_store<Store>) {
+      if constexpr (requires(typename Store::appender a) { a.open(sql); }) {
+        typename Store::appender{}.open(sql);
+        return;
+      }
+    }
+    sql.begin();
+  }
 
   /// Commits `sql`'s open transaction with `rows` in it through the store's `commit`, or, for
   /// a store object without one, its appender's: the appender is the store's writer side
@@ -338,7 +352,7 @@ class writer<Store, Clock>::transaction {
 
  private:
   friend class writer;
-  transaction(writer& w, session_type& sql) : writer_(&w), sql_(&sql) { sql.begin(); }
+  transaction(writer& w, session_type& sql) : writer_(&w), sql_(&sql) { w.open_on(sql); }
 
   /// Keeps `n` events placed by `place(kept_)` (each call returns the next one, in place),
   /// validated and given their rows; or none of them.

@@ -182,6 +182,27 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(a_transaction_ended_behind_the_writer_commits_no_e
   BOOST_TEST(conformance::committed(fx) == "orders=1 events=2");
 }
 
+// writer::begin on a session already in a transaction (the caller's own) is refused, and the
+// open transaction is left as it was: a BEGIN would have committed it (MySQL) or the writer's
+// transaction would have nested in it and ended it (PostgreSQL).
+BOOST_AUTO_TEST_CASE_TEMPLATE(begin_in_an_open_transaction_is_refused_and_leaves_it_open, Fixture,
+                              store_fixtures) {
+  Fixture fx;
+  auto sql = fx.open_session();
+  auto st = fx.make_store(*sql);
+  outbox::writer w(*st);
+  {
+    auto outer = Fixture::begin(*sql);
+    Fixture::insert_order(*sql, "o-1", 10);
+    BOOST_TEST(outbox::test::kind_of([&] { (void)w.begin(*sql); }) == outbox::errc::permanent);
+    BOOST_TEST(conformance::committed(fx) == "orders=0 events=0");
+    outer->rollback();
+  }
+  BOOST_TEST(conformance::committed(fx) == "orders=0 events=0");
+  BOOST_TEST(!conformance::order_with_events(fx, *sql, "o-2"));  // the session is usable
+  BOOST_TEST(conformance::committed(fx) == "orders=1 events=2");
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(a_refused_event_insert_commits_nothing, Fixture, store_fixtures) {
   conformance::refused_commits_nothing<Fixture>(&Fixture::fail_event_inserts);
 }

@@ -39,6 +39,15 @@ namespace detail {
 class appender {
  public:
   using session_type = ::soci::session;  ///< The connection type of the application.
+  /// Opens the writer transaction on `sql` (`writer::begin`): START TRANSACTION, refused,
+  /// nothing sent, on a session already in one (it would commit the open one implicitly).
+  /// @throws outbox::error `permanent` then (`outbox::detail::throw_transaction_open`).
+  static void open(session_type& sql) {
+    if (detail::transaction_open(detail::handle(sql), "begin"))
+      outbox::detail::throw_transaction_open("mysql");
+    sql.begin();
+  }
+
   /// Commits the caller's open transaction on `sql` with `rows` in it
   /// (`writer::transaction::commit`) in one round trip: `CALL outbox_commit(:events)`
   /// (migration 0005), the rows as one bound JSON argument (payloads in base64; one row:

@@ -34,6 +34,16 @@ class appender {
     insert<detail::append_statement>(sql, rows, o, statements::append);
   }
 
+  /// Opens the writer transaction on `sql` (`writer::begin`): BEGIN, refused, nothing sent, on
+  /// a session already in a transaction (PostgreSQL would only warn and nest the writer's in
+  /// it). @throws outbox::error `permanent` then (`detail::throw_transaction_open`).
+  static void open(session_type& sql) {
+    if (const auto status = PQtransactionStatus(detail::handle(sql));
+        status == PQTRANS_INTRANS || status == PQTRANS_INERROR)
+      outbox::detail::throw_transaction_open("postgresql");
+    sql.begin();
+  }
+
   /// Commits the caller's open transaction on `sql` with `rows` in it, in one round trip: the
   /// INSERTs of `append` (bound values, payloads in binary; one row as the statement prepared
   /// once per connection) and COMMIT go as one libpq pipeline with one sync

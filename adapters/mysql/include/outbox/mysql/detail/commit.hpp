@@ -96,16 +96,20 @@ inline constexpr std::size_t max_call_bytes = std::size_t{1} << 20;
                   : "commit: " + sanitize_text(text) + "; COMMIT failed, the outcome is unknown");
 }
 
+/// True when a transaction is open on `c`: the server's status of the last statement, which
+/// comes with every OK packet; after a failed statement it may be stale (a deadlock rolled the
+/// transaction back), so then one round trip asks (`in_transaction`).
+[[nodiscard]] inline bool transaction_open(MYSQL* c, std::string_view what) {
+  return mysql_errno(c) == 0 ? (c->server_status & SERVER_STATUS_IN_TRANS) != 0
+                             : in_transaction(c, what);
+}
+
 /// Refuses to commit when the session's transaction is over (a rollback, a COMMIT or a
 /// statement that commits implicitly, DDL, since `writer::begin`): the procedure's INSERT would
-/// then commit the events on their own. The server's status comes with every OK packet; after
-/// a failed statement it may be stale (a deadlock rolled the transaction back), so then one
-/// round trip asks (`in_transaction`). Nothing is sent otherwise.
+/// then commit the events on their own. Nothing is sent but, after a failed statement, a no-op.
 /// @throws outbox::error `permanent` when no transaction is open.
 inline void require_open_transaction(MYSQL* c) {
-  const bool open = mysql_errno(c) == 0 ? (c->server_status & SERVER_STATUS_IN_TRANS) != 0
-                                        : in_transaction(c, "commit");
-  if (!open) outbox::detail::throw_no_transaction("mysql");
+  if (!transaction_open(c, "commit")) outbox::detail::throw_no_transaction("mysql");
 }
 
 /// How far a failed `CALL outbox_commit` got (`@outbox_commit_stage`, migration 0005): the

@@ -41,6 +41,9 @@ class tail_appender {
       exec(c, s.text, s.values, "append (logical decoding messages)");
   }
 
+  /// Opens the writer transaction on `sql`, as the table writer does (`store::appender::open`).
+  static void open(session_type& sql) { store::appender::open(sql); }
+
   /// The events of the caller's open transaction on `sql` and COMMIT in one round trip (one
   /// libpq pipeline: `detail::commit_made`), emitted as `append` emits them.
   /// @throws outbox::error as `detail::commit_in_pipeline`: nothing committed, or `in_doubt`.
@@ -94,6 +97,8 @@ class tail_table_appender {
   void append(session_type& sql, std::span<const outgoing> rows, const writer_options& o = {}) {
     store::appender::insert<append_streamed_statement>(sql, rows, o, statements::append_streamed);
   }
+  /// Opens the writer transaction on `sql`, as the table writer does (`store::appender::open`).
+  static void open(session_type& sql) { store::appender::open(sql); }
   /// The rows of the caller's open transaction on `sql` and COMMIT in one round trip, written
   /// as `append` writes them (`detail::commit_made`).
   /// @throws outbox::error as `detail::commit_in_pipeline`: nothing committed, or `in_doubt`.
