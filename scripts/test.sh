@@ -9,10 +9,11 @@
 #     projects of tests/consumers/, installed into build-ci/prefix);
 #  3. runs the tests with OUTBOX_REQUIRE_SERVICES=1, so a test whose server is missing fails
 #     instead of skipping;
-#  4. builds build-core (the core alone, with clang-tidy over it: suite tidy; from the release
-#     tarball of `meson dist` when the checkout is clean) and, unless
-#     OUTBOX_CI_SANITIZE=0, build-tsan (the core under ThreadSanitizer) and build-asan (ASan +
-#     UBSan) in the background while build-ci's tests run, then runs their tests;
+#  4. builds, in the background while build-ci's tests run, the core alone (suite unit and
+#     clang-tidy over the core: suite tidy; from the release tarball of `meson dist` when the
+#     checkout is clean) under ThreadSanitizer (build-tsan; with OUTBOX_CI_SANITIZE=0 plain,
+#     build-core), then, unless OUTBOX_CI_SANITIZE=0, build-asan (ASan + UBSan), and runs their
+#     tests;
 #  5. stops the servers and prints, as its very last line, the summary of every test log:
 #         tests: N passed, M failed[, K skipped]
 #     (scripts/test_summary.py). A build that fails counts as one failed test.
@@ -46,9 +47,7 @@ export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/scripts/lsan.supp:print_su
 
 readonly BUILD_DIR=build-ci
 readonly ASAN_DIR=build-asan
-readonly CORE_DIR=build-core
-readonly DIST_DIR=build-dist # the release tarball, unpacked: build-core's source in CI
-readonly TSAN_DIR=build-tsan
+readonly DIST_DIR=build-dist # the release tarball, unpacked: the core build's source in CI
 # The build packages: the core's (compilers, Meson, Boost.Test, the tool's libraries, the checks)
 # here, each adapter's in adapters/<name>/debian-packages and a test's in
 # tests/<name>/debian-packages (one a line, # starts a comment). A line `PACKAGE if-missing
@@ -178,8 +177,7 @@ section "build $BUILD_DIR"
 # meson.build); the library runs at -O2 in the tools, the fault harness driving every adapter.
 # No debug information (-Ddebug=false): it was a quarter of each test's compile time, and the
 # sanitizer build, whose reports need it, has its own. The tests of the core alone (suite unit,
-# e2e_memory_memory) are left to build-core (-Dcore_tests=false), which compiles them with the
-# same compiler and flags: once, not twice (about 130 CPU-s). Every adapter is required
+# e2e_memory_memory) are left to the core-only build (-Dcore_tests=false): once, not twice. Every adapter is required
 # (-Dauto_features=enabled): a library missing from its debian-packages is a configure error
 # naming it, not an adapter left out with its tests while the run stays green.
 if ! build "$BUILD_DIR" -Doptimization=2 -Ddebug=false -Dbench=true -Dauto_features=enabled \
@@ -191,9 +189,10 @@ fi
 
 # --- 2b. the other two builds, in the background while build-ci's tests run ----------------
 # Those tests mostly wait (on servers, on faults and restarts), so the two cores are free for
-# compiling: build-core (no database or broker library: the core's own tests, with build-ci's
-# compiler and flags; build-ci leaves them out) and the sanitizer build build-asan, one after
-# the other, niced, each with its own log. -fno-sanitize=vptr: UBSan's vptr check needs the
+# compiling: the core-only build build-tsan (no database or broker library: the core's own
+# tests, which build-ci leaves out, under ThreadSanitizer; it replaced a plain core build of g++,
+# which cost about 300 CPU-s more and found nothing build-ci and build-tsan do not) and the
+# sanitizer build build-asan, one after the other, niced, each with its own log. -fno-sanitize=vptr: UBSan's vptr check needs the
 # typeinfo of SOCI's backend classes, which Debian's libsoci does not export (link error
 # "undefined typeinfo for soci::sqlite3_session_backend"). build-asan
 # builds each adapter end to end once (paired with the in-memory store or transport) instead of
@@ -210,9 +209,13 @@ fi
 # line), and a tenth of each unit's compile time less than full -g.
 sanitize=0
 [[ ${OUTBOX_CI_SANITIZE:-1} == 1 ]] && sanitize=1
-rm -f "$CORE_DIR.rc" "$TSAN_DIR.rc" "$ASAN_DIR.rc"
-# build-core builds from the release tarball (`meson dist`) when the checkout is clean, as in
-# CI: so every run shows that the tarball builds and passes the unit suite in a fresh
+# The core-only build: build-tsan, under ThreadSanitizer; build-core without the sanitizers.
+CORE_DIR=build-core
+((sanitize)) && CORE_DIR=build-tsan
+readonly CORE_DIR
+rm -f build-core.rc build-tsan.rc "$ASAN_DIR.rc"
+# The core build builds from the release tarball (`meson dist`) when the checkout is clean, as
+# in CI: so every run shows that the tarball builds and passes the unit suite in a fresh
 # directory. A working tree with changes builds from itself (the tarball would hold HEAD only).
 # Made here, before any test: the consumer test consumer_meson_wrap writes the same file.
 core_source=.
@@ -226,24 +229,24 @@ echo "$CORE_DIR builds from: $core_source"
 set -m # the background job gets a process group of its own (finish ends it as a whole)
 (
     set +e
+    # The core alone (no database or broker library: suite unit, e2e_memory_memory and
+    # clang-tidy over the core), from $core_source. Under ThreadSanitizer (the relay's pipeline
+    # worker, the consumer's threads in the memory store's tests) with clang 14, line tables for
+    # the reports; with OUTBOX_CI_SANITIZE=0, plain, with build-ci's compiler and flags.
     rm -rf "$CORE_DIR"
     echo "$CORE_DIR: from the source in $core_source" >"$CORE_DIR.log"
-    nice -n 10 meson setup "$CORE_DIR" "$core_source" -Dwerror=true -Dauto_features=disabled \
-        -Dtests=enabled -Dexamples=false -Dbench=false -Dtest_optimization=0 -Ddebug=false \
+    core_env=()
+    core_args=(-Dwerror=true -Dauto_features=disabled -Dtests=enabled -Dexamples=false -Dbench=false)
+    if ((sanitize)); then
+        core_env=(CC=clang-14 CXX=clang++-14)
+        core_args+=(--buildtype=debug -Db_sanitize=thread -Db_lundef=false -Dcpp_args=-gline-tables-only)
+    else
+        core_args+=(-Dtest_optimization=0 -Ddebug=false)
+    fi
+    env "${core_env[@]}" nice -n 10 meson setup "$CORE_DIR" "$core_source" "${core_args[@]}" \
         >>"$CORE_DIR.log" 2>&1 &&
         nice -n 10 ninja -C "$CORE_DIR" >>"$CORE_DIR.log" 2>&1
     echo $? >"$CORE_DIR.rc.part" && mv "$CORE_DIR.rc.part" "$CORE_DIR.rc" # whole, once seen
-    if ((sanitize)); then
-        # The core alone under ThreadSanitizer (the relay's pipeline worker, the consumer's
-        # threads in the memory store's tests): clang 14, line tables for the reports.
-        rm -rf "$TSAN_DIR"
-        CC=clang-14 CXX=clang++-14 nice -n 10 meson setup "$TSAN_DIR" -Dwerror=true \
-            --buildtype=debug -Dauto_features=disabled -Dtests=enabled -Dexamples=false \
-            -Dbench=false -Db_sanitize=thread -Db_lundef=false \
-            -Dcpp_args=-gline-tables-only >"$TSAN_DIR.log" 2>&1 &&
-            nice -n 10 ninja -C "$TSAN_DIR" >>"$TSAN_DIR.log" 2>&1
-        echo $? >"$TSAN_DIR.rc.part" && mv "$TSAN_DIR.rc.part" "$TSAN_DIR.rc"
-    fi
     if ((sanitize)); then
         rm -rf "$ASAN_DIR"
         CC=clang-14 CXX=clang++-14 nice -n 10 meson setup "$ASAN_DIR" -Dwerror=true \
@@ -297,7 +300,7 @@ section "test $BUILD_DIR"
 run_tests "$BUILD_DIR"
 
 # --- 3b. the background builds, and their tests ----------------------------------------------
-# build-core comes first: its tests run while build-asan still builds.
+# The core build comes first: its tests run while build-asan still builds.
 section "waiting for the background build of $CORE_DIR"
 while [[ ! -e $CORE_DIR.rc ]] && kill -0 "$bg_job" 2>/dev/null; do sleep 1; done
 # Prints DIR's build log and tells whether it built. Usage: built DIR
@@ -312,17 +315,10 @@ built() {
     fi
 }
 if built "$CORE_DIR"; then
+    # Boost.Test must not catch ThreadSanitizer's abort (see build-asan's tests below); the
+    # formatting check (suite lint) ran in build-ci.
     section "test $CORE_DIR"
-    run_tests "$CORE_DIR" --no-suite lint # the formatting check: build-ci ran it
-fi
-if ((sanitize)); then
-    section "waiting for the background build of $TSAN_DIR"
-    while [[ ! -e $TSAN_DIR.rc ]] && kill -0 "$bg_job" 2>/dev/null; do sleep 1; done
-    if built "$TSAN_DIR"; then
-        section "test $TSAN_DIR"
-        BOOST_TEST_CATCH_SYSTEM_ERRORS=no run_tests "$TSAN_DIR" --timeout-multiplier 3 \
-            --no-suite lint --no-suite tidy
-    fi
+    BOOST_TEST_CATCH_SYSTEM_ERRORS=no run_tests "$CORE_DIR" --timeout-multiplier 3 --no-suite lint
 fi
 section "waiting for the background build of $ASAN_DIR"
 bg_rc=0
