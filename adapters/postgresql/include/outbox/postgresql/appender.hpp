@@ -80,11 +80,20 @@ class appender {
   static void inserts_for(PGconn* c, std::span<const outgoing> rows, bool prepare,
                           std::string_view single_row_insert,
                           std::vector<detail::piped_statement>& out) {
+    each_insert<Name>(rows, prepare, single_row_insert,
+                      detail::collect_each<Name>(c, single_row_insert, out));
+  }
+
+  /// Hands `sink` the INSERTs of `rows` one by one as it makes them: one row as
+  /// `single_row_insert` marked prepared under `Name` when `prepare`, else one per 500 rows.
+  template <const char* Name, class Sink>
+  static void each_insert(std::span<const outgoing> rows, bool prepare,
+                          std::string_view single_row_insert, Sink&& sink) {
     if (rows.size() == 1 && prepare) {
       detail::piped_statement s;
       add_row(s.values, rows.front());
-      s.prepared = detail::prepared_once<Name>(c, single_row_insert);
-      out.push_back(std::move(s));
+      s.prepared = Name;
+      sink(std::move(s));
       return;
     }
     outbox::sql::insert_in_chunks(single_row_insert, 9, rows, 500,
@@ -92,7 +101,7 @@ class appender {
                                     detail::piped_statement s;
                                     s.text = text;
                                     for (const outgoing& r : part) add_row(s.values, r);
-                                    out.push_back(std::move(s));
+                                    sink(std::move(s));
                                   });
   }
 
@@ -114,20 +123,8 @@ class appender {
   template <const char* Name>
   static void insert(session_type& sql, std::span<const outgoing> rows, const writer_options& o,
                      std::string_view single_row_insert) {
-    PGconn* c = detail::handle(sql);
-    const auto add = [](detail::params& p, const outgoing& r) { add_row(p, r); };
-    if (rows.size() == 1 && o.prepare_statements) {
-      detail::params p;
-      add(p, rows.front());
-      detail::exec_prepared_once<Name>(c, single_row_insert, p, "append");
-      return;
-    }
-    outbox::sql::insert_in_chunks(single_row_insert, 9, rows, 500,
-                                  [&](const std::string& text, std::span<const outgoing> part) {
-                                    detail::params p;
-                                    for (const outgoing& r : part) add(p, r);
-                                    detail::exec(c, text, p, "append");
-                                  });
+    each_insert<Name>(rows, o.prepare_statements, single_row_insert,
+                      detail::run_each<Name>(detail::handle(sql), single_row_insert, "append"));
   }
 };
 

@@ -23,6 +23,29 @@ struct piped_statement {
   params values;
 };
 
+/// The writers make their statements one at a time and hand each to a sink as it is made; one
+/// marked `prepared` (with the name `Name`) is `prepared_sql` prepared once per connection.
+/// This sink runs each at once (a plain append: one round trip each).
+template <const char* Name>
+auto run_each(PGconn* c, std::string_view prepared_sql, std::string_view what) {
+  return [c, prepared_sql, what](piped_statement&& s) {
+    if (s.prepared != nullptr)
+      exec_prepared_once<Name>(c, prepared_sql, s.values, what);
+    else
+      exec(c, s.text, s.values, what);
+  };
+}
+
+/// The sink of the pipelined commit: keeps each statement in `out`, one marked `prepared`
+/// prepared on `c` first (a round trip before the pipeline, once per connection).
+template <const char* Name>
+auto collect_each(PGconn* c, std::string_view prepared_sql, std::vector<piped_statement>& out) {
+  return [c, prepared_sql, &out](piped_statement&& s) {
+    if (s.prepared != nullptr) s.prepared = prepared_once<Name>(c, prepared_sql);
+    out.push_back(std::move(s));
+  };
+}
+
 /// Rolls back what is left of the open transaction on `c` (best effort: a connection that fails
 /// here is dropped by the server, which rolls back).
 inline void roll_back_quietly(PGconn* c) noexcept {

@@ -30,15 +30,8 @@ class tail_appender {
   /// event goes as a statement prepared once per connection (sql/postgresql/emit.sql),
   /// unless `o.prepare_statements` is false (poolers in transaction mode).
   void append(session_type& sql, std::span<const outgoing> rows, const writer_options& o = {}) {
-    PGconn* c = handle(sql);
-    if (rows.size() == 1 && o.prepare_statements) {
-      params p;
-      p.add_bytes(wal::encode_event(rows.front()));
-      exec_prepared_once<emit_statement>(c, statements::emit, p, "append");
-      return;
-    }
-    for (const piped_statement& s : statements_for(c, rows, false))
-      exec(c, s.text, s.values, "append (logical decoding messages)");
+    each_emit(rows, o.prepare_statements,
+              run_each<emit_statement>(handle(sql), statements::emit, "append"));
   }
 
   /// Opens the writer transaction on `sql`, as the table writer does (`store::appender::open`).
@@ -49,25 +42,28 @@ class tail_appender {
   /// @throws outbox::error as `detail::commit_in_pipeline`: nothing committed, or `in_doubt`.
   void commit(session_type& sql, std::span<const outgoing> rows, const writer_options& o = {}) {
     PGconn* c = handle(sql);
-    commit_made<emit_statement>(
-        c, [&] { return statements_for(c, rows, may_prepare(c, o.prepare_statements)); });
+    commit_made<emit_statement>(c, [&] {
+      std::vector<piped_statement> out;
+      each_emit(rows, may_prepare(c, o.prepare_statements),
+                collect_each<emit_statement>(c, statements::emit, out));
+      return out;
+    });
   }
 
  private:
-  /// The statements that emit `rows`: one event as emit.sql, prepared on `c` (once per
-  /// connection) when `prepare`; more as one statement per 500.
-  static std::vector<piped_statement> statements_for(PGconn* c, std::span<const outgoing> rows,
-                                                     bool prepare) {
-    std::vector<piped_statement> out;
+  /// Hands `sink` the statements that emit `rows` one by one as it makes them: one event as
+  /// emit.sql, marked prepared (`emit_statement`) when `prepare`; more as one per 500.
+  template <class Sink>
+  static void each_emit(std::span<const outgoing> rows, bool prepare, Sink&& sink) {
     if (rows.size() == 1) {
       piped_statement s;
       s.values.add_bytes(wal::encode_event(rows.front()));
       if (prepare)
-        s.prepared = prepared_once<emit_statement>(c, statements::emit);
+        s.prepared = emit_statement;
       else
         s.text = statements::emit;
-      out.push_back(std::move(s));
-      return out;
+      sink(std::move(s));
+      return;
     }
     for (std::size_t off = 0; off < rows.size(); off += 500) {
       const auto part = rows.subspan(off, std::min<std::size_t>(500, rows.size() - off));
@@ -81,9 +77,8 @@ class tail_appender {
       }
       s.text += ") AS e(v, o) ORDER BY e.o";
       for (const outgoing& r : part) s.values.add_bytes(wal::encode_event(r));
-      out.push_back(std::move(s));
+      sink(std::move(s));
     }
-    return out;
   }
 };
 
