@@ -120,13 +120,22 @@ class writer {
   /// store's `commit` refuses a session whose transaction ended behind the writer's back (not
   /// one where the caller opened another since: docs/limits.md), and `begin` a session already
   /// in a transaction (`permanent`).
-  /// @throws what the session's `begin` throws.
+  /// @throws outbox::error `misconfigured`, nothing opened, for a writer built without a store
+  ///         object when only the store object commits (its appender has no `commit`); what
+  ///         the session's `begin` throws.
   [[nodiscard]] transaction begin(
       session_type& sql) requires concepts::transactional_session<session_type> {
     static_assert(store_commits,
                   "writer::begin needs the store, or its appender, to provide commit(session, "
                   "rows) (concepts::committing_store), which refuses a session whose transaction "
                   "is over; enqueue works with append alone");
+    if constexpr (concepts::appender_providing_store<Store>) {
+      if constexpr (!concepts::committing_store<typename Store::appender>) {
+        if (store_ == nullptr)
+          throw error(errc::misconfigured, "writer", {},
+                      "begin: the store's appender has no commit; build the writer on a store");
+      }
+    }
     return transaction(*this, sql);
   }
 
@@ -183,25 +192,19 @@ class writer {
     sql.begin();
   }
 
-  /// Commits `sql`'s open transaction with `rows` in it through the store's `commit`, or, for
-  /// a store object without one, its appender's: the appender is the store's writer side
-  /// (`concepts::appender_providing_store`).
+  /// Commits `sql`'s open transaction with `rows` in it through the store object's `commit`,
+  /// or its appender's (the store's writer side) when there is no object or it has none
+  /// (`begin` refused a writer with neither).
   void commit_with(session_type& sql, std::span<const outgoing> rows) {
-    constexpr bool object_commits = requires(Store & s) { s.commit(sql, rows); };
     if constexpr (concepts::appender_providing_store<Store>) {
       if constexpr (concepts::committing_store<typename Store::appender>) {
-        if (store_ == nullptr || !object_commits) {
+        if (store_ == nullptr || !concepts::committing_store<Store>) {
           commit_through(typename Store::appender{}, sql, rows);
           return;
         }
       }
     }
-    if constexpr (object_commits) {
-      if (store_ == nullptr)  // an appender without commit, and no store object
-        throw error(errc::misconfigured, "writer", {},
-                    "commit: the store's appender has no commit; build the writer on a store");
-      commit_through(*store_, sql, rows);
-    }
+    if constexpr (concepts::committing_store<Store>) commit_through(*store_, sql, rows);
   }
 
   template <class To>

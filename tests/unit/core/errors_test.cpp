@@ -18,6 +18,7 @@
 #include <outbox/testing/duplicating_receiver.hpp>
 #include <outbox/testing/faulty_transport.hpp>
 #include <outbox/testing/manual_clock.hpp>
+#include <outbox/testing/memory_database.hpp>
 #include <outbox/testing/memory_transport.hpp>
 
 #include "../../support/errors.hpp"
@@ -86,6 +87,40 @@ BOOST_AUTO_TEST_CASE(error_carries_class_adapter_and_native_code) {
   BOOST_TEST(e.code().category().name() == std::string("outbox"));
   const std::system_error& base = e;
   BOOST_TEST((base.code() == outbox::errc::transient));
+}
+
+// A store whose object commits and whose appender only appends (a third party's): a writer
+// built without the object cannot commit, and `begin` says so before it opens anything.
+BOOST_AUTO_TEST_CASE(begin_refuses_a_writer_that_could_not_commit) {
+  struct object_commits {
+    using session_type = outbox::testing::memory_session;
+    struct appender {
+      using session_type = outbox::testing::memory_session;
+      void append(session_type&, std::span<const outbox::outgoing>) {}
+    };
+    void append(session_type&, std::span<const outbox::outgoing>) {}
+    void commit(session_type& sql, std::span<const outbox::outgoing> rows) {
+      committed += rows.size();
+      sql.commit();
+    }
+    std::size_t committed = 0;
+  };
+  outbox::testing::memory_database db;
+  outbox::testing::memory_session app(db);
+  outbox::writer<object_commits> bare;
+  const auto e = outbox::test::error_of([&] { (void)bare.begin(app); });
+  BOOST_TEST_REQUIRE(e.has_value());
+  BOOST_TEST((e->kind() == outbox::errc::misconfigured));
+  BOOST_TEST(std::string(e->what()).find("build the writer on a store") != std::string::npos);
+  BOOST_TEST(!app.in_transaction());
+  object_commits store;
+  outbox::writer<object_commits> on_store(store);
+  auto tx = on_store.begin(app);
+  tx.enqueue(outbox::event{
+      .aggregate_type = "order", .aggregate_id = "1", .event_type = "placed", .payload = "{}"});
+  tx.commit();
+  BOOST_TEST(store.committed == 1u);
+  BOOST_TEST(!app.in_transaction());
 }
 
 BOOST_AUTO_TEST_CASE(relay_refuses_contradictory_options) {
