@@ -138,7 +138,8 @@ def check_versions(root, problems):
     names = {"postgresql": "PostgreSQL", "mysql": "MySQL", "sqlite": "SQLite"}
     for dialect, name in names.items():
         numbers = [int(p.name[:4]) for p in (root / "sql" / dialect).glob("[0-9][0-9][0-9][0-9]_*.sql")]
-        if numbers and f"{name} migration {max(numbers)}" not in " ".join(top.split()):
+        # \b: "migration 1" must not pass for a top entry naming "migration 10" only.
+        if numbers and not re.search(rf"\b{name} migration {max(numbers)}\b", " ".join(top.split())):
             problems.append(f"CHANGELOG.md: the top entry does not name '{name} migration "
                             f"{max(numbers)}' (sql/{dialect}/'s newest)")
 
