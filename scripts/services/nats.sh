@@ -2,16 +2,21 @@
 # scripts/services/nats.sh: the NATS server of scripts/services.sh, JetStream on (see common.sh
 # for what a server file defines). Its config, JetStream store and log are in DIR/nats; clients
 # log in with a user and password; `restart` stops and starts it on the same store for the fault
-# tests (streams, consumers and messages survive, as on a real server).
+# tests (streams, consumers and messages survive, as on a real server). A second, small
+# nats-server (pid file nats-tls: a nats-server has one client listener) requires TLS on the
+# next port and takes the same user and password or an NKey: the adapter's TLS and NKey tests.
 
 NATS_PORT=$(set_port OUTBOX_NATS_PORT 24222)
 readonly NATS_PORT
+NATS_TLS_PORT=$(set_port OUTBOX_NATS_TLS_PORT 24223)
+readonly NATS_TLS_PORT
 # Distinctive, so that tests can check it never shows in error texts.
 readonly NATS_PASS=nats-secret-7f3a
 
-SERVER_PACKAGES+=(nats-server)
-PID_NAMES+=(nats)
-PID_COMMS+=([nats]=nats-server)
+# openssl makes the TLS certificates, python3-cryptography the NKeys (Ed25519).
+SERVER_PACKAGES+=(nats-server openssl python3-cryptography)
+PID_NAMES+=(nats nats-tls)
+PID_COMMS+=([nats]=nats-server [nats-tls]=nats-server)
 DATA_DIRS+=([nats]=nats)
 ALIASES+=([nats]=nats [jetstream]=nats)
 
@@ -21,28 +26,66 @@ nats_installed() {
 
 nats_ports() {
     require_free_port "$NATS_PORT" "nats"
+    require_free_port "$NATS_TLS_PORT" "nats (TLS)"
 }
 
 nats_env() {
     export_line OUTBOX_TEST_NATS "nats://$DB_USER:$NATS_PASS@127.0.0.1:$NATS_PORT"
+    # TLS only; its certificate names "localhost". The directory holds the files of
+    # make_tls_files and two NKeys (make_nkey): user.* (accepted) and other.* (unknown).
+    export_line OUTBOX_TEST_NATS_TLS "tls://localhost:$NATS_TLS_PORT"
+    export_line OUTBOX_TEST_NATS_TLS_DIR "$DIR/nats/tls"
 }
 
-# Starts nats-server on DIR/nats/server.conf, waits until it accepts connections and writes
-# its pid file; on failure shows the log and dies with MESSAGE. Usage: nats_launch MESSAGE
+# Writes a user NKey into directory $1: NAME.pub (the public key, U...) and NAME.nk (the seed,
+# SU...): an Ed25519 key encoded as nats-io/nkeys does (prefix bytes, the key, CRC-16/XMODEM
+# little-endian, base32 without padding). Usage: make_nkey DIR NAME
+make_nkey() {
+    python3 - "$1/$2" <<'PY'
+import base64, sys
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import (Encoding, NoEncryption, PrivateFormat,
+                                                          PublicFormat)
+
+def crc16(data):
+    crc = 0
+    for b in data:
+        crc ^= b << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021 if crc & 0x8000 else crc << 1) & 0xFFFF
+    return crc
+
+def encode(raw):
+    return base64.b32encode(raw + crc16(raw).to_bytes(2, "little")).decode().rstrip("=")
+
+key = Ed25519PrivateKey.generate()
+seed = key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
+public = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+USER, SEED = 20 << 3, 18 << 3
+with open(sys.argv[1] + ".pub", "w") as f:
+    f.write(encode(bytes([USER]) + public) + "\n")
+with open(sys.argv[1] + ".nk", "w") as f:
+    f.write(encode(bytes([SEED | USER >> 5, (USER & 31) << 3]) + seed) + "\n")
+PY
+}
+
+# Starts nats-server on DIR/nats/NAME.conf (NAME: server, or tls for the TLS server), waits until
+# it accepts connections and writes its pid file (nats, nats-tls); on failure shows the log and
+# dies with MESSAGE. Usage: nats_launch MESSAGE [NAME]
 nats_launch() {
-    local server base=$DIR/nats log=$LOGS/nats.log pid port tries=300
+    local name=${2:-server} server base=$DIR/nats log=$LOGS/nats.log pid port tries=300
     # The port of the config (a restart may run without the set's OUTBOX_SERVICES_SET).
-    port=$(sed -n 's/^listen: 127\.0\.0\.1:\([0-9]*\)$/\1/p' "$base/server.conf")
-    [[ -n $port ]] || die "nats: no listen port in $base/server.conf"
+    port=$(sed -n 's/^listen: 127\.0\.0\.1:\([0-9]*\)$/\1/p' "$base/$name.conf")
+    [[ -n $port ]] || die "nats: no listen port in $base/$name.conf"
     server=$(find_prog nats-server) || die "nats: nats-server not installed (run: $0 install)"
     # setsid: its own session (see start_mysql); the config names DIR, which is_ours checks.
-    setsid "$server" -c "$base/server.conf" </dev/null >>"$log" 2>&1 &
+    setsid "$server" -c "$base/$name.conf" </dev/null >>"$log" 2>&1 &
     pid=$!
-    write_pid nats "$pid"
+    if [[ $name == tls ]]; then write_pid nats-tls "$pid"; else write_pid nats "$pid"; fi
     # Ready once the log says so (JetStream recovered its streams) and the port accepts.
-    until grep -q "Server is ready" "$base/server.log" 2>/dev/null && port_accepts "$port"; do
+    until grep -q "Server is ready" "$base/$name.log" 2>/dev/null && port_accepts "$port"; do
         if ! is_alive "$pid" || ((tries-- <= 0)); then
-            show_tail "$log" "$base/server.log"
+            show_tail "$log" "$base/$name.log"
             die "$1"
         fi
         sleep 0.1
@@ -68,19 +111,57 @@ authorization {
 }
 EOF
     nats_launch "nats: server did not start"
-    echo "nats: ready on 127.0.0.1:$NATS_PORT (pid $(read_pid nats)) in $(elapsed_since "$t0") s"
+    start_nats_tls
+    echo "nats: ready on 127.0.0.1:$NATS_PORT (pid $(read_pid nats)), TLS on $NATS_TLS_PORT" \
+        "(pid $(read_pid nats-tls)) in $(elapsed_since "$t0") s"
+}
+
+# The TLS server: certificates and NKeys in DIR/nats/tls, a JetStream store of its own.
+start_nats_tls() {
+    local base=$DIR/nats log=$LOGS/nats.log
+    mkdir -p "$base/jetstream-tls"
+    command -v openssl >/dev/null 2>&1 || die "nats: openssl not found (run: $0 install)"
+    if ! { make_tls_files "$base/tls" && make_nkey "$base/tls" user &&
+        make_nkey "$base/tls" other; } >>"$log" 2>&1; then
+        show_tail "$log"
+        die "nats: could not make the TLS certificates or the NKeys (python3-cryptography?)"
+    fi
+    cat >"$base/tls.conf" <<EOF
+# Written by $PROG for outbox's TLS and NKey tests.
+listen: 127.0.0.1:$NATS_TLS_PORT
+pid_file: "$base/nats-tls.pid"
+log_file: "$base/tls.log"
+jetstream {
+  store_dir: "$base/jetstream-tls"
+}
+tls {
+  cert_file: "$base/tls/server.pem"
+  key_file: "$base/tls/server.key"
+}
+authorization {
+  users: [
+    { user: "$DB_USER", password: "$NATS_PASS" }
+    { nkey: "$(cat "$base/tls/user.pub")" }
+  ]
+}
+EOF
+    nats_launch "nats: the TLS server did not start" tls
 }
 
 stop_nats() {
-    local pid
-    pid=$(read_pid nats) || return 0
-    # SIGTERM: nats-server shuts down cleanly (JetStream flushes its store).
-    terminate_pid nats "$pid" 30 nats-server
-    rm -f "$PIDS/nats.pid"
-    echo "nats: stopped"
+    local name pid stopped=
+    for name in nats-tls nats; do
+        pid=$(read_pid "$name") || continue
+        # SIGTERM: nats-server shuts down cleanly (JetStream flushes its store).
+        terminate_pid "$name" "$pid" 30 nats-server
+        rm -f "$PIDS/$name.pid"
+        stopped=1
+    done
+    [[ -z $stopped ]] || echo "nats: stopped"
 }
 
 # Usage: restart_nats DOWN_SECONDS SIGNAL (INT: a clean stop; QUIT: SIGKILL, like a crash).
+# The main server only (the TLS server is not part of the fault tests).
 restart_nats() {
     local down=$1 sig=$2 pid t0
     t0=$(now_us)
