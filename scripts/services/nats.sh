@@ -2,21 +2,25 @@
 # scripts/services/nats.sh: the NATS server of scripts/services.sh, JetStream on (see common.sh
 # for what a server file defines). Its config, JetStream store and log are in DIR/nats; clients
 # log in with a user and password; `restart` stops and starts it on the same store for the fault
-# tests (streams, consumers and messages survive, as on a real server). A second, small
-# nats-server (pid file nats-tls: a nats-server has one client listener) requires TLS on the
-# next port and takes the same user and password or an NKey: the adapter's TLS and NKey tests.
+# tests (streams, consumers and messages survive, as on a real server). Two small ones beside it
+# (a nats-server has one client listener, and one authorization scheme) for the adapter's
+# credential tests: nats-tls requires TLS on the next port and takes the same user and password
+# or an NKey; nats-creds, on the port after, trusts an operator and takes its account's users
+# (.creds files: JWT and seed).
 
 NATS_PORT=$(set_port OUTBOX_NATS_PORT 24222)
 readonly NATS_PORT
 NATS_TLS_PORT=$(set_port OUTBOX_NATS_TLS_PORT 24223)
 readonly NATS_TLS_PORT
+NATS_CREDS_PORT=$(set_port OUTBOX_NATS_CREDS_PORT 24224)
+readonly NATS_CREDS_PORT
 # Distinctive, so that tests can check it never shows in error texts.
 readonly NATS_PASS=nats-secret-7f3a
 
-# openssl makes the TLS certificates, python3-cryptography the NKeys (Ed25519).
+# openssl makes the TLS certificates, python3-cryptography the NKeys and JWTs (Ed25519).
 SERVER_PACKAGES+=(nats-server openssl python3-cryptography)
-PID_NAMES+=(nats nats-tls)
-PID_COMMS+=([nats]=nats-server [nats-tls]=nats-server)
+PID_NAMES+=(nats nats-tls nats-creds)
+PID_COMMS+=([nats]=nats-server [nats-tls]=nats-server [nats-creds]=nats-server)
 DATA_DIRS+=([nats]=nats)
 ALIASES+=([nats]=nats [jetstream]=nats)
 
@@ -27,50 +31,21 @@ nats_installed() {
 nats_ports() {
     require_free_port "$NATS_PORT" "nats"
     require_free_port "$NATS_TLS_PORT" "nats (TLS)"
+    require_free_port "$NATS_CREDS_PORT" "nats (creds)"
 }
 
 nats_env() {
     export_line OUTBOX_TEST_NATS "nats://$DB_USER:$NATS_PASS@127.0.0.1:$NATS_PORT"
     # TLS only; its certificate names "localhost". The directory holds the files of
-    # make_tls_files and two NKeys (make_nkey): user.* (accepted) and other.* (unknown).
+    # make_tls_files, two NKeys (user.* accepted, other.* unknown) and two .creds files (user.creds
+    # accepted by nats-creds, rogue.creds of an account its operator never signed): nats_keys.py.
     export_line OUTBOX_TEST_NATS_TLS "tls://localhost:$NATS_TLS_PORT"
     export_line OUTBOX_TEST_NATS_TLS_DIR "$DIR/nats/tls"
+    export_line OUTBOX_TEST_NATS_CREDS "nats://127.0.0.1:$NATS_CREDS_PORT"
 }
 
-# Writes a user NKey into directory $1: NAME.pub (the public key, U...) and NAME.nk (the seed,
-# SU...): an Ed25519 key encoded as nats-io/nkeys does (prefix bytes, the key, CRC-16/XMODEM
-# little-endian, base32 without padding). Usage: make_nkey DIR NAME
-make_nkey() {
-    python3 - "$1/$2" <<'PY'
-import base64, sys
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from cryptography.hazmat.primitives.serialization import (Encoding, NoEncryption, PrivateFormat,
-                                                          PublicFormat)
-
-def crc16(data):
-    crc = 0
-    for b in data:
-        crc ^= b << 8
-        for _ in range(8):
-            crc = ((crc << 1) ^ 0x1021 if crc & 0x8000 else crc << 1) & 0xFFFF
-    return crc
-
-def encode(raw):
-    return base64.b32encode(raw + crc16(raw).to_bytes(2, "little")).decode().rstrip("=")
-
-key = Ed25519PrivateKey.generate()
-seed = key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
-public = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
-USER, SEED = 20 << 3, 18 << 3
-with open(sys.argv[1] + ".pub", "w") as f:
-    f.write(encode(bytes([USER]) + public) + "\n")
-with open(sys.argv[1] + ".nk", "w") as f:
-    f.write(encode(bytes([SEED | USER >> 5, (USER & 31) << 3]) + seed) + "\n")
-PY
-}
-
-# Starts nats-server on DIR/nats/NAME.conf (NAME: server, or tls for the TLS server), waits until
-# it accepts connections and writes its pid file (nats, nats-tls); on failure shows the log and
+# Starts nats-server on DIR/nats/NAME.conf (NAME: server, tls or creds), waits until it accepts
+# connections and writes its pid file (nats, nats-tls, nats-creds); on failure shows the log and
 # dies with MESSAGE. Usage: nats_launch MESSAGE [NAME]
 nats_launch() {
     local name=${2:-server} server base=$DIR/nats log=$LOGS/nats.log pid port tries=300
@@ -81,7 +56,7 @@ nats_launch() {
     # setsid: its own session (see start_mysql); the config names DIR, which is_ours checks.
     setsid "$server" -c "$base/$name.conf" </dev/null >>"$log" 2>&1 &
     pid=$!
-    if [[ $name == tls ]]; then write_pid nats-tls "$pid"; else write_pid nats "$pid"; fi
+    if [[ $name == server ]]; then write_pid nats "$pid"; else write_pid "nats-$name" "$pid"; fi
     # Ready once the log says so (JetStream recovered its streams) and the port accepts.
     until grep -q "Server is ready" "$base/$name.log" 2>/dev/null && port_accepts "$port"; do
         if ! is_alive "$pid" || ((tries-- <= 0)); then
@@ -111,20 +86,23 @@ authorization {
 }
 EOF
     nats_launch "nats: server did not start"
-    start_nats_tls
+    start_nats_credentials
     echo "nats: ready on 127.0.0.1:$NATS_PORT (pid $(read_pid nats)), TLS on $NATS_TLS_PORT" \
-        "(pid $(read_pid nats-tls)) in $(elapsed_since "$t0") s"
+        "(pid $(read_pid nats-tls)), creds on $NATS_CREDS_PORT (pid $(read_pid nats-creds))" \
+        "in $(elapsed_since "$t0") s"
 }
 
-# The TLS server: certificates and NKeys in DIR/nats/tls, a JetStream store of its own.
-start_nats_tls() {
-    local base=$DIR/nats log=$LOGS/nats.log
+# The TLS server (a JetStream store of its own) and the operator's server; their certificates,
+# NKeys and JWTs in DIR/nats/tls.
+start_nats_credentials() {
+    local base=$DIR/nats log=$LOGS/nats.log keys=$SERVICES_LIB/nats_keys.py
     mkdir -p "$base/jetstream-tls"
     command -v openssl >/dev/null 2>&1 || die "nats: openssl not found (run: $0 install)"
-    if ! { make_tls_files "$base/tls" && make_nkey "$base/tls" user &&
-        make_nkey "$base/tls" other; } >>"$log" 2>&1; then
+    if ! { make_tls_files "$base/tls" && python3 "$keys" nkey "$base/tls" user &&
+        python3 "$keys" nkey "$base/tls" other && python3 "$keys" creds "$base/tls"; } \
+        >>"$log" 2>&1; then
         show_tail "$log"
-        die "nats: could not make the TLS certificates or the NKeys (python3-cryptography?)"
+        die "nats: could not make the TLS certificates, NKeys or JWTs (python3-cryptography?)"
     fi
     cat >"$base/tls.conf" <<EOF
 # Written by $PROG for outbox's TLS and NKey tests.
@@ -146,11 +124,23 @@ authorization {
 }
 EOF
     nats_launch "nats: the TLS server did not start" tls
+    cat >"$base/creds.conf" <<EOF
+# Written by $PROG for outbox's .creds tests: an operator's users only, no JetStream.
+listen: 127.0.0.1:$NATS_CREDS_PORT
+pid_file: "$base/nats-creds.pid"
+log_file: "$base/creds.log"
+operator: "$base/tls/operator.jwt"
+resolver: MEMORY
+resolver_preload: {
+  $(cat "$base/tls/account.pub"): "$(cat "$base/tls/account.jwt")"
+}
+EOF
+    nats_launch "nats: the creds server did not start" creds
 }
 
 stop_nats() {
     local name pid stopped=
-    for name in nats-tls nats; do
+    for name in nats-creds nats-tls nats; do
         pid=$(read_pid "$name") || continue
         # SIGTERM: nats-server shuts down cleanly (JetStream flushes its store).
         terminate_pid "$name" "$pid" 30 nats-server
@@ -161,7 +151,7 @@ stop_nats() {
 }
 
 # Usage: restart_nats DOWN_SECONDS SIGNAL (INT: a clean stop; QUIT: SIGKILL, like a crash).
-# The main server only (the TLS server is not part of the fault tests).
+# The main server only (the credential servers are not part of the fault tests).
 restart_nats() {
     local down=$1 sig=$2 pid t0
     t0=$(now_us)

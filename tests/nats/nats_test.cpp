@@ -1,8 +1,9 @@
 // What is particular to the NATS JetStream transport, on a real nats-server (OUTBOX_TEST_NATS):
 // the duplicate window, a stream at its limit, subjects no stream captures, a server restart in
 // the middle of the batches, a consumer deleted under a receiver, malformed messages, bad
-// configuration, TLS and NKey authentication (the TLS server, OUTBOX_TEST_NATS_TLS), and what a
-// plain libnats client reads of what the relay published.
+// configuration, TLS and NKey authentication (the TLS server, OUTBOX_TEST_NATS_TLS), .creds files
+// (the operator's server, OUTBOX_TEST_NATS_CREDS), and what a plain libnats client reads of what
+// the relay published.
 #define BOOST_TEST_MODULE nats specific
 #define BOOST_TEST_NO_MAIN
 #include <boost/test/unit_test.hpp>
@@ -385,6 +386,34 @@ BOOST_AUTO_TEST_CASE(tls_with_the_ca_and_an_nkey_publishes_and_a_wrong_ca_key_or
   BOOST_TEST(si->State.Msgs == 2U);
   jsStreamInfo_Destroy(si);
   (void)js_DeleteStream(js.get(), stream.name.c_str(), nullptr, &code);
+}
+
+BOOST_AUTO_TEST_CASE(a_creds_file_of_the_operators_account_connects_and_a_rogue_one_is_refused) {
+  const std::string creds_url = outbox::test::service_address("OUTBOX_TEST_NATS_CREDS");
+  const std::string dir = outbox::test::service_address("OUTBOX_TEST_NATS_TLS_DIR");
+  BOOST_REQUIRE_MESSAGE(!creds_url.empty() && !dir.empty(),
+                        "OUTBOX_TEST_NATS_CREDS or _TLS_DIR not set (scripts/services.sh start)");
+  // The secrets of the files: the user JWT and the seed (the lines after the BEGIN markers).
+  std::vector<std::string> secrets;
+  for (const char* name : {"user.creds", "rogue.creds"}) {
+    std::ifstream in(dir + "/" + name);
+    std::string line;
+    bool next = false;
+    while (std::getline(in, line)) {
+      if (next) secrets.push_back(line);
+      next = line.starts_with("-----BEGIN");
+    }
+  }
+  BOOST_REQUIRE_EQUAL(secrets.size(), 4U);
+  outbox::nats::connection good({.url = creds_url, .creds_file = dir + "/user.creds"});
+  BOOST_TEST(good.ensure());
+  BOOST_TEST(good.connected());
+  const auto [kind, text] = thrown([&] {
+    outbox::nats::connection({.url = creds_url, .creds_file = dir + "/rogue.creds"}).ensure();
+  });
+  BOOST_TEST((kind == outbox::errc::misconfigured), text);
+  BOOST_TEST(text.find("Authorization Violation") != std::string::npos, text);
+  for (const auto& secret : secrets) BOOST_TEST(text.find(secret) == std::string::npos, text);
 }
 
 BOOST_AUTO_TEST_CASE(a_plain_libnats_client_reads_the_documented_subject_and_headers) {
