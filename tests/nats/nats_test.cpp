@@ -1,5 +1,6 @@
 // What is particular to the NATS JetStream transport, on a real nats-server (OUTBOX_TEST_NATS):
-// the duplicate window, a stream at its limit, subjects no stream captures, a server restart in
+// the duplicate window, a deadline passed mid-batch, a stream at its limit, subjects no stream
+// captures, a server restart in
 // the middle of the batches, a consumer deleted under a receiver, malformed messages, bad
 // configuration, TLS and NKey authentication (the TLS server, OUTBOX_TEST_NATS_TLS), .creds files
 // (the operator's server, OUTBOX_TEST_NATS_CREDS), and what a plain libnats client reads of what
@@ -79,6 +80,30 @@ BOOST_AUTO_TEST_CASE(the_duplicate_window_drops_an_event_published_again) {
   BOOST_TEST(d->msg.id == m.id);
   fx.receiver().ack(*d);
   BOOST_TEST(!fx.receiver().receive(200ms).has_value());
+}
+
+BOOST_AUTO_TEST_CASE(
+    a_deadline_passed_mid_batch_fails_only_the_unacknowledged_and_a_retry_stores_each_once) {
+  // The deadline passes while the batch is sent (5000 take milliseconds): what has no PubAck
+  // then is taken back as transient, the rest confirmed; retried, each is stored once.
+  nats_fixture fx;
+  std::vector<outbox::message> batch;
+  for (int i = 0; i < 5000; ++i) batch.push_back(sample(std::to_string(i)));
+  const auto first = fx.publisher().publish(batch, in(1ms));
+  BOOST_TEST_REQUIRE(first.size() == batch.size());
+  std::vector<outbox::message> again;
+  for (std::size_t i = 0; i < first.size(); ++i) {
+    BOOST_TEST(first[i].id == batch[i].id);
+    if (first[i].confirmed) continue;
+    BOOST_TEST((first[i].error_class == outbox::errc::transient), first[i].error);
+    again.push_back(batch[i]);
+  }
+  BOOST_TEST_MESSAGE(again.size() << " of 5000 without a PubAck by the deadline");
+  if (!again.empty()) {
+    const auto second = fx.publisher().publish(again, in(60s));
+    for (const auto& r : second) BOOST_TEST(r.confirmed, r.error);
+  }
+  BOOST_TEST(nats_admin(nats_fixture::url()).stored(fx.stream().name) == 5000u);
 }
 
 BOOST_AUTO_TEST_CASE(a_stream_at_its_limit_with_discard_new_fails_the_message_for_good) {
