@@ -1,10 +1,9 @@
 // What is particular to the NATS JetStream transport, on a real nats-server (OUTBOX_TEST_NATS):
 // the duplicate window, a deadline passed mid-batch, a stream at its limit, subjects no stream
-// captures, a server restart in
-// the middle of the batches, a consumer deleted under a receiver, malformed messages, bad
-// configuration, TLS and NKey authentication (the TLS server, OUTBOX_TEST_NATS_TLS), .creds files
-// (the operator's server, OUTBOX_TEST_NATS_CREDS), and what a plain libnats client reads of what
-// the relay published.
+// captures, a server restart in the middle of the batches, a consumer deleted under a receiver,
+// malformed messages, bad configuration, TLS and NKey authentication (the TLS server,
+// OUTBOX_TEST_NATS_TLS), .creds files (the operator's server, OUTBOX_TEST_NATS_CREDS), and what a
+// plain libnats client reads of what the relay published.
 #define BOOST_TEST_MODULE nats specific
 #define BOOST_TEST_NO_MAIN
 #include <boost/test/unit_test.hpp>
