@@ -1,17 +1,26 @@
 // Relay throughput store -> NATS JetStream (a stream on file storage, PubAcks), on the same
 // server in one run:
 //   - a bare libnats publisher, no database: the same messages (subject, headers, payload),
-//     published with js_PublishMsgAsync, the PubAcks awaited once at the end (the server's
-//     ceiling for this shape);
-//   - the library's relay from the in-memory store (the adapter's own cost: no database) and
-//     from SQLite, batch `--batch`, pipelined, `relay::run` on its own thread;
+//     `--batch` at a time with js_PublishMsgAsync, each batch's PubAcks awaited before the next
+//     (the relay's contract: it settles a batch from its PubAcks, one batch in flight; the batch
+//     after it is claimed meanwhile). `ratio relay/bare` is against this baseline;
+//   - the same with every message sent before the PubAcks are awaited once at the end, printed
+//     as `ceiling (no per-batch confirm)` for information: no at-least-once relay has that shape;
+//   - the library's relay from the in-memory store (the adapter's own cost: no database; rows
+//     deleted once published, so its claim does not walk them) and from SQLite, batch
+//     `--batch`, pipelined, `relay::run` on its own thread;
 //   - the in-memory relay with batch_size 1 (one PubAck round trip at a time), on `--single-rows`.
+// The events are spread over `--aggregates` aggregates (default 0: one each). With no more
+// aggregates than a batch holds, every aggregate of the next batch has a row in flight, so the
+// claim made ahead finds nothing (order per aggregate) and the relay claims, publishes and settles
+// one after the other: `--aggregates 1000` measures that shape.
 // The contenders run `--rounds` times, in an order reversed every other round, each on a fresh
 // stream. Prints events/s per run, `ratio relay/bare` (in-memory store, best of the rounds,
-// median in parentheses), `ratio sqlite-relay/bare` and `ratio batched/one-at-a-time`.
+// median in parentheses), `ratio sqlite-relay/bare`, `ratio relay/ceiling` and
+// `ratio batched/one-at-a-time`.
 //
-// Usage: nats_relay_bench [--rows N] [--batch N] [--single-rows N] [--rounds N] [--dir PATH]
-//                         [--smoke]
+// Usage: nats_relay_bench [--rows N] [--batch N] [--single-rows N] [--rounds N]
+//                         [--aggregates N] [--dir PATH] [--smoke]
 // The server: OUTBOX_TEST_NATS (nats:// URL, JetStream on).
 
 #include <unistd.h>
@@ -48,17 +57,20 @@ struct args {
   long batch = 1000;
   long single_rows = 1'000;
   long rounds = 3;
+  long aggregates = 0;  // 0: one per event
   fs::path dir = fs::temp_directory_path();
 };
 
 args parse(int argc, char** argv) {
   args a;
   outbox::bench::flags(
-      "nats_relay_bench [--rows N] [--batch N] [--single-rows N] [--rounds N] [--dir P]")
+      "nats_relay_bench [--rows N] [--batch N] [--single-rows N] [--rounds N] [--aggregates N] "
+      "[--dir P]")
       .on("--rows", a.rows)
       .on("--batch", a.batch)
       .on("--single-rows", a.single_rows)
       .on("--rounds", a.rounds)
+      .on("--aggregates", a.aggregates)
       .on("--dir", a.dir)
       .on_smoke([&a] {
         a.rows = 300;
@@ -67,7 +79,7 @@ args parse(int argc, char** argv) {
         a.rounds = 1;
       })
       .parse(argc, argv);
-  if (a.rows <= 0 || a.batch <= 0 || a.single_rows <= 0 || a.rounds <= 0) {
+  if (a.rows <= 0 || a.batch <= 0 || a.single_rows <= 0 || a.rounds <= 0 || a.aggregates < 0) {
     std::cerr << "nats_relay_bench: counts must be > 0\n";
     std::exit(2);
   }
@@ -118,15 +130,16 @@ outbox::bench::result relay_run(Store& st, long rows, long batch, outbox::nats::
   return {s, static_cast<long>(relay.stats().published)};
 }
 
-/// The relay from an in-memory store holding `rows` sample events.
-outbox::bench::result memory_run(const std::string& url, long rows, long batch) {
+/// The relay from an in-memory store holding `rows` sample events over `aggregates`.
+outbox::bench::result memory_run(const std::string& url, long rows, long batch, long aggregates) {
   outbox::testing::memory_database db;
   outbox::testing::memory_session sql(db);
-  outbox::testing::memory_store st(sql);
+  outbox::testing::memory_store st(sql, {.retention = outbox::retention::delete_on_publish});
   outbox::writer w(st);
   {
     outbox::testing::memory_session::transaction tx(sql);
-    for (long i = 0; i < rows; ++i) (void)w.enqueue(sql, outbox::bench::sample_event(i, 1000));
+    for (long i = 0; i < rows; ++i)
+      (void)w.enqueue(sql, outbox::bench::sample_event(i, aggregates));
     tx.commit();
   }
   const scratch_stream s;
@@ -160,8 +173,9 @@ outbox::bench::result sqlite_run(const std::string& url, const fs::path& pristin
 }
 
 /// A bare libnats publisher: `rows` messages like the relay's (subject, the six headers,
-/// payload), all published asynchronously, then every PubAck awaited.
-outbox::bench::result bare_run(const std::string& url, long rows) {
+/// payload), published asynchronously `batch` at a time, each batch's PubAcks awaited before the
+/// next (`batch` = `rows`: all sent, then every PubAck awaited).
+outbox::bench::result bare_run(const std::string& url, long rows, long batch, long aggregates) {
   const scratch_stream s;
   outbox::nats::connection c({.url = url});
   c.ensure();
@@ -173,13 +187,16 @@ outbox::bench::result bare_run(const std::string& url, long rows) {
   std::vector<outbox::event> events;
   for (long i = 0; i < rows; ++i) {
     ids.push_back(outbox::make_uuid_v7().to_string());
-    events.push_back(outbox::bench::sample_event(i, 1000));
+    events.push_back(outbox::bench::sample_event(i, aggregates));
   }
   const std::string subject = s.prefix + ".order_placed";
   const std::string created =
       std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
                          std::chrono::system_clock::now().time_since_epoch())
                          .count());
+  jsPubOptions po;
+  jsPubOptions_Init(&po);
+  po.MaxWait = 60000;
   const auto t0 = std::chrono::steady_clock::now();
   for (long i = 0; i < rows; ++i) {
     const auto& e = events[static_cast<std::size_t>(i)];
@@ -198,13 +215,12 @@ outbox::bench::result bare_run(const std::string& url, long rows) {
       std::cerr << "bench: bare publish failed: " << natsStatus_GetText(st) << "\n";
       std::exit(1);
     }
-  }
-  jsPubOptions po;
-  jsPubOptions_Init(&po);
-  po.MaxWait = 60000;
-  if (js_PublishAsyncComplete(js.get(), &po) != NATS_OK) {
-    std::cerr << "bench: bare publisher: PubAcks missing\n";
-    std::exit(1);
+    if ((i + 1) % batch == 0 || i + 1 == rows) {
+      if (js_PublishAsyncComplete(js.get(), &po) != NATS_OK) {
+        std::cerr << "bench: bare publisher: PubAcks missing\n";
+        std::exit(1);
+      }
+    }
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   s.drop(c);
@@ -217,24 +233,31 @@ int main(int argc, char** argv) try {
   const args a = parse(argc, argv);
   const std::string url =
       outbox::bench::service_address("nats_relay_bench", "OUTBOX_TEST_NATS", "nats:// URL");
-  std::cout << "nats relay benchmark: " << a.rows << " rows (batch " << a.batch << "), "
-            << a.single_rows << " rows with batch 1; JetStream file storage, PubAcks; server "
+  std::cout << "nats relay benchmark: " << a.rows << " rows (batch " << a.batch << ", aggregates "
+            << (a.aggregates > 0 ? std::to_string(a.aggregates) : std::string("one per event"))
+            << "), " << a.single_rows
+            << " rows with batch 1; JetStream file storage, PubAcks; server "
             << outbox::nats::redact_url(url) << "\n";
   const fs::path pristine = a.dir / ("outbox-nats-bench-" + std::to_string(::getpid()) + ".db");
-  outbox::bench::build_sqlite_pristine(pristine, a.rows, 1000);
+  outbox::bench::build_sqlite_pristine(pristine, a.rows, a.aggregates);
   rates bare;
+  rates ceiling;
   rates memory;
   rates sqlite;
   const auto show = [](const char* name, const outbox::bench::result& r) {
-    std::cout << "  " << std::left << std::setw(22) << name << std::fixed << std::setprecision(0)
+    std::cout << "  " << std::left << std::setw(32) << name << std::fixed << std::setprecision(0)
               << r.rate() << " events/s\n";
     return r;
   };
   for (long round = 0; round < a.rounds; ++round) {
     std::cout << "round " << round + 1 << "\n";
-    const auto run_bare = [&] { bare.add(show("bare libnats", bare_run(url, a.rows))); };
+    const auto run_bare = [&] {
+      bare.add(show("bare libnats", bare_run(url, a.rows, a.batch, a.aggregates)));
+      ceiling.add(
+          show("ceiling (no per-batch confirm)", bare_run(url, a.rows, a.rows, a.aggregates)));
+    };
     const auto run_relays = [&] {
-      memory.add(show("relay (memory store)", memory_run(url, a.rows, a.batch)));
+      memory.add(show("relay (memory store)", memory_run(url, a.rows, a.batch, a.aggregates)));
       sqlite.add(show("relay (sqlite)", sqlite_run(url, pristine, a.rows, a.batch)));
     };
     if (round % 2 == 0) {
@@ -245,12 +268,15 @@ int main(int argc, char** argv) try {
       run_bare();
     }
   }
-  const double single = show("relay, batch 1", memory_run(url, a.single_rows, 1)).rate();
+  const double single =
+      show("relay, batch 1", memory_run(url, a.single_rows, 1, a.aggregates)).rate();
   outbox::bench::remove_sqlite_db(pristine);
   std::cout << std::setprecision(2) << "ratio relay/bare " << memory.best() / bare.best() << " ("
             << memory.median() / bare.median() << ")\n"
             << "ratio sqlite-relay/bare " << sqlite.best() / bare.best() << " ("
             << sqlite.median() / bare.median() << ")\n"
+            << "ratio relay/ceiling " << memory.best() / ceiling.best() << " ("
+            << memory.median() / ceiling.median() << ")\n"
             << "ratio batched/one-at-a-time " << memory.best() / single << "\n";
   return 0;
 } catch (const std::exception& e) {

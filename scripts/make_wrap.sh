@@ -12,6 +12,12 @@ name=$(basename "$tarball")
 dir=${name%.tar.xz}
 url=${2%/}/$name
 hash=$(sha256sum "$tarball" | cut -d' ' -f1)
+# What the tarball provides: outbox and outbox-<name> for each adapters/<name>/meson.build in it.
+provides=outbox
+while IFS= read -r adapter; do
+    provides+=", outbox-$adapter"
+done < <(tar -tf "$tarball" | sed -n "s|^$dir/adapters/\([a-z0-9_]*\)/meson.build\$|\1|p" | sort)
+[[ $provides == *,* ]] || { echo "make_wrap: no adapters/<name>/meson.build in $tarball" >&2; exit 1; }
 cat <<WRAP
 [wrap-file]
 directory = $dir
@@ -20,5 +26,5 @@ source_filename = $name
 source_hash = $hash
 
 [provide]
-dependency_names = outbox, outbox-sqlite, outbox-postgresql, outbox-mysql, outbox-zeromq, outbox-amqp, outbox-kafka, outbox-nats, outbox-prometheus
+dependency_names = $provides
 WRAP

@@ -38,6 +38,8 @@
 #   OUTBOX_AMQP_DIST_PORT (27673)  OUTBOX_EPMD_PORT (24369)
 #   OUTBOX_AMQP_CTL_PORT_MIN..OUTBOX_AMQP_CTL_PORT_MAX (27674..27683, used by rabbitmqctl)
 #   OUTBOX_NATS_PORT (24222, nats-server with JetStream)
+#   OUTBOX_NATS_TLS_PORT (24223, a second nats-server: TLS required, user/password or NKey)
+#   OUTBOX_NATS_CREDS_PORT (24224, a third: an operator's users, .creds files)
 # or run another set of servers beside the first with OUTBOX_SERVICES_SET=N (2-9): every port
 # above (default or given) + 20 * (N - 1).
 #
@@ -46,6 +48,8 @@
 # The RabbitMQ node also listens with TLS (amqps) on OUTBOX_AMQPS_PORT, with certificates made
 # at start by openssl in DIR/rabbitmq/tls (see make_tls_files): a test CA, a server certificate
 # for the name "localhost" only, client certificates from that CA and from an unrelated one.
+# The TLS nats-server has the same kind of files in DIR/nats/tls, with NKeys and .creds files
+# for it and the creds server (scripts/services/nats_keys.py, with python3-cryptography).
 #
 # Layout: this file is the commands; scripts/services/common.sh the helpers and the registry
 # every server fills; scripts/services/<name>.sh one server each (its ports, packages, start,

@@ -196,3 +196,52 @@ find_prog() {
     done
     return 1
 }
+
+# Writes the TLS files of a test server (RabbitMQ, the TLS nats-server) into directory $1 (EC P-256 keys, PKCS#8; valid
+# 30 days; about 0.1 s):
+#   ca.pem                          the test CA (the server trusts client certificates from it)
+#   server.pem, server.key          the server's certificate: DNS name "localhost" only, so
+#                                   connecting to 127.0.0.1 fails hostname verification
+#   client.pem, client.key          a client certificate from the test CA
+#   client-encrypted.key            client.key under a passphrase ("outbox")
+#   other-ca.pem                    an unrelated CA (a client trusting only it refuses the server)
+#   other-client.pem, other-client.key   a client certificate from the unrelated CA (refused)
+make_tls_files() {
+    local d=$1 name
+    mkdir -p "$d"
+    (
+        cd "$d"
+        key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1"; }
+        # A self-signed CA: make_ca NAME CN
+        make_ca() {
+            key "$1.key"
+            openssl req -x509 -new -key "$1.key" -subj "/CN=$2" -days 30 -out "$1.pem" \
+                -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign
+        }
+        # A leaf signed by a CA: make_leaf NAME CN CA EXTENSIONS
+        make_leaf() {
+            key "$1.key"
+            openssl req -new -key "$1.key" -subj "/CN=$2" -out "$1.csr"
+            printf '%s\n' "$4" >"$1.ext"
+            openssl x509 -req -in "$1.csr" -CA "$3.pem" -CAkey "$3.key" -CAcreateserial -days 30 \
+                -extfile "$1.ext" -out "$1.pem"
+            rm -f "$1.csr" "$1.ext"
+        }
+        make_ca ca "outbox test CA"
+        make_ca other-ca "outbox unrelated CA"
+        make_leaf server localhost ca \
+            $'basicConstraints=CA:FALSE\nsubjectAltName=DNS:localhost\nextendedKeyUsage=serverAuth'
+        make_leaf client outbox-test-client ca $'basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth'
+        make_leaf other-client outbox-rogue-client other-ca \
+            $'basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth'
+        openssl pkey -in client.key -aes256 -passout pass:outbox -out client-encrypted.key
+        rm -f ./*.srl
+    ) || return 1
+    # (Called in a condition, so set -e is off in here: check that every file was made.)
+    for name in ca.pem ca.key other-ca.pem other-ca.key server.pem server.key client.pem \
+        client.key client-encrypted.key other-client.pem other-client.key; do
+        [[ -s $d/$name ]] || { echo "make_tls_files: $d/$name was not made" >&2; return 1; }
+    done
+    # Readable by the server whatever user it runs as (these are throwaway test keys).
+    for name in "$d"/*; do chmod 644 "$name" || return 1; done
+}

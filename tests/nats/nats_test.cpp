@@ -1,7 +1,9 @@
 // What is particular to the NATS JetStream transport, on a real nats-server (OUTBOX_TEST_NATS):
-// the duplicate window, a stream at its limit, subjects no stream captures, a server restart in
-// the middle of the batches, a consumer deleted under a receiver, malformed messages, bad
-// configuration, and what a plain libnats client reads of what the relay published.
+// the duplicate window, a deadline passed mid-batch, a stream at its limit, subjects no stream
+// captures, a server restart in the middle of the batches, a consumer deleted under a receiver,
+// malformed messages, bad configuration, TLS and NKey authentication (the TLS server,
+// OUTBOX_TEST_NATS_TLS), .creds files (the operator's server, OUTBOX_TEST_NATS_CREDS), and what a
+// plain libnats client reads of what the relay published.
 #define BOOST_TEST_MODULE nats specific
 #define BOOST_TEST_NO_MAIN
 #include <boost/test/unit_test.hpp>
@@ -9,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <set>
 #include <string>
@@ -76,6 +79,30 @@ BOOST_AUTO_TEST_CASE(the_duplicate_window_drops_an_event_published_again) {
   BOOST_TEST(d->msg.id == m.id);
   fx.receiver().ack(*d);
   BOOST_TEST(!fx.receiver().receive(200ms).has_value());
+}
+
+BOOST_AUTO_TEST_CASE(
+    a_deadline_passed_mid_batch_fails_only_the_unacknowledged_and_a_retry_stores_each_once) {
+  // The deadline passes while the batch is sent (5000 take milliseconds): what has no PubAck
+  // then is taken back as transient, the rest confirmed; retried, each is stored once.
+  nats_fixture fx;
+  std::vector<outbox::message> batch;
+  for (int i = 0; i < 5000; ++i) batch.push_back(sample(std::to_string(i)));
+  const auto first = fx.publisher().publish(batch, in(1ms));
+  BOOST_TEST_REQUIRE(first.size() == batch.size());
+  std::vector<outbox::message> again;
+  for (std::size_t i = 0; i < first.size(); ++i) {
+    BOOST_TEST(first[i].id == batch[i].id);
+    if (first[i].confirmed) continue;
+    BOOST_TEST((first[i].error_class == outbox::errc::transient), first[i].error);
+    again.push_back(batch[i]);
+  }
+  BOOST_TEST_MESSAGE(again.size() << " of 5000 without a PubAck by the deadline");
+  if (!again.empty()) {
+    const auto second = fx.publisher().publish(again, in(60s));
+    for (const auto& r : second) BOOST_TEST(r.confirmed, r.error);
+  }
+  BOOST_TEST(nats_admin(nats_fixture::url()).stored(fx.stream().name) == 5000u);
 }
 
 BOOST_AUTO_TEST_CASE(a_stream_at_its_limit_with_discard_new_fails_the_message_for_good) {
@@ -301,6 +328,116 @@ BOOST_AUTO_TEST_CASE(bad_configuration_is_misconfigured_and_never_shows_a_secret
   o.durable = "absent";
   o.create_consumer = false;
   misconfigured([&] { outbox::nats::receiver(o).connect(); });
+}
+
+BOOST_AUTO_TEST_CASE(tls_with_the_ca_and_an_nkey_publishes_and_a_wrong_ca_key_or_host_is_refused) {
+  using outbox::errc;
+  const std::string tls_url = outbox::test::service_address("OUTBOX_TEST_NATS_TLS");
+  const std::string dir = outbox::test::service_address("OUTBOX_TEST_NATS_TLS_DIR");
+  BOOST_REQUIRE_MESSAGE(!tls_url.empty() && !dir.empty(),
+                        "OUTBOX_TEST_NATS_TLS(_DIR) not set (scripts/services.sh start DIR nats)");
+  const auto file = [&](const std::string& name) { return dir + "/" + name; };
+  const auto first_line = [&](const std::string& name) {
+    std::ifstream in(file(name));
+    std::string line;
+    std::getline(in, line);
+    BOOST_REQUIRE_MESSAGE(!line.empty(), file(name) << " is empty or missing");
+    return line;
+  };
+  const std::string user_seed = first_line("user.nk");
+  const std::string other_seed = first_line("other.nk");
+  const outbox::nats::connection_options good{.url = tls_url,
+                                              .nkey_public = first_line("user.pub"),
+                                              .nkey_seed_file = file("user.nk"),
+                                              .tls = {.ca_cert = file("ca.pem")}};
+  // Refused for `why` (a word of the text): misconfigured, and no seed nor the password in it.
+  const std::string url = nats_fixture::url();
+  const std::string pass = url.substr(url.find(':', 7) + 1, url.find('@') - url.find(':', 7) - 1);
+  const auto refused = [&](outbox::nats::connection_options o, const std::string& why) {
+    const auto [kind, text] = thrown([&] { outbox::nats::connection(o).ensure(); });
+    BOOST_TEST((kind == errc::misconfigured), text);
+    BOOST_TEST(text.find(why) != std::string::npos, text);
+    for (const auto& secret : {user_seed, other_seed, pass})
+      BOOST_TEST(text.find(secret) == std::string::npos, text);
+  };
+  auto o = good;
+  o.tls.ca_cert = file("other-ca.pem");  // the server's certificate is not from this CA
+  refused(o, "unable to get local issuer certificate");
+  o = good;
+  o.nkey_public = first_line("other.pub");  // a key the server does not know
+  o.nkey_seed_file = file("other.nk");
+  refused(o, "Authorization Violation");
+  o = good;
+  o.nkey_seed_file = file("other.nk");  // the seed does not match the public key
+  refused(o, "Authorization Violation");
+  o = good;  // the certificate names localhost, not 127.0.0.1
+  o.url = "tls://127.0.0.1:" + tls_url.substr(tls_url.rfind(':') + 1);
+  refused(o, "IP address mismatch");
+  // nats:// without the CA: libnats follows the server to TLS, which the system's CAs refuse.
+  o = good;
+  o.url = "nats://localhost:" + tls_url.substr(tls_url.rfind(':') + 1);
+  o.tls = {};
+  refused(o, "unable to get local issuer certificate");
+  o = good;  // tls:// to the plaintext server
+  o.url = "tls://localhost:" + url.substr(url.rfind(':') + 1);
+  refused(o, "Secure");
+  {  // user and password over TLS (verified against the CA) are accepted as well
+    outbox::nats::connection c(
+        {.url = tls_url, .user = "outbox", .password = pass, .tls = {.ca_cert = file("ca.pem")}});
+    BOOST_TEST(c.ensure());
+    BOOST_TEST(c.connected());
+  }
+  // Over TLS with the NKey, a publish is confirmed by the TLS server's stream.
+  const std::string prefix = "outbox-tls-" + outbox::make_uuid_v7().to_string();
+  const outbox::nats::stream_options stream{
+      .name = "OUTBOX-TLS-" + prefix.substr(11), .subjects = {prefix + ".>"}, .memory = true};
+  {
+    outbox::nats::publisher p(
+        {.connection = good, .stream = stream, .subject_pattern = prefix + ".{event_type}"});
+    const std::vector<outbox::message> batch{sample("1"), sample("2")};
+    const auto r = p.publish(batch, in(10s));
+    BOOST_REQUIRE_EQUAL(r.size(), 2U);
+    for (const auto& x : r) BOOST_TEST(x.confirmed, x.error);
+  }
+  outbox::nats::connection admin(good);
+  admin.ensure();
+  jsOptions jo;
+  jsOptions_Init(&jo);
+  auto js = admin.jetstream(jo);
+  jsStreamInfo* si = nullptr;
+  jsErrCode code{};
+  admin.check(js_GetStreamInfo(&si, js.get(), stream.name.c_str(), nullptr, &code), "info", code);
+  BOOST_TEST(si->State.Msgs == 2U);
+  jsStreamInfo_Destroy(si);
+  (void)js_DeleteStream(js.get(), stream.name.c_str(), nullptr, &code);
+}
+
+BOOST_AUTO_TEST_CASE(a_creds_file_of_the_operators_account_connects_and_a_rogue_one_is_refused) {
+  const std::string creds_url = outbox::test::service_address("OUTBOX_TEST_NATS_CREDS");
+  const std::string dir = outbox::test::service_address("OUTBOX_TEST_NATS_TLS_DIR");
+  BOOST_REQUIRE_MESSAGE(!creds_url.empty() && !dir.empty(),
+                        "OUTBOX_TEST_NATS_CREDS or _TLS_DIR not set (scripts/services.sh start)");
+  // The secrets of the files: the user JWT and the seed (the lines after the BEGIN markers).
+  std::vector<std::string> secrets;
+  for (const char* name : {"user.creds", "rogue.creds"}) {
+    std::ifstream in(dir + "/" + name);
+    std::string line;
+    bool next = false;
+    while (std::getline(in, line)) {
+      if (next) secrets.push_back(line);
+      next = line.starts_with("-----BEGIN");
+    }
+  }
+  BOOST_REQUIRE_EQUAL(secrets.size(), 4U);
+  outbox::nats::connection good({.url = creds_url, .creds_file = dir + "/user.creds"});
+  BOOST_TEST(good.ensure());
+  BOOST_TEST(good.connected());
+  const auto [kind, text] = thrown([&] {
+    outbox::nats::connection({.url = creds_url, .creds_file = dir + "/rogue.creds"}).ensure();
+  });
+  BOOST_TEST((kind == outbox::errc::misconfigured), text);
+  BOOST_TEST(text.find("Authorization Violation") != std::string::npos, text);
+  for (const auto& secret : secrets) BOOST_TEST(text.find(secret) == std::string::npos, text);
 }
 
 BOOST_AUTO_TEST_CASE(a_plain_libnats_client_reads_the_documented_subject_and_headers) {

@@ -114,6 +114,8 @@ namespace detail {
     case NATS_CONNECTION_AUTH_FAILED:
     case NATS_NOT_PERMITTED:
     case NATS_SSL_ERROR:
+    case NATS_SECURE_CONNECTION_WANTED:    // tls:// to a server without TLS
+    case NATS_SECURE_CONNECTION_REQUIRED:  // TLS turned off towards a server that requires it
     case NATS_INVALID_ARG:
     case NATS_INVALID_SUBJECT:
     case NATS_INVALID_SUBSCRIPTION:

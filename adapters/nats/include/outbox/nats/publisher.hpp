@@ -3,8 +3,8 @@
 /// `outbox::nats::publisher`: the relay's side of the NATS JetStream transport over libnats.
 /// A batch is published asynchronously and settled from the stream's PubAcks.
 
+#include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -37,38 +37,31 @@ struct publisher_options {
 
 namespace detail {
 
-/// What the PubAck callback (a libnats thread) shares with `publish` (the caller's thread). On
-/// the heap: the callback's closure outlives moves of the publisher.
+/// What the PubAck error callback (a libnats thread) shares with `publish` (the caller's
+/// thread). On the heap: the callback's closure outlives moves of the publisher. A positive
+/// PubAck calls nothing: a message sent and neither refused nor pending at the end is confirmed.
 struct ack_state {
   std::mutex mutex;
-  std::condition_variable settled;
-  std::unordered_map<std::string, std::size_t> by_id;  // Nats-Msg-Id -> batch index, unsettled
-  std::vector<publish_result>* results = nullptr;
-  std::vector<std::size_t> no_responders;  // batch indexes no stream answered for
-  bool closed = false;
+  std::unordered_map<std::string, std::size_t> by_id;  // Nats-Msg-Id -> batch index, in flight
+  struct refusal {
+    std::size_t index;  // in the batch
+    publish_result result;
+    bool no_responders;  // no stream answered (see `settle_no_responders`)
+  };
+  std::vector<refusal> refused;
+  bool open = false;  // a `publish` call is waiting: refusals are recorded
 
-  /// The PubAck callback: settles the message it is for (ignored once its call is over).
-  static void on_ack(jsCtx*, natsMsg* msg, jsPubAck* pa, jsPubAckErr* pae, void* closure) {
+  /// The error callback: records the refusal of the message it is for.
+  static void on_error(jsCtx*, jsPubAckErr* pae, void* closure) {
     auto& st = *static_cast<ack_state*>(closure);
-    const std::string id = header(msg, msg_id_header);
-    std::unique_lock lock(st.mutex);
-    if (!st.closed) {
-      if (auto it = st.by_id.find(id); it != st.by_id.end()) {
-        publish_result& r = (*st.results)[it->second];
-        if (pa != nullptr) {
-          // Duplicate: the stream stored it within its window already; confirmed all the same.
-          r.confirmed = true;
-          r.error.clear();
-        } else if (pae != nullptr) {
-          classify(r, pae);
-          if (pae->Err == NATS_NO_RESPONDERS) st.no_responders.push_back(it->second);
-        }
-        st.by_id.erase(it);
-        if (st.by_id.empty()) st.settled.notify_all();
-      }
+    const std::string id = header(pae->Msg, msg_id_header);
+    std::lock_guard lock(st.mutex);
+    if (!st.open) return;
+    if (auto it = st.by_id.find(id); it != st.by_id.end()) {
+      publish_result r;
+      classify(r, pae);
+      st.refused.push_back({it->second, std::move(r), pae->Err == NATS_NO_RESPONDERS});
     }
-    lock.unlock();
-    natsMsg_Destroy(msg);
   }
 
   /// A refused publish: a JetStream error code is the stream's verdict on this message (no
@@ -96,7 +89,9 @@ struct ack_state {
 /// failure; no stream capturing the subject (no responders, and JetStream lists none for it) =
 /// `permanent`; no PubAck by `until`, or a lost connection, = `transient`. A message that
 /// cannot be sent (a bad subject or header, over the server's max_payload: `unsendable`) is its
-/// `permanent` failure, found before anything of it is sent.
+/// `permanent` failure, found before anything of it is sent. libnats calls back for refusals
+/// only (`js_PublishAsyncComplete` waits for the rest): a message sent, not refused and not
+/// pending at the end had its PubAck (a callback per PubAck cost a quarter of the CPU).
 ///
 /// Connection: opened lazily; libnats reconnects by itself after a loss. While it is
 /// disconnected, `publish` throws `transient` and sends nothing (the relay backs off).
@@ -173,45 +168,43 @@ class publisher {
       results[i].error = "no PubAck by the deadline";
     }
     auto& st = *state_;
-    {
-      std::lock_guard lock(st.mutex);
-      st.by_id.clear();
-      st.no_responders.clear();
-      st.results = &results;
-    }
-    // What can be sent, and its subject, first; their ids registered in one lock (a lock per
-    // message, contended by the PubAck thread, cost a third of the throughput).
+    // What can be sent, and its subject, first; their ids registered in one lock.
     const std::int64_t max_payload = natsConnection_GetMaxPayload(conn_->handle());
     subjects_.assign(batch.size(), std::string());
     ids_.assign(batch.size(), std::string());
+    sent_.assign(batch.size(), sent_state::not_sent);
     for (std::size_t i = 0; i < batch.size(); ++i) check(batch[i], i, results, max_payload);
     {
       std::lock_guard lock(st.mutex);
+      st.by_id.clear();
+      st.refused.clear();
       for (std::size_t i = 0; i < batch.size(); ++i)
         if (!subjects_[i].empty()) st.by_id.insert_or_assign(ids_[i], i);
+      st.open = true;
     }
     std::string failure;  // set when the connection failed: the rest is not sent
     for (std::size_t i = 0; i < batch.size() && failure.empty(); ++i)
       if (!subjects_[i].empty()) send(batch[i], i, results, failure);
-    if (!failure.empty()) {
-      std::lock_guard lock(st.mutex);  // what was not sent awaits no PubAck
-      for (std::size_t i = 0; i < batch.size(); ++i)
-        if (!subjects_[i].empty() && !results[i].confirmed) st.by_id.erase(ids_[i]);
+    const bool all_answered = await(until);
+    std::vector<detail::ack_state::refusal> refused;
+    {
+      std::lock_guard lock(st.mutex);
+      st.open = false;
+      st.by_id.clear();
+      refused.swap(st.refused);
     }
-    std::unique_lock lock(st.mutex);
-    st.settled.wait_until(lock, until, [&] { return st.by_id.empty(); });
-    const bool late = !st.by_id.empty();
-    st.by_id.clear();  // late PubAcks find nothing
-    const auto no_responders = std::move(st.no_responders);
-    st.no_responders.clear();
-    lock.unlock();
-    if (late) {
-      // Take the unacknowledged messages back from libnats (their PubAcks, if they come, are
-      // dropped); they stay `transient`: the stream may hold them, and their retry is then a
-      // duplicate it drops within its window.
-      natsMsgList pending{};
-      if (js_PublishAsyncGetPendingList(&pending, js_.get()) == NATS_OK)
-        natsMsgList_Destroy(&pending);
+    for (auto& r : refused) sent_[r.index] = sent_state::refused;
+    std::vector<std::size_t> no_responders;
+    for (std::size_t i = 0; i < batch.size(); ++i)
+      if (sent_[i] == sent_state::sent) {
+        results[i].confirmed = all_answered;
+        if (all_answered) results[i].error.clear();
+      }
+    for (auto& r : refused) {
+      publish_result& out = results[r.index];
+      out.error_class = r.result.error_class;
+      out.error = std::move(r.result.error);
+      if (r.no_responders) no_responders.push_back(r.index);
     }
     if (!no_responders.empty()) settle_no_responders(results, no_responders);
     if (!failure.empty())
@@ -225,8 +218,8 @@ class publisher {
     if (conn_->ensure() || !js_) {
       jsOptions o;
       jsOptions_Init(&o);
-      o.PublishAsync.AckHandler = &detail::ack_state::on_ack;
-      o.PublishAsync.AckHandlerClosure = state_.get();
+      o.PublishAsync.ErrHandler = &detail::ack_state::on_error;
+      o.PublishAsync.ErrHandlerClosure = state_.get();
       js_.reset();
       js_ = conn_->jetstream(o);
     }
@@ -266,7 +259,6 @@ class publisher {
     } catch (const error& e) {
       results[i].error_class = errc::permanent;
       results[i].error = e.what();
-      forget(i);
       return;
     }
     // No jsPubOptions::MaxWait: with it libnats times each message (measured: 31,000/s at
@@ -275,21 +267,44 @@ class publisher {
     natsMsg* raw = msg.release();
     const natsStatus s = js_PublishMsgAsync(js_.get(), &raw, nullptr);
     natsMsg_Destroy(raw);  // null when libnats took it
-    if (s == NATS_OK) return;
+    if (s == NATS_OK) {
+      sent_[i] = sent_state::sent;
+      return;
+    }
     if (s == NATS_MAX_PAYLOAD) {
       results[i].error_class = errc::permanent;
       results[i].error = "over the server's max_payload";
-      forget(i);
       return;
     }
     failure = conn_->scrub(std::string("publish failed: ") + natsStatus_GetText(s) + " (" +
                            conn_->where() + ")");
   }
 
-  /// Message `i` awaits no PubAck.
-  void forget(std::size_t i) {
-    std::lock_guard lock(state_->mutex);
-    state_->by_id.erase(ids_[i]);
+  /// Waits until `until` for the PubAcks of what was sent; what has none by then is taken back
+  /// from libnats (`unacked`: a PubAck that comes later finds nothing). False when an error
+  /// callback had not finished after that (the fate of the rest unknown: not confirmed).
+  bool await(std::chrono::steady_clock::time_point until) {
+    if (complete_within(until - std::chrono::steady_clock::now())) return true;
+    natsMsgList pending{};
+    if (js_PublishAsyncGetPendingList(&pending, js_.get()) == NATS_OK) {
+      std::lock_guard lock(state_->mutex);
+      for (int k = 0; k < pending.Count; ++k)
+        if (auto it = state_->by_id.find(header(pending.Msgs[k], msg_id_header));
+            it != state_->by_id.end())
+          sent_[it->second] = sent_state::unacked;
+      natsMsgList_Destroy(&pending);
+    }
+    // A message whose error callback runs now is in no list: wait for the callback.
+    return complete_within(std::chrono::seconds(1));
+  }
+
+  /// Whether every message sent has its PubAck (or refusal, its callback over) within `d`.
+  bool complete_within(std::chrono::steady_clock::duration d) {
+    jsPubOptions po;
+    jsPubOptions_Init(&po);
+    po.MaxWait = std::max<std::int64_t>(
+        1, std::chrono::ceil<std::chrono::milliseconds>(d).count());  // 0 would mean no limit
+    return js_PublishAsyncComplete(js_.get(), &po) == NATS_OK;
   }
 
   /// No stream answered for these messages: none captures the subject (JetStream says so
@@ -325,7 +340,7 @@ class publisher {
     if (conn_) conn_->close();
     js_.reset();
     std::unique_lock lock(state_->mutex);
-    state_->closed = true;
+    state_->open = false;
   }
 
   publisher_options options_;
@@ -337,6 +352,8 @@ class publisher {
   bool stream_ready_ = false;
   std::vector<std::string> subjects_;  // of the batch in flight; empty: not sent
   std::vector<std::string> ids_;       // of the batch in flight, as text
+  enum class sent_state : std::uint8_t { not_sent, sent, refused, unacked };
+  std::vector<sent_state> sent_;  // of the batch in flight
 };
 
 static_assert(concepts::routing_transport<publisher>);
