@@ -98,8 +98,8 @@ start_nats_credentials() {
     local base=$DIR/nats log=$LOGS/nats.log keys=$SERVICES_LIB/nats_keys.py
     mkdir -p "$base/jetstream-tls"
     command -v openssl >/dev/null 2>&1 || die "nats: openssl not found (run: $0 install)"
-    if ! { make_tls_files "$base/tls" && python3 "$keys" nkey "$base/tls" user &&
-        python3 "$keys" nkey "$base/tls" other && python3 "$keys" creds "$base/tls"; } \
+    if ! { make_tls_files "$base/tls" && python3 -B "$keys" nkey "$base/tls" user &&
+        python3 -B "$keys" nkey "$base/tls" other && python3 -B "$keys" creds "$base/tls"; } \
         >>"$log" 2>&1; then
         show_tail "$log"
         die "nats: could not make the TLS certificates, NKeys or JWTs (python3-cryptography?)"
