@@ -81,6 +81,22 @@ BOOST_AUTO_TEST_CASE(the_duplicate_window_drops_an_event_published_again) {
   BOOST_TEST(!fx.receiver().receive(200ms).has_value());
 }
 
+// Results are matched by id: a batch holding one id twice (no relay makes one) sends the first
+// copy only; the second, were it sent, would count as confirmed on its twin's PubAck.
+BOOST_AUTO_TEST_CASE(the_same_id_twice_in_a_batch_sends_only_the_first_copy) {
+  nats_fixture fx;
+  std::vector<outbox::message> batch{sample("a"), sample("b"), sample("a")};
+  batch[2].id = batch[0].id;
+  const auto r = fx.publisher().publish(batch, in(30s));
+  BOOST_TEST_REQUIRE(r.size() == 3u);
+  BOOST_TEST(r[0].confirmed, r[0].error);
+  BOOST_TEST(r[1].confirmed, r[1].error);
+  BOOST_TEST(!r[2].confirmed);
+  BOOST_TEST((r[2].error_class == outbox::errc::permanent));
+  BOOST_TEST(r[2].error.find("twice") != std::string::npos, r[2].error);
+  BOOST_TEST(nats_admin(nats_fixture::url()).stored(fx.stream().name) == 2u);
+}
+
 BOOST_AUTO_TEST_CASE(
     a_deadline_passed_mid_batch_fails_only_the_unacknowledged_and_a_retry_stores_each_once) {
   // The deadline passes while the batch is sent (5000 take milliseconds): what has no PubAck

@@ -178,8 +178,14 @@ class publisher {
       std::lock_guard lock(st.mutex);
       st.by_id.clear();
       st.refused.clear();
+      // An id settles one copy: a second copy in the batch is not sent (confirmed by its twin's
+      // PubAck alone, it could be counted without one of its own).
       for (std::size_t i = 0; i < batch.size(); ++i)
-        if (!subjects_[i].empty()) st.by_id.insert_or_assign(ids_[i], i);
+        if (!subjects_[i].empty() && !st.by_id.try_emplace(ids_[i], i).second) {
+          subjects_[i].clear();
+          results[i].error_class = errc::permanent;
+          results[i].error = "the event id is in the batch twice; only its first copy was sent";
+        }
       st.open = true;
     }
     std::string failure;  // set when the connection failed: the rest is not sent
