@@ -60,8 +60,8 @@ inline bool is_hex(char c) noexcept {
 
 /// The context attributes of CloudEvents 1.0: no header may take one of these names.
 inline constexpr std::array<std::string_view, 10> context_attributes{
-    "id",   "source",          "specversion", "type", "datacontenttype", "dataschema", "subject",
-    "time", "data", "data_base64"};
+    "id",         "source",  "specversion", "type", "datacontenttype",
+    "dataschema", "subject", "time",        "data", "data_base64"};
 
 inline bool is_context_attribute(std::string_view n) noexcept {
   for (const auto a : context_attributes)
@@ -152,8 +152,7 @@ inline bool is_context_attribute(std::string_view n) noexcept {
             sec = num(17, 2);
   if (Y < 0 || M < 0 || D < 0 || h < 0 || h > 23 || m < 0 || m > 59 || sec < 0 || sec > 60)
     return std::nullopt;
-  const year_month_day ymd{year{Y}, month{static_cast<unsigned>(M)},
-                           day{static_cast<unsigned>(D)}};
+  const year_month_day ymd{year{Y}, month{static_cast<unsigned>(M)}, day{static_cast<unsigned>(D)}};
   if (!ymd.ok()) return std::nullopt;
   std::size_t at = 19;
   std::int64_t frac = 0;
@@ -206,8 +205,8 @@ inline bool is_context_attribute(std::string_view n) noexcept {
 [[nodiscard]] inline std::string_view member_text(std::string_view text, std::string_view name) {
   std::size_t i = 0;
   const auto ws = [&] {
-    while (i < text.size() && (text[i] == ' ' || text[i] == '\t' || text[i] == '\n' ||
-                               text[i] == '\r'))
+    while (i < text.size() &&
+           (text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r'))
       ++i;
   };
   const auto skip_string = [&] {  // at the opening quote; ends after the closing one
@@ -310,8 +309,8 @@ class cloudevents {
     if (options_.mode == cloudevents_mode::off) return;
     if (const auto why = uri_reference_problem(options_.source); !why.empty())
       throw error(errc::misconfigured, adapter, {},
-                  "cloudevents_options::source \"" + sanitize_text(options_.source, 200) +
-                      "\" " + why + ": it must be a URI reference such as /orders-service");
+                  "cloudevents_options::source \"" + sanitize_text(options_.source, 200) + "\" " +
+                      why + ": it must be a URI reference such as /orders-service");
   }
 
   /// The mode the publisher writes.
@@ -422,8 +421,7 @@ class cloudevents {
     if (const auto* v = get(n); v == nullptr || v->empty())
       return std::string("not a CloudEvent: the required attribute ") + n + " is missing";
   if (*get("specversion") != "1.0")
-    return "CloudEvents specversion \"" + sanitize_text(*get("specversion"), 40) +
-           "\" is not 1.0";
+    return "CloudEvents specversion \"" + sanitize_text(*get("specversion"), 40) + "\" is not 1.0";
   const std::string& id = *get("id");
   const std::string& source = *get("source");
   message out;
@@ -445,8 +443,8 @@ class cloudevents {
   } else {
     out.created_at = m.created_at;
   }
-  out.content_type = content_type.empty() ? std::string(json_content_type)
-                                          : std::string(content_type);
+  out.content_type =
+      content_type.empty() ? std::string(json_content_type) : std::string(content_type);
   for (const auto& [k, v] : attrs) {
     if (k == "specversion" || k == "id" || k == "source" || k == "type" || k == "subject" ||
         k == "time" || k == "datacontenttype" || k == aggregate_type_extension)
@@ -455,7 +453,8 @@ class cloudevents {
                                  v);
   }
   out.payload = std::move(payload);
-  if (auto why = unpublishable_reason(out); !why.empty()) return "a CloudEvent the relay would not publish: " + why;
+  if (auto why = unpublishable_reason(out); !why.empty())
+    return "a CloudEvent the relay would not publish: " + why;
   m = std::move(out);
   return {};
 }

@@ -344,7 +344,7 @@ BOOST_AUTO_TEST_CASE(records_are_laid_out_as_debeziums_outbox_router_does) {
     BOOST_TEST((r.headers[1] == std::pair<std::string, std::string>("event_type", "placed")));
     BOOST_TEST((r.headers[2] == std::pair<std::string, std::string>("aggregate_type", type)));
     BOOST_TEST(
-        (r.headers[3] == std::pair<std::string, std::string>("content_type", m->content_type)));
+        (r.headers[3] == std::pair<std::string, std::string>("content-type", m->content_type)));
     BOOST_TEST(
         (r.headers[4] == std::pair<std::string, std::string>("trace", m->headers.at("trace"))));
     BOOST_TEST(r.key == m->aggregate_id);
