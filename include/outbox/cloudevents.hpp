@@ -386,6 +386,35 @@ class cloudevents {
     return out;
   }
 
+  /// `m` in the layout of a transport whose wire carries a `message` of its own (in-memory,
+  /// ZeroMQ, NATS): the envelope fields (id, names, attempts, created_at, sequence) as they
+  /// are; binary mode: the attributes as headers `prefix` + name, `datacontenttype` as the
+  /// content type, the payload; structured mode: no headers, the JSON envelope as payload,
+  /// `application/cloudevents+json`. Check `unmappable` first; `decode_layout` reads it back.
+  [[nodiscard]] message to_layout(const message& m, std::string_view prefix) const {
+    message w;
+    w.id = m.id;
+    w.aggregate_type = m.aggregate_type;
+    w.aggregate_id = m.aggregate_id;
+    w.event_type = m.event_type;
+    w.attempts = m.attempts;
+    w.created_at = m.created_at;
+    w.sequence = m.sequence;
+    if (mode() == cloudevents_mode::structured) {
+      w.payload = structured(m);
+      w.content_type = std::string(cloudevents_content_type);
+      return w;
+    }
+    w.payload = m.payload;
+    for (auto& [k, v] : attributes(m)) {
+      if (k == "datacontenttype")
+        w.content_type = std::move(v);
+      else
+        w.headers.emplace(std::string(prefix) + std::string(k), std::move(v));
+    }
+    return w;
+  }
+
  private:
   cloudevents_options options_;
 };
@@ -486,6 +515,33 @@ class cloudevents {
       payload = d->is_string() ? d->get<std::string>() : d->dump();
   }
   return decode_attributes(attrs, content_type, std::move(payload), m);
+}
+
+/// A message in the layout `cloudevents::to_layout` writes read back into `out`: binary mode
+/// (a `prefix` + `specversion` header; the other headers are the transport's, not read),
+/// structured mode (a CloudEvents content type), or else `w` as it is. `attempts`, `sequence`
+/// and (without a `time`) `created_at` are taken from `w`. Why it is not an event, or empty.
+[[nodiscard]] inline std::string decode_layout(const message& w, std::string_view prefix,
+                                               message& out) {
+  message m;
+  m.created_at = w.created_at;
+  std::string why;
+  header_map attrs;
+  for (const auto& [k, v] : w.headers)
+    if (k.starts_with(prefix)) attrs.emplace(k.substr(prefix.size()), v);
+  if (attrs.contains("specversion")) {
+    why = decode_attributes(attrs, w.content_type, w.payload, m);
+  } else if (is_cloudevents_content_type(w.content_type)) {
+    why = decode_structured(w.payload, m);
+  } else {
+    out = w;
+    return {};
+  }
+  if (!why.empty()) return why;
+  m.attempts = w.attempts;
+  m.sequence = w.sequence;
+  out = std::move(m);
+  return {};
 }
 
 }  // namespace outbox

@@ -78,7 +78,7 @@ class memory_transport {
             refused.push_back({m.id, false, errc::permanent, "CloudEvents: " + std::move(why)});
             continue;
           }
-          message w = to_wire(m);
+          message w = ce_.to_layout(m, memory_cloudevents_prefix);
           if (options_.record) wire_.push_back(w);
           if (options_.deliver) queue_.push_back(entry{std::move(w), false});
         } else {
@@ -116,7 +116,8 @@ class memory_transport {
       queue_.pop_front();
       delivery d{e.msg, 0, e.redelivered};
       if (options_.read_cloudevents) {
-        if (auto why = from_wire(e.msg, d.msg); !why.empty()) {  // dropped, as a broker would
+        if (auto why = decode_layout(e.msg, memory_cloudevents_prefix, d.msg);
+            !why.empty()) {  // dropped, as a broker would
           ++malformed_;
           last_malformed_ = std::move(why);
           continue;
@@ -215,38 +216,6 @@ class memory_transport {
     message msg;
     bool redelivered;
   };
-
-  /// `m` in the in-memory CloudEvents layout (see `memory_transport_options::cloudevents`).
-  [[nodiscard]] message to_wire(const message& m) const {
-    message w;
-    w.id = m.id;  // for `redeliver` only; the receiver reads the attributes
-    if (ce_.mode() == cloudevents_mode::structured) {
-      w.payload = ce_.structured(m);
-      w.content_type = std::string(cloudevents_content_type);
-      return w;
-    }
-    w.payload = m.payload;
-    for (auto& [k, v] : ce_.attributes(m)) {
-      if (k == "datacontenttype")
-        w.content_type = std::move(v);
-      else
-        w.headers.emplace(std::string(memory_cloudevents_prefix) + std::string(k), std::move(v));
-    }
-    return w;
-  }
-
-  /// A delivered wire message as the receiver reads it; why it is not an event, or empty.
-  [[nodiscard]] static std::string from_wire(const message& w, message& out) {
-    header_map attrs;
-    for (const auto& [k, v] : w.headers)
-      if (k.starts_with(memory_cloudevents_prefix))
-        attrs.emplace(k.substr(memory_cloudevents_prefix.size()), v);
-    if (attrs.contains("specversion"))
-      return decode_attributes(attrs, w.content_type, w.payload, out);
-    if (is_cloudevents_content_type(w.content_type)) return decode_structured(w.payload, out);
-    out = w;
-    return {};
-  }
 
   /// A lookup of what was published, on a transport that kept nothing, would answer "nothing":
   /// users counted 0 messages and chased stalls that did not exist. So it fails loudly.
