@@ -173,8 +173,8 @@ inline bool is_context_attribute(std::string_view n) noexcept {
     return std::nullopt;
   }
   const auto t = sys_days{ymd} + hours{h} + minutes{m - offset} + seconds{sec};
-  return time_point{duration_cast<system_clock::duration>(t.time_since_epoch()) +
-                    duration_cast<system_clock::duration>(nanoseconds{frac})};
+  return time_point{duration_cast<time_point::duration>(t.time_since_epoch()) +
+                    duration_cast<time_point::duration>(nanoseconds{frac})};
 }
 
 /// A UUIDv8 (RFC 9562) from two FNV-1a 64-bit hashes of `source` NUL `id`: the same foreign
