@@ -332,7 +332,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(empty_batch_publishes_nothing, Fixture, transport_
 // options (`Fixture(publisher_options, receiver_options)`, `cloudevents_prefix`,
 // `last_malformed()`).
 template <class Fixture>
-concept cloudevents_fixture = requires(const Fixture& fx) {
+concept cloudevents_fixture =
+    std::constructible_from<Fixture, outbox::cloudevents_options, outbox::cloudevents_options> &&
+    requires(const Fixture& fx) {
   Fixture::cloudevents_prefix;
   { fx.last_malformed() } -> std::convertible_to<std::string>;
 };

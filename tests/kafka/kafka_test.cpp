@@ -388,7 +388,7 @@ BOOST_AUTO_TEST_CASE(kcat_reads_the_records_as_documented) {
   const std::string want = "topic=" + topic +
                            " key=42 ts=1700000000123 headers=id=" + m.id.to_string() +
                            ",event_type=order_placed,aggregate_type=" + m.aggregate_type +
-                           ",content_type=application/json,tenant=acme value={\"total\":1999}\n";
+                           ",content-type=application/json,tenant=acme value={\"total\":1999}\n";
   BOOST_TEST(out == want);
 }
 
