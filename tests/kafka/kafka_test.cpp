@@ -732,15 +732,36 @@ BOOST_AUTO_TEST_CASE(a_record_that_is_not_an_event_is_skipped_counted_and_passed
                          .headers(h)
                          .flags(RD_KAFKA_MSG_F_COPY)
                          .produce(raw.get()) == 0);
+  // An event of a relay before `content-type`: its `content_type` header is still read.
+  const std::string old_id = outbox::make_uuid_v7().to_string();
+  h = rd_kafka_headers_new(4);
+  rd_kafka_header_add(h, "id", -1, old_id.data(), static_cast<ssize_t>(old_id.size()));
+  rd_kafka_header_add(h, "event_type", -1, "placed", -1);
+  rd_kafka_header_add(h, "aggregate_type", -1, "order", -1);
+  rd_kafka_header_add(h, "content_type", -1, "application/avro", -1);
+  BOOST_TEST_REQUIRE(outbox::kafka::detail::record_fields{}
+                         .topic(net.topic().c_str())
+                         .key("k")
+                         .value("avro")
+                         .headers(h)
+                         .flags(RD_KAFKA_MSG_F_COPY)
+                         .produce(raw.get()) == 0);
   BOOST_TEST_REQUIRE(rd_kafka_flush(raw.get(), 10'000) == 0);
   auto m = orders_placed("good").front();
   BOOST_TEST_REQUIRE(net.publisher()
                          .publish(std::span(&m, 1), std::chrono::steady_clock::now() + 10s)[0]
                          .confirmed);
+  auto old = net.receiver().receive(60s);
+  BOOST_TEST_REQUIRE(old.has_value());
+  BOOST_TEST(old->msg.id.to_string() == old_id);
+  BOOST_TEST(old->msg.content_type == "application/avro");
+  BOOST_TEST(old->msg.headers.empty());
+  net.receiver().ack(*old);
   auto d = net.receiver().receive(60s);
   BOOST_TEST_REQUIRE(d.has_value());
   BOOST_TEST(d->msg.id == m.id);
   BOOST_TEST(net.receiver().stats().malformed == 2u);
+  BOOST_TEST(net.receiver().stats().last_malformed.find("not an outbox event") == 0u);
   net.receiver().ack(*d);
   BOOST_TEST(net.outstanding() == 0u);
 }
