@@ -28,7 +28,11 @@ namespace outbox {
 
 /// How a transport carries events: as before (`off`), as CloudEvents with the attributes in the
 /// transport's headers (`binary`), or as a CloudEvents JSON envelope (`structured`).
-enum class cloudevents_mode : std::uint8_t { off, binary, structured };
+enum class cloudevents_mode : std::uint8_t {
+  off,        ///< The transport's own layout, as without CloudEvents.
+  binary,     ///< Attributes in the transport's headers, the payload as the body.
+  structured  ///< The event as a CloudEvents JSON envelope (`application/cloudevents+json`).
+};
 
 /// The CloudEvents option of a transport's publisher and receiver. A publisher writes `mode`; a
 /// receiver with any mode but `off` reads both modes (and events without CloudEvents).

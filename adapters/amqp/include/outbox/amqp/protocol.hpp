@@ -119,9 +119,9 @@ struct broker_close {
 struct encoded_message {
   std::string id{};         ///< message_id: the UUID as text.
   std::string_view body{};  ///< What basic.publish sends as the body.
-  /// CloudEvents only: the header names and values, and the structured-mode envelope.
+  /// CloudEvents binary mode: the `cloudEvents:*` header names and values.
   std::vector<std::pair<std::string, std::string>> ce_headers;
-  std::string ce_body{};
+  std::string ce_body{};  ///< CloudEvents structured mode: the JSON envelope (the body).
   std::vector<amqp_table_entry_t> entries;  ///< The headers table.
   amqp_basic_properties_t properties{};     ///< What basic.publish sends; points into the above.
 };
