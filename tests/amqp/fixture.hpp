@@ -70,7 +70,14 @@ struct amqp_fixture {
 
   static std::string url() { return service_address("OUTBOX_TEST_AMQP"); }
 
+  /// The CloudEvents layout of the AMQP binding: `cloudEvents:<attribute>` headers.
+  static constexpr std::string_view cloudevents_prefix = outbox::amqp::cloudevents_prefix;
+
   amqp_fixture() : amqp_fixture(outbox::amqp::connection_options{.url = url()}) {}
+  /// A publisher writing CloudEvents as `pub` says, a receiver reading them when `rcv` is not off.
+  amqp_fixture(outbox::cloudevents_options pub, outbox::cloudevents_options rcv)
+      : amqp_fixture(outbox::amqp::connection_options{.url = url()}, std::move(pub),
+                     std::move(rcv)) {}
   ~amqp_fixture() {
     rcv_.reset();
     pub_.reset();
@@ -91,11 +98,14 @@ struct amqp_fixture {
   const std::string& queue() const { return queue_; }
 
   outbox::amqp::publisher_options publisher_options() const {
-    return {.connection = connection_, .exchange = exchange_};
+    return {.connection = connection_, .exchange = exchange_, .cloudevents = pub_ce_};
   }
   outbox::amqp::receiver_options receiver_options() const {
-    return {.connection = connection_, .queue = queue_, .exchange = exchange_};
+    return {
+        .connection = connection_, .queue = queue_, .exchange = exchange_, .cloudevents = rcv_ce_};
   }
+  /// Why the receiver last rejected a delivery as not an event.
+  [[nodiscard]] std::string last_malformed() const { return rcv_->last_malformed(); }
 
   /// Publishes an already published message again (a duplicate delivery); true once confirmed.
   bool redeliver(const outbox::message& m) {
@@ -120,8 +130,11 @@ struct amqp_fixture {
 
  protected:
   /// Every client of the fixture (publisher, receiver, admin) connects with `c`.
-  explicit amqp_fixture(outbox::amqp::connection_options c)
+  explicit amqp_fixture(outbox::amqp::connection_options c, outbox::cloudevents_options pub = {},
+                        outbox::cloudevents_options rcv = {})
       : connection_(std::move(c)),
+        pub_ce_(std::move(pub)),
+        rcv_ce_(std::move(rcv)),
         exchange_("outbox-test-" + make_uuid_v7().to_string()),
         queue_("outbox-test-q-" + make_uuid_v7().to_string()),
         pub_(outbox::amqp::publisher(publisher_options())) {
@@ -131,6 +144,8 @@ struct amqp_fixture {
 
  private:
   outbox::amqp::connection_options connection_;
+  outbox::cloudevents_options pub_ce_;
+  outbox::cloudevents_options rcv_ce_;
   std::string exchange_;
   std::string queue_;
   std::optional<outbox::amqp::publisher> pub_;

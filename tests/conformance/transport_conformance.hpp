@@ -27,6 +27,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <outbox/cloudevents.hpp>
 #include <outbox/concepts/transport.hpp>
 #include <outbox/uuid.hpp>
 
@@ -325,6 +326,142 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(empty_batch_publishes_nothing, Fixture, transport_
   const std::vector<outbox::message> none;
   BOOST_TEST(fx.publisher().publish(none, transport_conformance::deadline()).empty());
   BOOST_TEST(!fx.receiver().receive(30ms).has_value());
+}
+
+// CloudEvents (docs/cloudevents.md), once for every transport whose fixture takes CloudEvents
+// options (`Fixture(publisher_options, receiver_options)`, `cloudevents_prefix`,
+// `last_malformed()`).
+template <class Fixture>
+concept cloudevents_fixture =
+    std::constructible_from<Fixture, outbox::cloudevents_options, outbox::cloudevents_options> &&
+    requires(const Fixture& fx) {
+  Fixture::cloudevents_prefix;
+  { fx.last_malformed() } -> std::convertible_to<std::string>;
+};
+
+inline const outbox::cloudevents_options binary_ce{outbox::cloudevents_mode::binary,
+                                                   "/orders-service"};
+inline const outbox::cloudevents_options structured_ce{outbox::cloudevents_mode::structured,
+                                                       "urn:example:orders"};
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(cloudevents_in_either_mode_give_back_the_exact_message, Fixture,
+                              transport_fixtures) {
+  if constexpr (cloudevents_fixture<Fixture>) {
+    using namespace std::string_literals;
+    for (const auto& mode :
+         {transport_conformance::binary_ce, transport_conformance::structured_ce}) {
+      Fixture fx(mode, transport_conformance::binary_ce);
+      auto batch = transport_conformance::make_messages(4);
+      for (std::size_t i = 0; i < batch.size(); ++i)  // nanoseconds, as a store may keep them
+        batch[i].created_at =
+            outbox::time_point{} + std::chrono::nanoseconds(1'765'000'000'123'456'789LL + 1000 * i);
+      batch[0].content_type = "application/octet-stream";
+      batch[0].payload = "\0\xff bin\0ary \xc0\x80"s;
+      batch[1].payload = R"({ "b" : [1, 2.50, "x\"}"],  "a":{} })";  // spacing kept
+      batch[1].headers = {
+          {"traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
+          {"dataschema", "https://example.com/schemas/order"},
+          {std::string(outbox::predecessor_header), batch[0].id.to_string()}};
+      batch[2].content_type = "text/plain; charset=utf-8";
+      batch[2].payload = "plain text";
+      (void)transport_conformance::send(fx, batch);
+      auto got = transport_conformance::receive_n(fx.receiver(), batch.size());
+      BOOST_TEST_REQUIRE(got.size() == batch.size());
+      transport_conformance::to_batch_order<Fixture>(got, batch);
+      for (std::size_t i = 0; i < batch.size(); ++i) {
+        const auto& m = got[i].msg;
+        BOOST_TEST(m.id == batch[i].id);
+        BOOST_TEST(m.aggregate_type == batch[i].aggregate_type);
+        BOOST_TEST(m.aggregate_id == batch[i].aggregate_id);
+        BOOST_TEST(m.event_type == batch[i].event_type);
+        BOOST_TEST(m.content_type == batch[i].content_type);
+        BOOST_TEST((m.payload == batch[i].payload));
+        BOOST_TEST((m.headers == batch[i].headers));
+        BOOST_TEST((m.created_at == batch[i].created_at));
+        fx.receiver().ack(got[i]);
+      }
+    }
+  } else {
+    BOOST_TEST_MESSAGE(Fixture::name << " has no CloudEvents fixture");
+  }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(cloudevents_from_another_producer_are_read_or_refused_with_why,
+                              Fixture, transport_fixtures) {
+  if constexpr (cloudevents_fixture<Fixture>) {
+    // Sent as plain outbox messages (publisher off): a structured envelope is the payload, a
+    // binary event's attributes are headers named as the binding names them.
+    Fixture fx(outbox::cloudevents_options{}, transport_conformance::binary_ce);
+    auto batch = transport_conformance::make_messages(4, "f");
+    for (auto& m : batch) m.aggregate_id = "f";  // one key: one partition, in order
+    batch[0].content_type = "application/cloudevents+json";
+    batch[0].payload = R"({"specversion":"1.0","id":"A-234-1234-1234","source":"/sensors/7",)"
+                       R"("type":"com.example.reading","time":"2018-04-05T17:31:00Z",)"
+                       R"("comexampleext":"x","data":{"v":1}})";
+    batch[1].content_type = "application/cloudevents+json";
+    batch[1].payload = R"({"specversion":"1.0","id":"no-type","source":"/sensors/7","data":1})";
+    const std::string p(Fixture::cloudevents_prefix);
+    batch[2].headers = {{p + "specversion", "1.0"},
+                        {p + "id", "b-1"},
+                        {p + "source", "urn:x"},
+                        {p + "type", "t.binary"},
+                        {p + "subject", "s-9"}};
+    batch[2].payload = R"({"w":2})";
+    // batch[3]: a plain outbox event, read as before.
+    (void)transport_conformance::send(fx, batch);
+    auto got = transport_conformance::receive_n(fx.receiver(), 3);
+    BOOST_TEST_REQUIRE(got.size() == 3u);
+    const auto& a = got[0].msg;
+    BOOST_TEST(a.event_type == "com.example.reading");
+    BOOST_TEST(a.aggregate_type == "/sensors/7");     // no aggregatetype: the source
+    BOOST_TEST(a.aggregate_id == "A-234-1234-1234");  // no subject: the id
+    BOOST_TEST(a.payload == R"({"v":1})");
+    BOOST_TEST(a.headers.at("comexampleext") == "x");
+    BOOST_TEST(a.headers.at(std::string(outbox::foreign_id_header)) == "A-234-1234-1234");
+    BOOST_TEST((a.id == outbox::detail::ce::derived_id("/sensors/7", "A-234-1234-1234")));
+    BOOST_TEST(a.id.version() == 8);
+    const auto& b = got[1].msg;
+    BOOST_TEST(b.event_type == "t.binary");
+    BOOST_TEST(b.aggregate_id == "s-9");
+    BOOST_TEST(b.payload == R"({"w":2})");
+    BOOST_TEST((b.id == outbox::detail::ce::derived_id("urn:x", "b-1")));
+    BOOST_TEST(got[2].msg.id == batch[3].id);
+    BOOST_TEST(fx.last_malformed() == "not a CloudEvent: the required attribute type is missing");
+    for (auto& d : got) fx.receiver().ack(d);
+  } else {
+    BOOST_TEST_MESSAGE(Fixture::name << " has no CloudEvents fixture");
+  }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(cloudevents_refuse_headers_that_are_no_attributes, Fixture,
+                              transport_fixtures) {
+  if constexpr (cloudevents_fixture<Fixture>) {
+    Fixture fx(transport_conformance::binary_ce, transport_conformance::binary_ce);
+    auto batch = transport_conformance::make_messages(4);
+    batch[0].headers = {{"Bad-Name", "v"}};            // not an extension name
+    batch[1].headers = {{"subject", "v"}};             // a context attribute
+    batch[2].headers = {{"dataschema", "not a uri"}};  // a dataschema that is no URI
+    batch[3].aggregate_id = "fine";                    // not behind a failed event of its aggregate
+    const auto results = transport_conformance::send(fx, batch);
+    std::size_t refused = 0;
+    for (const auto& r : results) {
+      if (r.id == batch[3].id) {  // a transport confirming on the consumer's ack: none yet
+        BOOST_TEST(r.confirmed == !Fixture::confirms_on_consumer_ack, r.error);
+        continue;
+      }
+      ++refused;
+      BOOST_TEST(!r.confirmed);
+      BOOST_TEST((r.error_class == outbox::errc::permanent));
+      BOOST_TEST(r.error.find("CloudEvents") != std::string::npos, r.error);
+    }
+    BOOST_TEST(refused == 3u);
+    auto got = transport_conformance::receive_n(fx.receiver(), 1);
+    BOOST_TEST_REQUIRE(got.size() == 1u);
+    BOOST_TEST(got[0].msg.id == batch[3].id);  // nothing broken went on the wire
+    fx.receiver().ack(got[0]);
+  } else {
+    BOOST_TEST_MESSAGE(Fixture::name << " has no CloudEvents fixture");
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

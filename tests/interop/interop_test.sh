@@ -5,7 +5,9 @@
 # cluster in its process when that is unset or empty); consume.mjs reads them with amqplib and
 # kafkajs and extracts each context with OpenTelemetry JS's W3CTraceContextPropagator. Every
 # event must arrive on each transport with the trace id, span id, flags and tracestate set (and
-# an event without a context with none).
+# an event without a context with none). It also relays events in CloudEvents binary and
+# structured mode; cloudevents.mjs reads them with the CloudEvents SDK, which must find them
+# valid with the id, type, source, subject, time and data bytes the C++ side wrote.
 #
 # The npm packages (package-lock.json) are installed into NPM_DIR (in the build dir) with its own
 # npm cache there, once: a later run whose lock file is unchanged installs nothing.
@@ -42,7 +44,7 @@ if ! cmp -s "$src/package-lock.json" "$npm_dir/package-lock.json" || [[ ! -f $np
     touch "$npm_dir/installed"
 fi
 # Beside its node_modules: Node resolves the imports from the script's own folder.
-cp "$src/consume.mjs" "$npm_dir/consume.mjs"
+cp "$src/consume.mjs" "$src/cloudevents.mjs" "$npm_dir/"
 
 tmp=$(mktemp -d)
 pid=""
@@ -81,6 +83,17 @@ status=0
 # Kafka is at least once: a record the producer sent twice is read twice, the same.
 grep '^got ' "$tmp/consumed" | sed 's/^got //' | sort -u >"$tmp/got" || true
 
+# CloudEvents (both modes) read and validated by the CloudEvents SDK.
+grep '^ce-expect ' "$tmp/published" | sed 's/^ce-expect //' | sort >"$tmp/ce-expected"
+ce_count=$(awk '$1 == "amqp"' "$tmp/ce-expected" | wc -l)
+if ((ce_count == 0 || ce_count != $(awk '$1 == "kafka"' "$tmp/ce-expected" | wc -l))); then
+    echo "interop_publish expects unequal or no CloudEvents per transport" >&2
+    status=1
+fi
+(cd "$npm_dir" && node cloudevents.mjs "$OUTBOX_TEST_AMQP" "$(value ce-amqp-queue)" \
+    "$(value kafka-bootstrap)" "$(value ce-kafka-topic)" "$ce_count" 60) >"$tmp/ce-consumed" || status=$?
+grep '^got ' "$tmp/ce-consumed" | sed 's/^got //' | sort -u >"$tmp/ce-got" || true
+
 kill -TERM "$pid"
 publish_status=0
 wait "$pid" || publish_status=$?
@@ -93,10 +106,18 @@ if ! diff -u "$tmp/expected" "$tmp/got" >"$tmp/diff"; then
     cat "$tmp/diff" >&2
     status=1
 fi
+echo "expected CloudEvents (transport, mode, id, type, source, subject, time, data):"
+cat "$tmp/ce-expected"
+if ! diff -u "$tmp/ce-expected" "$tmp/ce-got" >"$tmp/ce-diff"; then
+    echo "the CloudEvents SDK read something else (- expected, + read):" >&2
+    cat "$tmp/ce-diff" >&2
+    status=1
+fi
 if ((publish_status != 0)); then
     echo "interop_publish ended with status $publish_status:" >&2
     cat "$tmp/publish.log" >&2
     status=1
 fi
 ((status == 0)) || { echo "interop: FAILED (node exit or mismatch above)" >&2; exit 1; }
-echo "interop: OpenTelemetry JS extracted the same trace context from every message, on RabbitMQ and Kafka"
+echo "interop: OpenTelemetry JS extracted the same trace context from every message, and the"
+echo "CloudEvents SDK read valid, identical events in both modes, on RabbitMQ and Kafka"

@@ -5,6 +5,8 @@
 // OpenTelemetry JS) to read. It prints
 //   amqp-exchange NAME / amqp-queue NAME / kafka-bootstrap HOST:PORT / kafka-topic NAME
 //   expect TRANSPORT EVENT_ID TRACE_ID SPAN_ID FLAGS TRACESTATE   (one per event; - for none)
+//   ce-amqp-queue NAME / ce-kafka-topic NAME    (CloudEvents, both modes, read by cloudevents.mjs)
+//   ce-expect TRANSPORT MODE ID TYPE SOURCE SUBJECT TIME DATA_HEX   (one per CloudEvent)
 //   ready
 // then serves until SIGINT or SIGTERM: it holds the Kafka mock cluster (librdkafka's, in this
 // process, when no bootstrap servers are given) and, on the signal, deletes its queue and
@@ -25,6 +27,7 @@
 #include <outbox/amqp/amqp.hpp>
 #include <outbox/kafka/kafka.hpp>
 #include <outbox/outbox.hpp>
+#include <outbox/testing/manual_clock.hpp>
 #include <outbox/testing/memory_store.hpp>
 
 namespace {
@@ -131,6 +134,53 @@ void write_and_relay(const std::string& name, const std::vector<traced>& events,
   }
 }
 
+/// Writes two events (a JSON payload, opaque bytes) stamped at a fixed time with microseconds
+/// and relays them with `transport`, a publisher in CloudEvents `mode`; prints a `ce-expect`
+/// line per event: transport, mode, id, type, source, subject, time, data as hex.
+template <class Transport>
+void write_cloudevents(const std::string& name, const std::string& mode, Transport& transport) {
+  using namespace std::chrono;
+  const outbox::time_point at = sys_days{year{2026} / 12 / 7} + 14h + 30min + 123456us;
+  memory_database db;
+  memory_session app(db), relay_sql(db);
+  memory_store app_store(app), relay_store(relay_sql);
+  outbox::writer writer(app_store, {}, manual_clock(at));
+  const std::vector<outbox::event> events{{.aggregate_type = "order",
+                                           .aggregate_id = "o-" + mode,
+                                           .event_type = "order.placed",
+                                           .payload = R"({"mode":")" + mode + R"(","n":1})",
+                                           .headers = {{"tenant", "t1"}}},
+                                          {.aggregate_type = "order",
+                                           .aggregate_id = "o-" + mode,
+                                           .event_type = "order.scanned",
+                                           .payload = std::string("\0\x01\xfe\xff"
+                                                                  "bytes",
+                                                                  9),
+                                           .content_type = "application/octet-stream"}};
+  std::vector<outbox::uuid> ids;
+  {
+    memory_session::transaction tx(app);
+    for (const auto& e : events) ids.push_back(writer.enqueue(app, e));
+    tx.commit();
+  }
+  outbox::relay relay(relay_store, transport, {.publish_timeout = 20s});
+  for (int round = 0; round < 20 && relay.stats().published < events.size(); ++round)
+    relay.run_once();
+  if (relay.stats().published != events.size())
+    throw std::runtime_error(name + " cloudevents " + mode + ": not all published");
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    std::string hex;
+    for (const unsigned char c : events[i].payload) {
+      char b[3];
+      std::snprintf(b, sizeof b, "%02x", c);
+      hex += b;
+    }
+    std::cout << "ce-expect " << name << ' ' << mode << ' ' << ids[i].to_string() << ' '
+              << events[i].event_type << " /orders-service " << events[i].aggregate_id << ' '
+              << outbox::detail::ce::rfc3339(at) << ' ' << hex << '\n';
+  }
+}
+
 void delete_from_broker(const std::string& url, const std::string& queue,
                         const std::string& exchange) {
   outbox::amqp::connection conn(outbox::amqp::connection_options{.url = url});
@@ -168,15 +218,20 @@ int main(int argc, char** argv) try {
   const std::string exchange = "outbox-interop-" + suffix;
   const std::string queue = "outbox-interop-" + suffix;
   const std::string topic = "outbox.interop." + suffix;
+  const std::string ce_exchange = "outbox-interop-ce-" + suffix;
+  const std::string ce_queue = "outbox-interop-ce-" + suffix;
+  const std::string ce_topic = "outbox.interop.ce." + suffix;
 
   std::optional<outbox::kafka::mock_cluster> mock;
   if (bootstrap.empty()) {
     mock.emplace(1);
     mock->create_topic(topic, 1, 1);
+    mock->create_topic(ce_topic, 1, 1);
     bootstrap = mock->bootstrap_servers();
   }
   std::cout << "amqp-exchange " << exchange << "\namqp-queue " << queue << "\nkafka-bootstrap "
-            << bootstrap << "\nkafka-topic " << topic << "\n";
+            << bootstrap << "\nkafka-topic " << topic << "\nce-amqp-queue " << ce_queue
+            << "\nce-kafka-topic " << ce_topic << "\n";
 
   int status = 0;
   {
@@ -186,6 +241,9 @@ int main(int argc, char** argv) try {
                                     .exchange = exchange,
                                     .binding_key = "#"});
     declare.connect();
+    outbox::amqp::receiver declare_ce(
+        {.connection = {.url = amqp_url}, .queue = ce_queue, .exchange = ce_exchange});
+    declare_ce.connect();
   }
   try {
     outbox::amqp::publisher amqp({.connection = {.url = amqp_url}, .exchange = exchange});
@@ -193,6 +251,20 @@ int main(int argc, char** argv) try {
     outbox::kafka::publisher kafka(
         {.bootstrap_servers = bootstrap, .topic_pattern = topic, .delivery_timeout = 15s});
     write_and_relay("kafka", contexts(rng), kafka);
+    for (const auto mode :
+         {outbox::cloudevents_mode::binary, outbox::cloudevents_mode::structured}) {
+      const outbox::cloudevents_options ce{mode, "/orders-service"};
+      const std::string mode_name =
+          mode == outbox::cloudevents_mode::binary ? "binary" : "structured";
+      outbox::amqp::publisher ce_amqp(
+          {.connection = {.url = amqp_url}, .exchange = ce_exchange, .cloudevents = ce});
+      write_cloudevents("amqp", mode_name, ce_amqp);
+      outbox::kafka::publisher ce_kafka({.bootstrap_servers = bootstrap,
+                                         .topic_pattern = ce_topic,
+                                         .delivery_timeout = 15s,
+                                         .cloudevents = ce});
+      write_cloudevents("kafka", mode_name, ce_kafka);
+    }
     std::cout << "ready" << std::endl;
     while (!stopping) ::sigsuspend(&before);
   } catch (const std::exception& e) {
@@ -200,6 +272,7 @@ int main(int argc, char** argv) try {
     status = 1;
   }
   delete_from_broker(amqp_url, queue, exchange);
+  delete_from_broker(amqp_url, ce_queue, ce_exchange);
   return status;
 } catch (const std::exception& e) {
   std::cerr << "interop_publish: " << e.what() << "\n";

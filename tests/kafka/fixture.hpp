@@ -91,8 +91,9 @@ struct joined_receiver {
   std::unique_ptr<outbox::kafka::receiver> receiver;
 };
 
-/// A new topic of `partitions` partitions and a receiver that joined a new group on it.
-inline joined_receiver join_new_group(int partitions) {
+/// A new topic of `partitions` partitions and a receiver that joined a new group on it (one
+/// that reads CloudEvents when `cloudevents`).
+inline joined_receiver join_new_group(int partitions, bool cloudevents = false) {
   joined_receiver j{"outbox-test-" + make_uuid_v7().to_string(),
                     "outbox-test-group-" + make_uuid_v7().to_string(), nullptr};
   kafka_cluster::instance().create_topic(j.topic, partitions);
@@ -100,7 +101,9 @@ inline joined_receiver join_new_group(int partitions) {
       .bootstrap_servers = kafka_cluster::instance().bootstrap_servers(),
       .group_id = j.group,
       .topics = {j.topic},
-      .config = kafka_test_consumer_config()});
+      .config = kafka_test_consumer_config(),
+      .cloudevents = {.mode = cloudevents ? outbox::cloudevents_mode::binary
+                                          : outbox::cloudevents_mode::off}});
   if (!j.receiver->wait_for_assignment(std::chrono::seconds(60)))
     throw std::runtime_error("kafka fixture: no partitions assigned within 60 s");
   return j;
@@ -117,11 +120,11 @@ class warm_receivers {
     static warm_receivers w;
     return w;
   }
-  joined_receiver take(int partitions) {
+  joined_receiver take(int partitions, bool cloudevents = false) {
     std::unique_lock lock(mutex_);
-    auto& pool = pools_[partitions];
+    auto& pool = pools_[partitions * 2 + (cloudevents ? 1 : 0)];
     while (pool.size() < depth + 1)
-      pool.push_back(std::async(std::launch::async, join_new_group, partitions));
+      pool.push_back(std::async(std::launch::async, join_new_group, partitions, cloudevents));
     auto next = std::move(pool.front());
     pool.pop_front();
     lock.unlock();
@@ -151,8 +154,15 @@ struct kafka_fixture_of {
   /// Capability: a requeued delivery comes again before the later records of its partition.
   static constexpr bool redelivers_in_place = true;
 
-  kafka_fixture_of() {
-    auto joined = warm_receivers::instance().take(Partitions);
+  /// The CloudEvents layout of the Kafka binding: `ce_<attribute>` headers.
+  static constexpr std::string_view cloudevents_prefix = outbox::kafka::cloudevents_prefix;
+
+  kafka_fixture_of() : kafka_fixture_of(outbox::cloudevents_options{}, {}) {}
+  /// A publisher writing CloudEvents as `pub` says, a receiver reading them when `rcv` is not off.
+  kafka_fixture_of(outbox::cloudevents_options pub, const outbox::cloudevents_options& rcv)
+      : pub_ce_(std::move(pub)), rcv_ce_(rcv) {
+    auto joined =
+        warm_receivers::instance().take(Partitions, rcv_ce_.mode != outbox::cloudevents_mode::off);
     topic_ = std::move(joined.topic);
     group_ = std::move(joined.group);
     rcv_ = std::move(joined.receiver);
@@ -172,14 +182,18 @@ struct kafka_fixture_of {
     const std::string t = topic_;
     return {.bootstrap_servers = bootstrap(),
             .topic = [t](const outbox::message&) { return t; },
-            .delivery_timeout = std::chrono::seconds(5)};
+            .delivery_timeout = std::chrono::seconds(5),
+            .cloudevents = pub_ce_};
   }
   outbox::kafka::receiver_options receiver_options() const {
     return {.bootstrap_servers = bootstrap(),
             .group_id = group_,
             .topics = {topic_},
-            .config = kafka_test_consumer_config()};
+            .config = kafka_test_consumer_config(),
+            .cloudevents = rcv_ce_};
   }
+  /// Why the receiver last skipped a record as not an event.
+  [[nodiscard]] std::string last_malformed() const { return rcv_->stats().last_malformed; }
 
   /// Publishes an already published message again (a duplicate delivery); true once confirmed.
   bool redeliver(const outbox::message& m) {
@@ -209,6 +223,8 @@ struct kafka_fixture_of {
   }
 
  private:
+  outbox::cloudevents_options pub_ce_;
+  outbox::cloudevents_options rcv_ce_;
   std::string topic_;
   std::string group_;
   std::optional<outbox::kafka::publisher> pub_;

@@ -344,7 +344,7 @@ BOOST_AUTO_TEST_CASE(records_are_laid_out_as_debeziums_outbox_router_does) {
     BOOST_TEST((r.headers[1] == std::pair<std::string, std::string>("event_type", "placed")));
     BOOST_TEST((r.headers[2] == std::pair<std::string, std::string>("aggregate_type", type)));
     BOOST_TEST(
-        (r.headers[3] == std::pair<std::string, std::string>("content_type", m->content_type)));
+        (r.headers[3] == std::pair<std::string, std::string>("content-type", m->content_type)));
     BOOST_TEST(
         (r.headers[4] == std::pair<std::string, std::string>("trace", m->headers.at("trace"))));
     BOOST_TEST(r.key == m->aggregate_id);
@@ -388,7 +388,7 @@ BOOST_AUTO_TEST_CASE(kcat_reads_the_records_as_documented) {
   const std::string want = "topic=" + topic +
                            " key=42 ts=1700000000123 headers=id=" + m.id.to_string() +
                            ",event_type=order_placed,aggregate_type=" + m.aggregate_type +
-                           ",content_type=application/json,tenant=acme value={\"total\":1999}\n";
+                           ",content-type=application/json,tenant=acme value={\"total\":1999}\n";
   BOOST_TEST(out == want);
 }
 
@@ -732,15 +732,36 @@ BOOST_AUTO_TEST_CASE(a_record_that_is_not_an_event_is_skipped_counted_and_passed
                          .headers(h)
                          .flags(RD_KAFKA_MSG_F_COPY)
                          .produce(raw.get()) == 0);
+  // An event of a relay before `content-type`: its `content_type` header is still read.
+  const std::string old_id = outbox::make_uuid_v7().to_string();
+  h = rd_kafka_headers_new(4);
+  rd_kafka_header_add(h, "id", -1, old_id.data(), static_cast<ssize_t>(old_id.size()));
+  rd_kafka_header_add(h, "event_type", -1, "placed", -1);
+  rd_kafka_header_add(h, "aggregate_type", -1, "order", -1);
+  rd_kafka_header_add(h, "content_type", -1, "application/avro", -1);
+  BOOST_TEST_REQUIRE(outbox::kafka::detail::record_fields{}
+                         .topic(net.topic().c_str())
+                         .key("k")
+                         .value("avro")
+                         .headers(h)
+                         .flags(RD_KAFKA_MSG_F_COPY)
+                         .produce(raw.get()) == 0);
   BOOST_TEST_REQUIRE(rd_kafka_flush(raw.get(), 10'000) == 0);
   auto m = orders_placed("good").front();
   BOOST_TEST_REQUIRE(net.publisher()
                          .publish(std::span(&m, 1), std::chrono::steady_clock::now() + 10s)[0]
                          .confirmed);
+  auto old = net.receiver().receive(60s);
+  BOOST_TEST_REQUIRE(old.has_value());
+  BOOST_TEST(old->msg.id.to_string() == old_id);
+  BOOST_TEST(old->msg.content_type == "application/avro");
+  BOOST_TEST(old->msg.headers.empty());
+  net.receiver().ack(*old);
   auto d = net.receiver().receive(60s);
   BOOST_TEST_REQUIRE(d.has_value());
   BOOST_TEST(d->msg.id == m.id);
   BOOST_TEST(net.receiver().stats().malformed == 2u);
+  BOOST_TEST(net.receiver().stats().last_malformed.find("not an outbox event") == 0u);
   net.receiver().ack(*d);
   BOOST_TEST(net.outstanding() == 0u);
 }

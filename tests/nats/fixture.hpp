@@ -89,7 +89,14 @@ struct nats_fixture {
 
   static std::string url() { return service_address("OUTBOX_TEST_NATS"); }
 
+  /// The CloudEvents layout of the NATS transport: `ce-<attribute>` headers.
+  static constexpr std::string_view cloudevents_prefix = outbox::nats::cloudevents_prefix;
+
   nats_fixture() : nats_fixture(outbox::nats::stream_options{.memory = true}) {}
+  /// A publisher writing CloudEvents as `pub` says, a receiver reading them when `rcv` is not off.
+  nats_fixture(outbox::cloudevents_options pub, outbox::cloudevents_options rcv)
+      : nats_fixture(outbox::nats::stream_options{.memory = true}, std::move(pub), std::move(rcv)) {
+  }
   ~nats_fixture() {
     rcv_.reset();
     pub_.reset();
@@ -111,11 +118,17 @@ struct nats_fixture {
   outbox::nats::publisher_options publisher_options() const {
     return {.connection = {.url = url()},
             .stream = stream_,
-            .subject_pattern = prefix_ + ".{event_type}"};
+            .subject_pattern = prefix_ + ".{event_type}",
+            .cloudevents = pub_ce_};
   }
   outbox::nats::receiver_options receiver_options() const {
-    return {.connection = {.url = url()}, .stream = stream_, .durable = durable};
+    return {.connection = {.url = url()},
+            .stream = stream_,
+            .durable = durable,
+            .cloudevents = rcv_ce_};
   }
+  /// Why the receiver last terminated a message as not an event.
+  [[nodiscard]] std::string last_malformed() const { return rcv_->last_malformed(); }
 
   /// Publishes an already published message again (a duplicate delivery) past the stream's
   /// duplicate window (a `Nats-Msg-Id` of its own, the event id in `Outbox-Event-Id`): what a
@@ -146,8 +159,12 @@ struct nats_fixture {
 
  protected:
   /// A stream with the settings of `s` (its name and subjects are the fixture's).
-  explicit nats_fixture(outbox::nats::stream_options s)
-      : prefix_("outbox-test-" + make_uuid_v7().to_string()), stream_(std::move(s)) {
+  explicit nats_fixture(outbox::nats::stream_options s, outbox::cloudevents_options pub = {},
+                        outbox::cloudevents_options rcv = {})
+      : pub_ce_(std::move(pub)),
+        rcv_ce_(std::move(rcv)),
+        prefix_("outbox-test-" + make_uuid_v7().to_string()),
+        stream_(std::move(s)) {
     stream_.name = "OUTBOX-TEST-" + prefix_.substr(12);
     stream_.subjects = {prefix_ + ".>"};
     pub_ = outbox::nats::publisher(publisher_options());
@@ -156,6 +173,8 @@ struct nats_fixture {
   }
 
  private:
+  outbox::cloudevents_options pub_ce_;
+  outbox::cloudevents_options rcv_ce_;
   std::string prefix_;
   outbox::nats::stream_options stream_;
   std::optional<outbox::nats::publisher> pub_;

@@ -1,5 +1,7 @@
 #pragma once
 // The in-memory transport fixture of the transport conformance suite and the end-to-end tests.
+#include <string>
+#include <string_view>
 #include <tuple>
 
 #include <outbox/testing/memory_transport.hpp>
@@ -20,7 +22,18 @@ struct memory_transport_fixture {
   static constexpr bool keeps_batch_order = true;
   /// Capability: a requeued delivery comes again before anything later.
   static constexpr bool redelivers_in_place = true;
+  /// The in-memory CloudEvents layout: attributes as `ce-<name>` headers.
+  static constexpr std::string_view cloudevents_prefix = outbox::testing::memory_cloudevents_prefix;
+  memory_transport_fixture() = default;
+  /// A transport publishing CloudEvents as `pub` says, reading them when `rcv` is not off.
+  memory_transport_fixture(const outbox::cloudevents_options& pub,
+                           const outbox::cloudevents_options& rcv)
+      : transport{{.record = true,
+                   .cloudevents = pub,
+                   .read_cloudevents = rcv.mode != outbox::cloudevents_mode::off}} {}
   outbox::testing::memory_transport transport{{.record = true}};
+  /// Why the receiver last dropped a delivery as not an event.
+  [[nodiscard]] std::string last_malformed() const { return transport.last_malformed(); }
   outbox::testing::memory_transport& publisher() { return transport; }
   outbox::testing::memory_transport& receiver() { return transport; }
 

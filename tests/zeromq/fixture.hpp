@@ -34,10 +34,16 @@ struct zeromq_fixture {
   /// Capability: a requeued delivery comes again before anything later.
   static constexpr bool redelivers_in_place = true;
 
+  /// The CloudEvents layout of the ZeroMQ transport: `ce-<attribute>` in the headers frame.
+  static constexpr std::string_view cloudevents_prefix = outbox::zeromq::cloudevents_prefix;
+
   // Publisher and receiver are moved into the fixture (they are move-only owners).
-  zeromq_fixture() : pub_(outbox::zeromq::publisher(publisher_options())) {
-    rcv_ = outbox::zeromq::receiver(
-        outbox::zeromq::receiver_options{.endpoint = pub_->endpoint(), .name = "test-consumer"});
+  zeromq_fixture() : zeromq_fixture(outbox::cloudevents_options{}, outbox::cloudevents_options{}) {}
+  /// A publisher writing CloudEvents as `pub` says, a receiver reading them when `rcv` is not off.
+  zeromq_fixture(const outbox::cloudevents_options& pub, const outbox::cloudevents_options& rcv)
+      : pub_(outbox::zeromq::publisher(publisher_options(pub))) {
+    rcv_ = outbox::zeromq::receiver(outbox::zeromq::receiver_options{
+        .endpoint = pub_->endpoint(), .name = "test-consumer", .cloudevents = rcv});
     if (!wait_for_consumers(1))
       throw std::runtime_error("zeromq fixture: the receiver's hello did not arrive within 60 s");
   }
@@ -71,6 +77,8 @@ struct zeromq_fixture {
                                  std::chrono::steady_clock::now() + std::chrono::seconds(60));
     return r.size() == 1 && r[0].confirmed;
   }
+  /// Why the receiver last refused an EVENT as not a CloudEvent.
+  [[nodiscard]] std::string last_malformed() const { return rcv_->last_malformed(); }
   /// Deliveries a consumer holds without having acked them.
   [[nodiscard]] std::size_t outstanding() const { return rcv_->held(); }
 
@@ -82,15 +90,15 @@ struct zeromq_fixture {
   }
 
  private:
-  outbox::zeromq::publisher_options publisher_options() {
+  outbox::zeromq::publisher_options publisher_options(const outbox::cloudevents_options& ce) {
     if constexpr (Ipc) {
       static std::atomic<int> counter{0};
       dir_ = std::filesystem::temp_directory_path() /
              ("outbox-zmq-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
       std::filesystem::create_directories(dir_);
-      return {.endpoint = "ipc://" + (dir_ / "relay.sock").string()};
+      return {.endpoint = "ipc://" + (dir_ / "relay.sock").string(), .cloudevents = ce};
     } else {
-      return {.endpoint = "tcp://127.0.0.1:*"};
+      return {.endpoint = "tcp://127.0.0.1:*", .cloudevents = ce};
     }
   }
 

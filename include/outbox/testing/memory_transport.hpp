@@ -18,6 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include <outbox/cloudevents.hpp>
 #include <outbox/concepts/transport.hpp>
 #include <outbox/message.hpp>
 
@@ -33,7 +34,18 @@ struct memory_transport_options {
   /// default: an embedded transport, or a benchmark's, must not grow without bound. Without it
   /// those calls throw `std::logic_error` rather than answer "nothing was published".
   bool record = false;
+  /// CloudEvents written by `publish` (off by default). The in-memory wire layout: binary mode
+  /// a message whose headers are `ce-<attribute>` (`datacontenttype` in `content_type`), with
+  /// the payload; structured mode the JSON envelope as payload, content type
+  /// `application/cloudevents+json`. Either is read back by `receive` (`read_cloudevents`).
+  cloudevents_options cloudevents{};
+  /// `receive` reads CloudEvents (both modes, and plain messages); implied by a `cloudevents`
+  /// mode other than `off`. A delivery that is not an event is dropped and counted.
+  bool read_cloudevents = false;
 };
+
+/// The header prefix of CloudEvents attributes on the in-memory transport.
+inline constexpr std::string_view memory_cloudevents_prefix = "ce-";
 
 /// A broker in a box: `publish` confirms every message (after the simulated latency) and queues
 /// it; `receive` hands out deliveries that stay unacknowledged until `ack`; `nack` with requeue,
@@ -41,7 +53,11 @@ struct memory_transport_options {
 class memory_transport {
  public:
   /// A transport with `options` (by default: no latency, delivers, records nothing).
-  explicit memory_transport(memory_transport_options options = {}) : options_(options) {}
+  /// @throws outbox::error `misconfigured` for a CloudEvents `source` that is not a URI reference.
+  explicit memory_transport(memory_transport_options options = {})
+      : options_(std::move(options)), ce_(options_.cloudevents, "memory") {
+    options_.read_cloudevents = options_.read_cloudevents || ce_.on();
+  }
 
   /// Capability (concepts::order_keeping_transport): one queue, and a call's confirms come all
   /// together or not at all.
@@ -53,11 +69,22 @@ class memory_transport {
   std::vector<publish_result> publish(std::span<const message> batch,
                                       std::chrono::steady_clock::time_point until) {
     const auto start = std::chrono::steady_clock::now();
+    std::vector<publish_result> refused;
     {
       std::lock_guard lock(mutex_);
       for (const auto& m : batch) {
-        if (options_.record) wire_.push_back(m);
-        if (options_.deliver) queue_.push_back(entry{m, false});
+        if (ce_.on()) {
+          if (auto why = ce_.unmappable(m); !why.empty()) {
+            refused.push_back({m.id, false, errc::permanent, "CloudEvents: " + std::move(why)});
+            continue;
+          }
+          message w = ce_.to_layout(m, memory_cloudevents_prefix);
+          if (options_.record) wire_.push_back(w);
+          if (options_.deliver) queue_.push_back(entry{std::move(w), false});
+        } else {
+          if (options_.record) wire_.push_back(m);
+          if (options_.deliver) queue_.push_back(entry{m, false});
+        }
         ++published_;
       }
     }
@@ -72,20 +99,34 @@ class memory_transport {
     }
     std::vector<publish_result> results;
     results.reserve(batch.size());
-    for (const auto& m : batch) results.push_back(publish_result{m.id, true, {}, {}});
+    for (const auto& m : batch)
+      if (std::none_of(refused.begin(), refused.end(), [&](const auto& r) { return r.id == m.id; }))
+        results.push_back(publish_result{m.id, true, {}, {}});
+    results.insert(results.end(), refused.begin(), refused.end());
     return results;
   }
 
   /// The next queued delivery, unacknowledged until `ack` or `nack`; `nullopt` after `timeout`.
   std::optional<delivery> receive(std::chrono::milliseconds timeout) {
+    const auto until = std::chrono::steady_clock::now() + timeout;
     std::unique_lock lock(mutex_);
-    if (!cv_.wait_for(lock, timeout, [&] { return !queue_.empty(); })) return std::nullopt;
-    entry e = std::move(queue_.front());
-    queue_.pop_front();
-    const std::uint64_t tag = ++next_tag_;
-    delivery d{e.msg, tag, e.redelivered};
-    unacked_.emplace(tag, std::move(e.msg));
-    return d;
+    for (;;) {
+      if (!cv_.wait_until(lock, until, [&] { return !queue_.empty(); })) return std::nullopt;
+      entry e = std::move(queue_.front());
+      queue_.pop_front();
+      delivery d{e.msg, 0, e.redelivered};
+      if (options_.read_cloudevents) {
+        if (auto why = decode_layout(e.msg, memory_cloudevents_prefix, d.msg);
+            !why.empty()) {  // dropped, as a broker would
+          ++malformed_;
+          last_malformed_ = std::move(why);
+          continue;
+        }
+      }
+      d.tag = ++next_tag_;
+      unacked_.emplace(d.tag, std::move(e.msg));  // the wire form, decoded again if requeued
+      return d;
+    }
   }
 
   /// Forgets the unacknowledged delivery `d`; nothing happens for an unknown tag.
@@ -147,6 +188,16 @@ class memory_transport {
     cv_.notify_all();
     return true;
   }
+  /// Deliveries `receive` dropped as not events (CloudEvents without a required attribute...).
+  [[nodiscard]] std::size_t malformed() const {
+    std::lock_guard lock(mutex_);
+    return malformed_;
+  }
+  /// Why the last delivery counted in `malformed` was dropped.
+  [[nodiscard]] std::string last_malformed() const {
+    std::lock_guard lock(mutex_);
+    return last_malformed_;
+  }
   /// Simulates a consumer that died: every unacknowledged delivery is queued again.
   void crash_consumer() {
     {
@@ -178,6 +229,7 @@ class memory_transport {
   }
 
   memory_transport_options options_;
+  cloudevents ce_;
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<entry> queue_;
@@ -185,6 +237,8 @@ class memory_transport {
   std::vector<message> wire_;
   std::size_t published_ = 0;
   std::uint64_t next_tag_ = 0;
+  std::size_t malformed_ = 0;
+  std::string last_malformed_{};
 };
 
 static_assert(concepts::transport<memory_transport>);

@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include <outbox/cloudevents.hpp>
 #include <outbox/outbox.hpp>
 #include <outbox/testing/memory_store.hpp>
 #include <outbox/testing/memory_transport.hpp>
@@ -405,6 +406,60 @@ BOOST_AUTO_TEST_CASE(every_processed_delivery_is_reported_once_with_its_outcome_
   BOOST_TEST_REQUIRE(reports.size() == 1u);
   BOOST_TEST((reports[0].outcome == outbox::delivery_outcome::duplicate));
   BOOST_TEST(!reports[0].end_to_end);
+}
+
+// Writer -> relay -> transport in CloudEvents mode -> consumer: the handler gets the exact
+// message the store holds (ids, headers, bytes, created_at to the nanosecond), in both modes.
+BOOST_AUTO_TEST_CASE(an_event_relayed_as_a_cloudevent_reaches_the_handler_exactly) {
+  for (const auto mode : {outbox::cloudevents_mode::binary, outbox::cloudevents_mode::structured}) {
+    memory_outbox o;
+    outbox::testing::memory_transport ce_wire(
+        {.record = true, .cloudevents = {mode, "/orders-service"}});
+    outbox::writer<outbox::testing::memory_store<>> w(o.app_store);
+    auto first = plain("7");
+    first.trace = {w3c_parent, "vendor=x"};
+    first.headers = {{"tenant", "t1"}, {"dataschema", "/schemas/placed"}};
+    auto second = plain("7");
+    second.content_type = "application/octet-stream";
+    second.payload = std::string("\0\xff bytes", 8);
+    o.enqueue(w, {first, second});
+    outbox::claim_request req{
+        .owner = "t", .limit = 10, .now = outbox::time_point::clock::now(), .lease = 30s};
+    auto stored = o.relay_store.claim(req);
+    o.relay_store.release(stored);
+    BOOST_TEST_REQUIRE(stored.messages.size() == 2u);
+    outbox::relay<outbox::testing::memory_store<>, outbox::testing::memory_transport> relay(
+        o.relay_store, ce_wire, {.stamp_predecessors = true});
+    while (relay.run_once() > 0) {
+    }
+    const auto wire = ce_wire.wire();  // what went over: CloudEvents, not the message
+    BOOST_TEST_REQUIRE(wire.size() == 2u);
+    if (mode == outbox::cloudevents_mode::binary)
+      BOOST_TEST(wire[0].headers.at("ce-id") == stored.messages[0].id.to_string());
+    else
+      BOOST_TEST(wire[0].content_type == outbox::cloudevents_content_type);
+    std::vector<outbox::message> got;
+    outbox::consumer<outbox::testing::memory_store<>, outbox::testing::memory_transport> c(
+        o.consumer_store, ce_wire,
+        [&](outbox::testing::memory_session&, const outbox::message& m) { got.push_back(m); },
+        {.name = "cloudevents", .poll_timeout = 10ms});
+    while (c.poll_once() != outbox::delivery_outcome::idle) {
+    }
+    BOOST_TEST_REQUIRE(got.size() == 2u);
+    for (std::size_t i = 0; i < 2; ++i) {
+      const auto& want = stored.messages[i];
+      auto headers = got[i].headers;  // but a stamp of the relay's (its mapping: conformance)
+      headers.erase(std::string(outbox::predecessor_header));
+      BOOST_TEST(got[i].id == want.id);
+      BOOST_TEST(got[i].aggregate_type == want.aggregate_type);
+      BOOST_TEST(got[i].aggregate_id == want.aggregate_id);
+      BOOST_TEST(got[i].event_type == want.event_type);
+      BOOST_TEST(got[i].content_type == want.content_type);
+      BOOST_TEST((got[i].payload == want.payload));
+      BOOST_TEST((headers == want.headers));
+      BOOST_TEST((got[i].created_at == want.created_at));
+    }
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -24,6 +24,7 @@
 #include <amqp.h>
 #include <amqp_framing.h>
 
+#include <outbox/cloudevents.hpp>
 #include <outbox/error.hpp>
 #include <outbox/message.hpp>
 #include <outbox/time.hpp>
@@ -116,7 +117,11 @@ struct broker_close {
 /// `encode`; valid while the message it was built from lives (strings are not copied) and until
 /// the next `encode` into the same object (reuse it across a batch: no allocation per message).
 struct encoded_message {
-  std::string id{};                         ///< message_id: the UUID as text.
+  std::string id{};         ///< message_id: the UUID as text.
+  std::string_view body{};  ///< What basic.publish sends as the body.
+  /// CloudEvents binary mode: the `cloudEvents:*` header names and values.
+  std::vector<std::pair<std::string, std::string>> ce_headers;
+  std::string ce_body{};  ///< CloudEvents structured mode: the JSON envelope (the body).
   std::vector<amqp_table_entry_t> entries;  ///< The headers table.
   amqp_basic_properties_t properties{};     ///< What basic.publish sends; points into the above.
 };
@@ -161,6 +166,7 @@ inline void encode(const message& m, encoded_message& out) {
   props.timestamp = static_cast<std::uint64_t>(to_unix<std::ratio<1>>(m.created_at));
   props.headers.num_entries = static_cast<int>(out.entries.size());
   props.headers.entries = out.entries.data();
+  out.body = m.payload;
 }
 
 /// The bytes of the properties `encode` writes for `m` (flags, then content_type, headers,
@@ -282,6 +288,92 @@ struct wire_limits {
     m.created_at = *t;
   }
   return true;
+}
+
+/// The prefix of CloudEvents attributes in the headers table: the CNCF AMQP binding's
+/// application-property prefix (AMQP 0-9-1 has no official binding; `cloudEvents_`, the
+/// binding's other spelling, is read too).
+inline constexpr std::string_view cloudevents_prefix = "cloudEvents:";
+
+/// Fills `out` for `m` as a CloudEvent (check `unsendable` and `cloudevents::unmappable`
+/// first): as `encode`, but binary mode puts the attributes in `cloudEvents:*` headers (and
+/// `datacontenttype` in the content_type property) and structured mode sends no headers, the
+/// JSON envelope as the body and content_type `application/cloudevents+json`.
+inline void encode(const cloudevents& ce, const message& m, encoded_message& out) {
+  encode(m, out);
+  out.entries.clear();
+  out.ce_headers.clear();
+  if (ce.mode() == cloudevents_mode::structured) {
+    out.ce_body = ce.structured(m);
+    out.body = out.ce_body;
+    out.properties.content_type = bytes(cloudevents_content_type);
+  } else {
+    for (auto& [k, v] : ce.attributes(m))
+      if (k != "datacontenttype")
+        out.ce_headers.emplace_back(std::string(cloudevents_prefix) + std::string(k), std::move(v));
+    for (const auto& [k, v] : out.ce_headers) out.entries.push_back(detail::utf8_entry(k, v));
+  }
+  out.properties.headers.num_entries = static_cast<int>(out.entries.size());
+  out.properties.headers.entries = out.entries.data();
+}
+
+/// What `unsendable` adds for a CloudEvent of `m`: a header name made too long by its prefix,
+/// properties or a body that does not fit. Empty when it can be carried.
+[[nodiscard]] inline std::string cloudevents_unsendable(const cloudevents& ce, const message& m,
+                                                        const wire_limits& limits) {
+  if (auto why = ce.unmappable(m); !why.empty()) return "CloudEvents: " + why;
+  encoded_message out;
+  encode(ce, m, out);
+  std::size_t table = 4;
+  for (const auto& [k, v] : out.ce_headers) {
+    if (k.size() > max_short_string)
+      return "the CloudEvents header " + k.substr(0, 40) + "... is over AMQP's 255 bytes";
+    table += 1 + k.size() + 1 + 4 + v.size();
+  }
+  const std::size_t properties = 2 + 1 + m.content_type.size() + table + 1 + 37 + 8 + 1 +
+                                 m.event_type.size() + cloudevents_content_type.size();
+  if (properties + 20 > limits.frame_max)
+    return "the CloudEvents properties take " + std::to_string(properties) +
+           " bytes: over what one content header frame holds";
+  if (out.body.size() > limits.max_message_bytes)
+    return "the CloudEvents body is " + std::to_string(out.body.size()) +
+           " bytes: over publisher_options::max_message_bytes";
+  return {};
+}
+
+/// A delivery read back into `m` by a receiver that reads CloudEvents: binary mode (a
+/// `cloudEvents:specversion` or `cloudEvents_specversion` header), structured mode (a
+/// CloudEvents content_type), or else as `decode` reads it. Why it is not an event, or empty.
+[[nodiscard]] inline std::string decode_cloudevent(const amqp_message_t& in, message& m) {
+  const amqp_basic_properties_t& p = in.properties;
+  const std::string content_type =
+      (p._flags & AMQP_BASIC_CONTENT_TYPE_FLAG) ? to_string(p.content_type) : std::string();
+  header_map attrs;
+  bool binary = false;
+  for (int i = 0; (p._flags & AMQP_BASIC_HEADERS_FLAG) && i < p.headers.num_entries; ++i) {
+    const amqp_table_entry_t& e = p.headers.entries[i];
+    const std::string k = to_string(e.key);
+    if (!k.starts_with(cloudevents_prefix) && !k.starts_with("cloudEvents_")) continue;
+    if (e.value.kind != AMQP_FIELD_KIND_UTF8 && e.value.kind != AMQP_FIELD_KIND_BYTES)
+      return "the CloudEvents header " + sanitize_text(k, 80) + " is not a string";
+    const std::string name = k.substr(cloudevents_prefix.size());
+    binary = binary || name == "specversion";
+    attrs.insert_or_assign(name, to_string(e.value.value.bytes));
+  }
+  message out;
+  if (p._flags & AMQP_BASIC_TIMESTAMP_FLAG)
+    out.created_at =
+        from_unix<std::ratio<1>>(static_cast<std::int64_t>(p.timestamp & 0x7FFFFFFFFFFFFFFFULL))
+            .value_or(time_point{});
+  std::string why;
+  if (binary)
+    why = decode_attributes(attrs, content_type, to_string(in.body), out);
+  else if (is_cloudevents_content_type(content_type))
+    why = decode_structured(to_string(in.body), out);
+  else if (!decode(in, out))
+    why = "not an outbox event nor a CloudEvent (no valid message_id, type, aggregate headers)";
+  if (why.empty()) m = std::move(out);
+  return why;
 }
 
 }  // namespace outbox::amqp

@@ -50,6 +50,10 @@ struct publisher_options {
   /// after a few (`relay_options::storm_guard`): for topologies declared before any publish,
   /// where a missing binding is a mistake to stop at.
   bool retry_unroutable = true;
+  /// CloudEvents (off by default): binary mode writes `cloudEvents:*` headers, structured mode
+  /// a JSON envelope (docs/cloudevents.md). A message whose headers cannot be extension
+  /// attributes fails `permanent`. A bad `source` is refused (`misconfigured`).
+  cloudevents_options cloudevents{};
 };
 
 /// A `concepts::transport` over AMQP 0-9-1. `publish` puts the whole batch on the wire
@@ -72,7 +76,9 @@ class publisher {
   /// Parses the URL; connects lazily (first `publish`) unless `connect()` is called.
   /// @throws outbox::error `misconfigured` for a bad URL.
   explicit publisher(publisher_options options)
-      : options_(std::move(options)), conn_(options_.connection) {
+      : options_(std::move(options)),
+        ce_(options_.cloudevents, "amqp"),
+        conn_(options_.connection) {
     if (options_.exchange.empty())
       throw error(errc::misconfigured, "amqp", {},
                   "publisher_options.exchange must not be empty (the default exchange cannot "
@@ -143,12 +149,17 @@ class publisher {
     for (; sent < batch.size(); ++sent) {
       const message& m = batch[sent];
       key = options_.routing_key ? options_.routing_key(m) : m.aggregate_type + "." + m.event_type;
-      if (std::string why = unsendable(m, key, limits); !why.empty()) {
+      std::string why = unsendable(m, key, limits);
+      if (why.empty() && ce_.on()) why = cloudevents_unsendable(ce_, m, limits);
+      if (!why.empty()) {
         results[sent].error_class = errc::permanent;
         results[sent].error = std::move(why);
         continue;
       }
-      encode(m, out);
+      if (ce_.on())
+        encode(ce_, m, out);
+      else
+        encode(m, out);
       // rabbitmq-c writes without a time limit: a broker that stops reading (an alarm, frozen,
       // a half-open connection) would block here past `until` once the socket buffers fill.
       if (!writable_by(until)) {
@@ -157,7 +168,7 @@ class publisher {
       }
       const int rc =
           amqp_basic_publish(conn_.state(), connection::channel, bytes(options_.exchange),
-                             bytes(key), 1, 0, &out.properties, bytes(m.payload));
+                             bytes(key), 1, 0, &out.properties, bytes(out.body));
       if (rc != AMQP_STATUS_OK) {
         if (rc == AMQP_STATUS_BAD_AMQP_DATA || rc == AMQP_STATUS_TABLE_TOO_BIG) {
           // rabbitmq-c could not encode this message after all (`unsendable` should have said
@@ -330,6 +341,7 @@ class publisher {
   }
 
   publisher_options options_;
+  cloudevents ce_;
   connection conn_;
   bool heard_ = false;  ///< A frame arrived during the last wait for confirms.
   std::uint64_t next_tag_ = 0;

@@ -40,6 +40,9 @@ struct receiver_options {
   /// says so. RabbitMQ dead-letters from classic queues at most once: bind a queue to this
   /// exchange.
   std::string dead_letter_exchange{};
+  /// CloudEvents: any mode but `off` reads binary-mode (`cloudEvents:*` headers) and
+  /// structured-mode deliveries as well as plain outbox ones; `source` is not used.
+  cloudevents_options cloudevents{};
 };
 
 /// A `concepts::receiver` over AMQP 0-9-1. `receive` returns the next basic.deliver parsed back
@@ -101,10 +104,15 @@ class receiver {
         delivery d;
         d.tag = env.delivery_tag;
         d.redelivered = env.redelivered != 0;
-        const bool ok = decode(env.message, d.msg);
+        std::string why;
+        if (options_.cloudevents.mode != cloudevents_mode::off)
+          why = decode_cloudevent(env.message, d.msg);
+        else if (!decode(env.message, d.msg))
+          why = "not an outbox event (no valid message_id, type or aggregate headers)";
         amqp_destroy_envelope(&env);
-        if (!ok) {
+        if (!why.empty()) {
           ++malformed_;
+          last_malformed_ = std::move(why);
           if (amqp_basic_nack(s, connection::channel, d.tag, 0, 0) != AMQP_STATUS_OK)
             conn_.fail(errc::transient, {}, "basic.nack of a malformed delivery failed");
           continue;
@@ -155,6 +163,8 @@ class receiver {
   [[nodiscard]] std::size_t max_held() const noexcept { return options_.prefetch; }
   /// Deliveries rejected as malformed so far.
   [[nodiscard]] std::uint64_t malformed() const noexcept { return malformed_; }
+  /// Why the last delivery counted in `malformed` was rejected.
+  [[nodiscard]] const std::string& last_malformed() const noexcept { return last_malformed_; }
   /// The rabbitmq-c connection (null while disconnected), for what this adapter does not cover.
   [[nodiscard]] amqp_connection_state_t native_handle() const noexcept { return conn_.state(); }
   /// Connections opened so far.
@@ -226,6 +236,7 @@ class receiver {
   connection conn_;
   std::unordered_set<std::uint64_t> unacked_;  // raw tags on the current connection
   std::uint64_t malformed_ = 0;
+  std::string last_malformed_{};
 };
 
 static_assert(concepts::receiver<receiver>);

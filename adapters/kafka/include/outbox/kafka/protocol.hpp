@@ -20,6 +20,7 @@
 
 #include <librdkafka/rdkafka.h>
 
+#include <outbox/cloudevents.hpp>
 #include <outbox/error.hpp>
 #include <outbox/message.hpp>
 #include <outbox/time.hpp>
@@ -35,13 +36,19 @@ inline constexpr std::string_view id_header = "id";  ///< The event id, a UUID a
 inline constexpr std::string_view event_type_header = "event_type";  ///< The event type.
 /// The aggregate type (the aggregate id is the record key).
 inline constexpr std::string_view aggregate_type_header = "aggregate_type";
-/// The payload's media type (`application/json` unless the writer was given another).
-inline constexpr std::string_view content_type_header = "content_type";
+/// The payload's media type (`application/json` unless the writer was given another), spelled
+/// as the CloudEvents Kafka binding and Kafka tooling read it.
+inline constexpr std::string_view content_type_header = "content-type";
+/// The content type header of releases before CloudEvents: still read (when `content-type` is
+/// absent), no longer written; to be dropped in the next release.
+inline constexpr std::string_view legacy_content_type_header = "content_type";
+/// The prefix of the CloudEvents Kafka binding's attribute headers (`ce_id`, `ce_type`, ...).
+inline constexpr std::string_view cloudevents_prefix = "ce_";
 
 /// True when `name` is one of the transport's own header names.
 [[nodiscard]] constexpr bool is_reserved_header(std::string_view name) noexcept {
   return name == id_header || name == event_type_header || name == aggregate_type_header ||
-         name == content_type_header;
+         name == content_type_header || name == legacy_content_type_header;
 }
 
 /// The default topic pattern of `topic_router`. Debezium's outbox event router routes to
@@ -158,7 +165,7 @@ class topic_router {
     if (is_reserved_header(k))
       return "a header is named \"" + k +
              "\", a name the Kafka transport writes itself (id, event_type, aggregate_type, "
-             "content_type)";
+             "content-type, content_type)";
   if (const auto why = content_type_problem(m.content_type); !why.empty())
     return "the content_type " + why;
   if (to_unix<std::milli>(m.created_at) < 0)
@@ -271,9 +278,10 @@ class record_fields {
 /// `aggregate_type` header, no key (the aggregate id), what a relay would not publish
 /// (`unpublishable_reason`: empty or non-UTF-8 names, a content type that is not a media type, a
 /// JSON payload holding NUL or invalid UTF-8), a timestamp `time_point` cannot represent. Of a
-/// header the transport writes, the first counts. The value is the payload, byte for byte (a null
-/// value is an empty payload); a missing `content_type` means `application/json`; the other
-/// headers are the event's own (a null value reads as empty; of a repeated name the last wins).
+/// header the transport writes, the first counts (`content-type`, else the older `content_type`).
+/// The value is the payload, byte for byte (a null value is an empty payload); a missing
+/// `content_type` means `application/json`; the other headers are the event's own (a null value
+/// reads as empty; of a repeated name the last wins).
 [[nodiscard]] inline bool decode(const rd_kafka_message_t& rec, message& m) {
   rd_kafka_headers_t* hdrs = nullptr;
   // Not the const overload: librdkafka parses the headers lazily into the message.
@@ -307,7 +315,7 @@ class record_fields {
     } else if (k == aggregate_type_header && !has_aggregate_type) {
       m.aggregate_type = std::move(v);
       has_aggregate_type = true;
-    } else if (k == content_type_header && !has_content_type) {
+    } else if ((k == content_type_header || k == legacy_content_type_header) && !has_content_type) {
       m.content_type = std::move(v);
       has_content_type = true;
     } else if (!is_reserved_header(k)) {
@@ -328,6 +336,75 @@ class record_fields {
     m.created_at = *t;
   }
   return true;
+}
+
+/// The record's headers for CloudEvents `mode` (not `off`) and its value: binary mode puts
+/// each attribute in a `ce_` header (`datacontenttype` in `content-type`), the event's payload
+/// is the value; structured mode writes `content-type: application/cloudevents+json` and the
+/// JSON envelope as the value. Check `cloudevents::unmappable` first.
+[[nodiscard]] inline std::vector<std::pair<std::string, std::string>> cloudevents_headers(
+    const cloudevents& ce, const message& m, std::string& value) {
+  std::vector<std::pair<std::string, std::string>> h;
+  if (ce.mode() == cloudevents_mode::structured) {
+    value = ce.structured(m);
+    h.emplace_back(content_type_header, cloudevents_content_type);
+    return h;
+  }
+  value = m.payload;
+  for (auto& [k, v] : ce.attributes(m))
+    h.emplace_back(k == "datacontenttype" ? std::string(content_type_header)
+                                          : std::string(cloudevents_prefix) + std::string(k),
+                   std::move(v));
+  return h;
+}
+
+/// A record read back into `m` by a receiver that reads CloudEvents: a binary-mode event (a
+/// `ce_specversion` header), a structured one (a CloudEvents `content-type`), or else as
+/// `decode` reads it. Why it is not an event, or empty. The record key, when there is one,
+/// is not read for a CloudEvent: `subject` is the aggregate id.
+[[nodiscard]] inline std::string decode_cloudevent(const rd_kafka_message_t& rec, message& m) {
+  rd_kafka_headers_t* hdrs = nullptr;
+  if (rd_kafka_message_headers(const_cast<rd_kafka_message_t*>(&rec), &hdrs) !=
+      RD_KAFKA_RESP_ERR_NO_ERROR)
+    hdrs = nullptr;
+  header_map attrs;
+  std::string content_type;
+  bool binary = false;
+  const char* name = nullptr;
+  const void* value = nullptr;
+  std::size_t size = 0;
+  for (std::size_t i = 0;
+       hdrs != nullptr &&
+       rd_kafka_header_get_all(hdrs, i, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR;
+       ++i) {
+    const std::string_view k(name);
+    std::string v =
+        value != nullptr ? std::string(static_cast<const char*>(value), size) : std::string();
+    if (k.starts_with(cloudevents_prefix)) {
+      binary = binary || k == "ce_specversion";
+      attrs.emplace(std::string(k.substr(cloudevents_prefix.size())), std::move(v));
+    } else if (k == content_type_header && content_type.empty()) {
+      content_type = std::move(v);
+    }
+  }
+  std::string payload =
+      rec.payload != nullptr ? std::string(static_cast<const char*>(rec.payload), rec.len) : "";
+  message out;
+  rd_kafka_timestamp_type_t type = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
+  if (const std::int64_t ms = rd_kafka_message_timestamp(&rec, &type);
+      type != RD_KAFKA_TIMESTAMP_NOT_AVAILABLE)
+    out.created_at = from_unix<std::milli>(ms).value_or(time_point{});
+  std::string why;
+  if (binary)
+    why = decode_attributes(attrs, content_type, std::move(payload), out);
+  else if (is_cloudevents_content_type(content_type))
+    why = decode_structured(payload, out);
+  else if (!decode(rec, out))
+    why =
+        "not an outbox event nor a CloudEvent (no id, event_type or aggregate_type header, or "
+        "no key)";
+  if (why.empty()) m = std::move(out);
+  return why;
 }
 
 }  // namespace outbox::kafka

@@ -49,6 +49,10 @@ struct publisher_options {
   /// `publish_timeout` (10 s by default), so every message's report arrives within the relay's
   /// deadline; one that does not is retried too (it may land twice: the inbox absorbs it).
   std::chrono::milliseconds delivery_timeout{5000};
+  /// CloudEvents (off by default): binary mode writes `ce_*` headers and `content-type`,
+  /// structured mode a JSON envelope (docs/cloudevents.md). A message whose headers cannot be
+  /// extension attributes fails `permanent`. A bad `source` is refused (`misconfigured`).
+  cloudevents_options cloudevents{};
 };
 
 /// Counters of one publisher.
@@ -132,7 +136,8 @@ struct producer_state {
 /// Each event becomes one record: topic from `topic_pattern` (or `topic`), key = aggregate_id
 /// (with the default `murmur2_random` partitioner, the partition a Java producer or Debezium
 /// picks for that key), value = payload, timestamp = created_at, headers `id`, `event_type`,
-/// `aggregate_type`, `content_type`, then the event's own (adapters/kafka/README.md).
+/// `aggregate_type`, `content-type`, then the event's own (adapters/kafka/README.md); with
+/// `publisher_options::cloudevents`, the CloudEvents Kafka binding's instead.
 ///
 /// Threading: one thread at a time (one relay thread); the delivery reports are served inside
 /// `publish`. Move-only; the callbacks' state is on the heap, so moving keeps it valid.
@@ -146,6 +151,7 @@ class publisher {
       : options_(std::move(options)),
         secrets_(detail::secrets_of(options_.config, options_.bootstrap_servers)),
         router_(options_.topic_pattern, options_.topic),
+        ce_(options_.cloudevents, "kafka"),
         state_(std::make_unique<detail::producer_state>()) {
     check_options();
     rk_ = create();
@@ -163,6 +169,7 @@ class publisher {
       options_ = std::move(other.options_);
       secrets_ = std::move(other.secrets_);
       router_ = std::move(other.router_);
+      ce_ = std::move(other.ce_);
       max_record_bytes_ = other.max_record_bytes_;
       stats_ = other.stats_;
       state_ = std::move(other.state_);
@@ -476,6 +483,21 @@ class publisher {
     }
     if (auto why = unsendable(m, topic, max_record_bytes_); !why.empty())
       return fail(RD_KAFKA_RESP_ERR__INVALID_ARG, std::move(why));
+    // With CloudEvents: the binding's headers and value, checked before anything is produced.
+    std::string ce_value;
+    std::vector<std::pair<std::string, std::string>> ce_headers;
+    if (ce_.on()) {
+      if (auto why = ce_.unmappable(m); !why.empty())
+        return fail(RD_KAFKA_RESP_ERR__INVALID_ARG, "CloudEvents: " + why);
+      ce_headers = cloudevents_headers(ce_, m, ce_value);
+      std::size_t size = ce_value.size() + m.aggregate_id.size();
+      for (const auto& [k, v] : ce_headers) size += k.size() + v.size() + 10;
+      if (size > max_record_bytes_)
+        return fail(RD_KAFKA_RESP_ERR__INVALID_ARG,
+                    "the CloudEvents record is " + std::to_string(size) +
+                        " bytes: over the producer's message.max.bytes (" +
+                        std::to_string(max_record_bytes_) + ")");
+    }
     const std::string id = m.id.to_string();
     for (;;) {
       rd_kafka_headers_t* hdrs = rd_kafka_headers_new(4 + m.headers.size());
@@ -483,20 +505,25 @@ class publisher {
         rd_kafka_header_add(hdrs, k.data(), static_cast<ssize_t>(k.size()), v.data(),
                             static_cast<ssize_t>(v.size()));
       };
-      add(id_header, id);
-      add(event_type_header, m.event_type);
-      add(aggregate_type_header, m.aggregate_type);
-      add(content_type_header, m.content_type);
-      for (const auto& [k, v] : m.headers) add(k, v);
-      const rd_kafka_resp_err_t err = detail::record_fields{}
-                                          .topic(topic.c_str())
-                                          .key(m.aggregate_id)
-                                          .value(m.payload)
-                                          .timestamp_ms(to_unix<std::milli>(m.created_at))
-                                          .headers(hdrs)
-                                          .flags(RD_KAFKA_MSG_F_COPY)
-                                          .opaque(detail::producer_state::opaque(st.call, i))
-                                          .produce(rk_.get());
+      if (ce_.on()) {
+        for (const auto& [k, v] : ce_headers) add(k, v);
+      } else {
+        add(id_header, id);
+        add(event_type_header, m.event_type);
+        add(aggregate_type_header, m.aggregate_type);
+        add(content_type_header, m.content_type);
+        for (const auto& [k, v] : m.headers) add(k, v);
+      }
+      const rd_kafka_resp_err_t err =
+          detail::record_fields{}
+              .topic(topic.c_str())
+              .key(m.aggregate_id)
+              .value(ce_.on() ? std::string_view(ce_value) : std::string_view(m.payload))
+              .timestamp_ms(to_unix<std::milli>(m.created_at))
+              .headers(hdrs)
+              .flags(RD_KAFKA_MSG_F_COPY)
+              .opaque(detail::producer_state::opaque(st.call, i))
+              .produce(rk_.get());
       if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {  // the headers belong to the message now
         st.slots[i].produced = true;
         ++stats_.produced;
@@ -555,6 +582,7 @@ class publisher {
   publisher_options options_;
   std::vector<std::string> secrets_;  ///< What no error text may show (detail::secrets_of).
   topic_router router_;
+  cloudevents ce_;
   std::size_t max_record_bytes_ = 1'000'000;
   publisher_stats stats_{};
   std::unique_ptr<detail::producer_state> state_;

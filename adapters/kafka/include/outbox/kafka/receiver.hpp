@@ -245,7 +245,7 @@ class receiver {
   /// Partitions assigned to this member now.
   [[nodiscard]] std::size_t assigned() const noexcept { return state_->assigned; }
   /// The counters so far (a copy; not synchronized: read on the thread that receives).
-  [[nodiscard]] receiver_stats stats() const noexcept { return state_->stats; }
+  [[nodiscard]] receiver_stats stats() const { return state_->stats; }
   /// The librdkafka consumer, for what this class does not wrap. Do not poll it.
   [[nodiscard]] rd_kafka_t* handle() const noexcept { return rk_.get(); }
 
@@ -299,8 +299,14 @@ class receiver {
     if (p.generation == 0) p.generation = st.generation;
     p.next = std::max(p.next, rec.offset + 1);
     delivery d;
-    if (!decode(rec, d.msg)) {
+    std::string why;
+    if (options_.cloudevents.mode != cloudevents_mode::off)
+      why = decode_cloudevent(rec, d.msg);
+    else if (!decode(rec, d.msg))
+      why = "not an outbox event (no id, event_type or aggregate_type header, or no key)";
+    if (!why.empty()) {
       ++st.stats.malformed;
+      st.stats.last_malformed = std::move(why);
       return std::nullopt;
     }
     d.tag = ++next_tag_;

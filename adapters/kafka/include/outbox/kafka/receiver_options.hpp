@@ -40,6 +40,9 @@ struct receiver_options {
   std::chrono::milliseconds commit_timeout{5000};
   /// The longest the destructor waits to commit and leave the group.
   std::chrono::milliseconds close_timeout{10000};
+  /// CloudEvents: any mode but `off` reads binary-mode (`ce_*` headers) and structured-mode
+  /// records as well as plain outbox records (`decode_cloudevent`); `source` is not used.
+  cloudevents_options cloudevents{};
 };
 
 /// Counters of one receiver.
@@ -50,6 +53,7 @@ struct receiver_stats {
   std::uint64_t commit_failures = 0;  ///< Commits the group coordinator refused (redelivered).
   std::uint64_t rebalances = 0;       ///< Assignments and revocations.
   std::uint64_t dropped = 0;  ///< Deliveries held when their partition was revoked (redelivered).
+  std::string last_malformed{};  ///< Why the last record counted in `malformed` was skipped.
 };
 
 /// Where a record sits in Kafka.

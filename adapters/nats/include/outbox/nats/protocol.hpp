@@ -16,6 +16,7 @@
 
 #include <nats/nats.h>
 
+#include <outbox/cloudevents.hpp>
 #include <outbox/error.hpp>
 #include <outbox/message.hpp>
 #include <outbox/time.hpp>
@@ -39,6 +40,10 @@ inline constexpr std::string_view aggregate_id_header = "Outbox-Aggregate-Id";
 inline constexpr std::string_view content_type_header = "Content-Type";
 /// The header that carries `message::created_at`, in Unix milliseconds.
 inline constexpr std::string_view created_at_header = "Outbox-Created-At";
+/// The prefix of CloudEvents attribute headers (the NATS binding's binary mode: `ce-id`, ...;
+/// `datacontenttype` is `Content-Type`). With `publisher_options::cloudevents` the transport's
+/// own headers (`Nats-Msg-Id`, `Outbox-*`) stay beside them: JetStream deduplicates on the id.
+inline constexpr std::string_view cloudevents_prefix = "ce-";
 /// The default subject pattern: one subject per event type under `outbox.event.`.
 inline constexpr std::string_view default_subject_pattern = "outbox.event.{event_type}";
 
@@ -217,6 +222,24 @@ using msg_ptr = std::unique_ptr<natsMsg, detail::msg_deleter>;
   return v;
 }
 
+namespace detail {
+/// Reads the headers that are not the transport's and the payload of `msg` into `m`.
+inline void read_headers_and_payload(natsMsg* msg, message& m) {
+  const char** keys = nullptr;
+  int count = 0;
+  if (natsMsgHeader_Keys(msg, &keys, &count) == NATS_OK) {
+    std::unique_ptr<const char*, void (*)(const char**)> owned(
+        keys, [](const char** k) { std::free(static_cast<void*>(k)); });
+    for (int i = 0; i < count; ++i) {
+      const std::string_view k = keys[i];
+      if (!is_transport_header(k)) m.headers.insert_or_assign(std::string(k), header(msg, k));
+    }
+  }
+  const char* data = natsMsg_GetData(msg);
+  m.payload.assign(data ? data : "", static_cast<std::size_t>(natsMsg_GetDataLength(msg)));
+}
+}  // namespace detail
+
 /// Reads a delivered `natsMsg` back into `m` (the inverse of `encode`); false when it is not an
 /// outbox event: no valid id (`Outbox-Event-Id`, else `Nats-Msg-Id`), a missing or empty event type
 /// or aggregate header, a content type that is not a media type, a bad `Outbox-Created-At`. The
@@ -246,19 +269,24 @@ using msg_ptr = std::unique_ptr<natsMsg, detail::msg_deleter>;
     if (!t) return false;
     m.created_at = *t;
   }
-  const char** keys = nullptr;
-  int count = 0;
-  if (natsMsgHeader_Keys(msg, &keys, &count) == NATS_OK) {
-    std::unique_ptr<const char*, void (*)(const char**)> owned(
-        keys, [](const char** k) { std::free(static_cast<void*>(k)); });
-    for (int i = 0; i < count; ++i) {
-      const std::string_view k = keys[i];
-      if (!is_transport_header(k)) m.headers.insert_or_assign(std::string(k), header(msg, k));
-    }
-  }
-  const char* data = natsMsg_GetData(msg);
-  m.payload.assign(data ? data : "", static_cast<std::size_t>(natsMsg_GetDataLength(msg)));
+  detail::read_headers_and_payload(msg, m);
   return true;
+}
+
+/// A delivered `natsMsg` read back into `m` by a receiver that reads CloudEvents: an outbox
+/// message (`decode`) in either CloudEvents layout (`decode_layout`) or none, or a foreign
+/// CloudEvent with only its own headers (`ce-*`, `Content-Type`) or a CloudEvents content
+/// type. Why it is not an event, or empty.
+[[nodiscard]] inline std::string decode_cloudevent(natsMsg* msg, message& m) {
+  message w;
+  if (!decode(msg, w)) {
+    w = message{};
+    w.content_type = header(msg, content_type_header);
+    detail::read_headers_and_payload(msg, w);
+    if (!w.headers.contains("ce-specversion") && !is_cloudevents_content_type(w.content_type))
+      return "not an outbox event nor a CloudEvent (no Outbox-* headers, no ce-specversion)";
+  }
+  return decode_layout(w, cloudevents_prefix, m);
 }
 
 }  // namespace outbox::nats

@@ -33,6 +33,10 @@ struct publisher_options {
   std::string subject_pattern{default_subject_pattern};
   /// When set, the subject of an event instead of `subject_pattern`.
   subject_router::function subject{};
+  /// CloudEvents (off by default): `ce-*` headers and `Content-Type` (binary) or a JSON
+  /// envelope (structured) beside the transport's own headers (protocol.hpp). A message whose
+  /// headers cannot be extension attributes fails `permanent`; a bad `source` is `misconfigured`.
+  cloudevents_options cloudevents{};
 };
 
 namespace detail {
@@ -104,6 +108,7 @@ class publisher {
   explicit publisher(publisher_options options)
       : options_(std::move(options)),
         router_(options_.subject_pattern, options_.subject),
+        ce_(options_.cloudevents, "nats"),
         state_(std::make_unique<detail::ack_state>()),
         conn_(std::make_unique<connection>(options_.connection)) {}
 
@@ -117,6 +122,7 @@ class publisher {
       shut();
       options_ = std::move(other.options_);
       router_ = std::move(other.router_);
+      ce_ = std::move(other.ce_);
       js_ = std::move(other.js_);
       state_ = std::move(other.state_);
       conn_ = std::move(other.conn_);
@@ -247,7 +253,14 @@ class publisher {
       results[i].error = std::string("publisher_options::subject threw: ") + e.what();
       return;
     }
-    if (auto why = unsendable(m, subject, max_payload); !why.empty()) {
+    std::string why;
+    if (ce_.on()) {
+      why = ce_.unmappable(m);
+      if (!why.empty()) why = "CloudEvents: " + why;
+    }
+    if (why.empty())
+      why = unsendable(ce_.on() ? ce_.to_layout(m, cloudevents_prefix) : m, subject, max_payload);
+    if (!why.empty()) {
       results[i].error_class = errc::permanent;
       results[i].error = std::move(why);
       return;
@@ -261,7 +274,8 @@ class publisher {
             std::string& failure) {
     msg_ptr msg;
     try {
-      msg = encode(m, subjects_[i], ids_[i]);
+      msg = ce_.on() ? encode(ce_.to_layout(m, cloudevents_prefix), subjects_[i], ids_[i])
+                     : encode(m, subjects_[i], ids_[i]);
     } catch (const error& e) {
       results[i].error_class = errc::permanent;
       results[i].error = e.what();
@@ -351,6 +365,7 @@ class publisher {
 
   publisher_options options_;
   subject_router router_;
+  cloudevents ce_;
   // Declared before the connection: destroyed after it (no callback can find it gone).
   std::unique_ptr<detail::ack_state> state_;
   std::unique_ptr<connection> conn_;

@@ -48,6 +48,9 @@ struct receiver_options {
   /// set, a NAK with this delay: the server delivers it again then, to any receiver of the
   /// consumer, after later messages.
   std::optional<std::chrono::milliseconds> nak_delay{};
+  /// CloudEvents: any mode but `off` reads both modes, plain events and foreign CloudEvents
+  /// (`decode_cloudevent`); `source` is not used.
+  cloudevents_options cloudevents{};
 };
 
 /// A `concepts::receiver` over a JetStream durable pull consumer. `receive` hands out the
@@ -93,6 +96,7 @@ class receiver {
       held_ = std::move(other.held_);
       max_held_ = other.max_held_;
       malformed_ = other.malformed_;
+      last_malformed_ = std::move(other.last_malformed_);
       checked_ = other.checked_;
     }
     return *this;
@@ -168,6 +172,8 @@ class receiver {
   [[nodiscard]] std::size_t max_held() const noexcept { return max_held_; }
   /// Messages terminated as malformed so far.
   [[nodiscard]] std::uint64_t malformed() const noexcept { return malformed_; }
+  /// Why the last message counted in `malformed` was terminated.
+  [[nodiscard]] const std::string& last_malformed() const noexcept { return last_malformed_; }
   /// The libnats connection (null before the first connect).
   [[nodiscard]] natsConnection* native_handle() const noexcept { return conn_->handle(); }
 
@@ -257,8 +263,14 @@ class receiver {
       delivery d;
       d.tag = seq;
       d.redelivered = again;
-      if (!decode(msg.get(), d.msg)) {
+      std::string why;
+      if (options_.cloudevents.mode != cloudevents_mode::off)
+        why = decode_cloudevent(msg.get(), d.msg);
+      else if (!decode(msg.get(), d.msg))
+        why = "not an outbox event (no valid id, event type or aggregate headers)";
+      if (!why.empty()) {
         ++malformed_;
+        last_malformed_ = std::move(why);
         (void)natsMsg_Term(msg.get(), nullptr);
         continue;
       }
@@ -317,6 +329,7 @@ class receiver {
   std::map<std::uint64_t, msg_ptr> held_;   // stream sequence -> handed out, not settled
   std::size_t max_held_ = 0;
   std::uint64_t malformed_ = 0;
+  std::string last_malformed_{};
   std::chrono::steady_clock::time_point checked_{};  // the consumer last known to exist
 };
 

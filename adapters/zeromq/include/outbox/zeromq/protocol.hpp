@@ -33,6 +33,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include <outbox/cloudevents.hpp>
 #include <outbox/error.hpp>
 #include <outbox/message.hpp>
 #include <outbox/time.hpp>
@@ -54,6 +55,12 @@ inline constexpr std::string_view ping = "PING";    ///< relay -> consumer, 2 fr
 /// consumer -> relay, 3 frames: the receiver's `max_frame_bytes`, sent right before each HELLO.
 inline constexpr std::string_view limit = "LIMIT";
 }  // namespace command
+
+/// With CloudEvents (`publisher_options::cloudevents`), an EVENT keeps its frames (the id frame
+/// is what ACK and NACK name); binary mode puts the attributes in the headers frame as
+/// `ce-<attribute>` and `datacontenttype` in the content type frame, structured mode the JSON
+/// envelope in the payload frame under `application/cloudevents+json` (`cloudevents::to_layout`).
+inline constexpr std::string_view cloudevents_prefix = "ce-";
 
 /// Frame counts per command (excluding the routing id a ROUTER prepends).
 inline constexpr std::size_t event_frames = 11;  ///< An EVENT of content type application/json.

@@ -46,6 +46,9 @@ struct publisher_options {
   /// ZMTP heartbeats, so a consumer whose host died (no FIN) is disconnected too (0 = off).
   std::chrono::milliseconds heartbeat_interval{1000};
   std::optional<curve_server> curve{};  ///< Authenticate and encrypt (CURVE).
+  /// CloudEvents (off by default; the layout: protocol.hpp). A message whose headers cannot be
+  /// extension attributes fails `permanent`. A bad `source` is refused (`misconfigured`).
+  cloudevents_options cloudevents{};
 };
 
 /// A `concepts::transport` over ZeroMQ with end-to-end acknowledgements.
@@ -60,7 +63,9 @@ class publisher {
   /// @throws outbox::error `misconfigured` for a bad endpoint or CURVE without libzmq support,
   ///         `transient` for e.g. an address in use.
   explicit publisher(publisher_options options)
-      : options_(std::move(options)), router_(ctx_, zmq::socket_type::router) {
+      : options_(std::move(options)),
+        ce_(options_.cloudevents, "zeromq"),
+        router_(ctx_, zmq::socket_type::router) {
     try {
       router_.set(zmq::sockopt::linger, 0);
       router_.set(zmq::sockopt::router_mandatory, 1);  // unroutable = an error, not a silent drop
@@ -119,6 +124,7 @@ class publisher {
       zap_ = std::move(other.zap_);
       other.zap_.reset();
       options_ = std::move(other.options_);
+      ce_ = std::move(other.ce_);
       endpoint_ = std::move(other.endpoint_);
       peers_ = std::move(other.peers_);
       announced_limits_ = std::move(other.announced_limits_);
@@ -176,7 +182,15 @@ class publisher {
             refuse("zeromq: the content_type " + why);  // the receiver would refuse it
             continue;
           }
-          encoded = detail::encode_event(m);
+          if (ce_.on()) {
+            if (auto why = ce_.unmappable(m); !why.empty()) {
+              refuse("zeromq: CloudEvents: " + why);
+              continue;
+            }
+            encoded = detail::encode_event(ce_.to_layout(m, cloudevents_prefix));
+          } else {
+            encoded = detail::encode_event(m);
+          }
           largest = detail::largest_frame(*encoded);
         }
         if (largest > options_.max_frame_bytes) {
@@ -525,6 +539,7 @@ class publisher {
 
   // A member added here goes into the move assignment too.
   publisher_options options_;
+  cloudevents ce_;
   zmq::context_t ctx_;  ///< Declared before the sockets: destroyed after them.
   zmq::socket_t router_;
   std::optional<zmq::socket_t> zap_;

@@ -42,6 +42,10 @@ struct receiver_options {
   std::chrono::milliseconds hello_interval{500};  ///< Re-announce while idle (relay restarts).
   std::chrono::milliseconds send_timeout{1000};   ///< For acks when the relay is slow to read.
   std::optional<curve_client> curve{};            ///< Authenticate and encrypt (CURVE).
+  /// CloudEvents: any mode but `off` reads both modes (protocol.hpp) and plain events; an
+  /// EVENT that is not a CloudEvent after all (a required attribute missing) is NACKed with
+  /// the reason, so the relay dead-letters it. `source` is not used.
+  cloudevents_options cloudevents{};
 };
 
 /// A `concepts::receiver` over ZeroMQ. `ack` sends the confirm the relay waits for; `nack` with
@@ -110,6 +114,8 @@ class receiver {
       last_hello_ = other.last_hello_;
       unacked_ = std::move(other.unacked_);
       requeued_ = std::move(other.requeued_);
+      wire_ids_ = std::move(other.wire_ids_);
+      last_malformed_ = std::move(other.last_malformed_);
       next_tag_ = other.next_tag_;
       stats_ = other.stats_;
     }
@@ -125,7 +131,7 @@ class receiver {
       delivery d = std::move(requeued_.front());
       requeued_.pop_front();
       d.tag = ++next_tag_;
-      unacked_.emplace(d.tag, d.msg.id);
+      unacked_.emplace(d.tag, wire_id(d.msg.id));
       return d;
     }
     const auto until = std::chrono::steady_clock::now() + timeout;
@@ -140,7 +146,7 @@ class receiver {
           if (decode(f, m)) {
             const bool again = m.attempts > 1;  // claimed before: may have been delivered
             delivery d{std::move(m), ++next_tag_, again};
-            unacked_.emplace(d.tag, d.msg.id);
+            unacked_.emplace(d.tag, wire_id(d.msg.id));
             return d;
           }
           continue;
@@ -181,6 +187,8 @@ class receiver {
   [[nodiscard]] const std::string& endpoint() const noexcept { return endpoint_; }
   /// The wire counters so far (not synchronized: read on the thread that receives).
   [[nodiscard]] const wire_stats& stats() const noexcept { return stats_; }
+  /// Why the last EVENT refused as not a CloudEvent was NACKed.
+  [[nodiscard]] const std::string& last_malformed() const noexcept { return last_malformed_; }
 
  private:
   void hello() {
@@ -213,6 +221,7 @@ class receiver {
     f.push_back(detail::text_frame(cmd));
     f.push_back(detail::id_frame(it->second));
     if (cmd == command::nack) f.push_back(detail::text_frame(reason));
+    if (it->second != d.msg.id) wire_ids_.erase(d.msg.id);
     unacked_.erase(it);
     bool sent = false;
     try {
@@ -239,6 +248,18 @@ class receiver {
     }
     std::string_view why;
     if (v == detail::verdict::ok) v = detail::decode_event(f, m, why);
+    std::string ce_why;
+    if (v == detail::verdict::ok && options_.cloudevents.mode != cloudevents_mode::off) {
+      const message w = std::move(m);
+      ce_why = decode_layout(w, cloudevents_prefix, m);
+      if (!ce_why.empty()) {
+        v = detail::verdict::bad_field;
+        why = ce_why;
+        last_malformed_ = ce_why;
+      } else if (m.id != w.id) {
+        wire_ids_.insert_or_assign(m.id, w.id);  // a foreign id: ACK the id the relay sent
+      }
+    }
     detail::count(stats_, v);
     if (v == detail::verdict::oversized || v == detail::verdict::bad_utf8 ||
         v == detail::verdict::bad_field)
@@ -280,6 +301,15 @@ class receiver {
   std::deque<delivery> requeued_;
   std::uint64_t next_tag_ = 0;
   wire_stats stats_;
+  /// The EVENT id of a delivery whose CloudEvents id maps to another (`decode_layout`).
+  std::unordered_map<uuid, uuid> wire_ids_;
+  std::string last_malformed_{};
+
+  /// The id ACK and NACK name for a delivery of id `id`.
+  [[nodiscard]] uuid wire_id(const uuid& id) const {
+    const auto it = wire_ids_.find(id);
+    return it == wire_ids_.end() ? id : it->second;
+  }
 };
 
 static_assert(concepts::receiver<receiver>);
