@@ -1,18 +1,22 @@
 // What is particular to the NATS JetStream transport, on a real nats-server (OUTBOX_TEST_NATS):
-// the duplicate window, a deadline passed mid-batch, a stream at its limit, subjects no stream
-// captures, a server restart in the middle of the batches, a consumer deleted under a receiver,
-// malformed messages, bad configuration, TLS and NKey authentication (the TLS server,
-// OUTBOX_TEST_NATS_TLS), .creds files (the operator's server, OUTBOX_TEST_NATS_CREDS), and what a
-// plain libnats client reads of what the relay published.
+// the duplicate window, a deadline passed mid-batch, a frozen server, a stream at its limit,
+// subjects no stream captures, a server restart in the middle of the batches, a consumer deleted
+// under a receiver, malformed messages, bad configuration, TLS and NKey authentication (the TLS
+// server, OUTBOX_TEST_NATS_TLS), .creds files (the operator's server, OUTBOX_TEST_NATS_CREDS), and
+// what a plain libnats client reads of what the relay published.
 #define BOOST_TEST_MODULE nats specific
 #define BOOST_TEST_NO_MAIN
 #include <boost/test/unit_test.hpp>
+
+#include <signal.h>
+#include <sys/types.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -23,6 +27,7 @@
 #include <outbox/writer.hpp>
 
 #include "../sqlite/fixture.hpp"
+#include "../support/errors.hpp"
 #include "fixture.hpp"
 
 namespace {
@@ -240,6 +245,38 @@ BOOST_AUTO_TEST_CASE(a_server_restart_in_the_middle_of_the_batches_loses_nothing
       fx.receiver().ack(*d);
     }
   BOOST_TEST(got.size() == all.size());
+}
+
+// A frozen server (SIGSTOP: the connection open, nothing answered) is a server away: publish
+// throws transient, so the relay counts no attempt (it dead-lettered events a hung server went
+// on to store); answering again, it takes the batch, each event once.
+BOOST_AUTO_TEST_CASE(a_frozen_server_is_away_and_the_batch_counts_no_attempt) {
+  const auto dir = outbox::test::service_address("OUTBOX_SERVICES_DIR");
+  BOOST_TEST_REQUIRE(!dir.empty(), "needs the servers of scripts/services.sh");
+  nats_fixture fx;
+  const auto first = sample("warm");
+  BOOST_TEST_REQUIRE(fx.publisher().publish(std::span(&first, 1), in(30s)).at(0).confirmed);
+  pid_t pid = 0;
+  std::ifstream(dir + "/nats/nats.pid") >> pid;
+  BOOST_TEST_REQUIRE(pid > 0);
+  struct frozen {  // thawed however the case ends
+    pid_t pid;
+    explicit frozen(pid_t p) : pid(p) { ::kill(pid, SIGSTOP); }
+    ~frozen() { ::kill(pid, SIGCONT); }
+  };
+  std::vector<outbox::message> batch;
+  for (int i = 0; i < 50; ++i) batch.push_back(sample(std::to_string(i)));
+  std::optional<outbox::error> e;
+  {
+    const frozen f(pid);
+    e = outbox::test::error_of([&] { (void)fx.publisher().publish(batch, in(1s)); });
+  }
+  BOOST_TEST_REQUIRE(e.has_value());
+  BOOST_TEST((e->kind() == outbox::errc::transient), e->what());
+  BOOST_TEST(std::string(e->what()).find("not answering") != std::string::npos, e->what());
+  const auto r = fx.publisher().publish(batch, in(30s));
+  for (const auto& x : r) BOOST_TEST(x.confirmed, x.error);
+  BOOST_TEST(nats_admin(nats_fixture::url()).stored(fx.stream().name) == 51u);
 }
 
 BOOST_AUTO_TEST_CASE(a_consumer_deleted_under_a_receiver_is_created_again_or_stops_the_run) {

@@ -91,7 +91,9 @@ struct ack_state {
 /// window too: the stream holds the event already); a JetStream error for the message (a stream
 /// at its limits with discard=new, a message over the stream's max_msg_size) = its `permanent`
 /// failure; no stream capturing the subject (no responders, and JetStream lists none for it) =
-/// `permanent`; no PubAck by `until`, or a lost connection, = `transient`. A message that
+/// `permanent`; no PubAck by `until`, or a lost connection, = `transient`; no answer at all,
+/// PubAck or refusal, for anything sent: `publish` throws `transient` (a server away, frozen or
+/// behind a half-open connection: the relay counts no attempt). A message that
 /// cannot be sent (a bad subject or header, over the server's max_payload: `unsendable`) is its
 /// `permanent` failure, found before anything of it is sent. libnats calls back for refusals
 /// only (`js_PublishAsyncComplete` waits for the rest): a message sent, not refused and not
@@ -154,7 +156,8 @@ class publisher {
   [[nodiscard]] std::uint64_t connections() const noexcept { return conn_->generation(); }
 
   /// Publishes `batch` and waits until `until` for its PubAcks. See the class comment.
-  /// @throws outbox::error `transient` (no connection, or connected only after `until`) or
+  /// @throws outbox::error `transient` (no connection, connected only after `until`, or no
+  ///         answer to anything sent) or
   ///         `misconfigured` (credentials, the stream missing and not to be created).
   std::vector<publish_result> publish(std::span<const message> batch,
                                       std::chrono::steady_clock::time_point until) {
@@ -206,6 +209,15 @@ class publisher {
       refused.swap(st.refused);
     }
     for (auto& r : refused) sent_[r.index] = sent_state::refused;
+    // Nothing sent was answered, PubAck or refusal: the server is away (frozen, or a half-open
+    // connection libnats has not noticed yet), as when disconnected: no attempt is counted.
+    const auto in_state = [&](sent_state x) { return std::count(sent_.begin(), sent_.end(), x); };
+    if (const auto unacked = in_state(sent_state::unacked);
+        unacked > 0 && in_state(sent_state::sent) == 0 && in_state(sent_state::refused) == 0)
+      throw error(errc::transient, "nats", {},
+                  "no PubAck nor refusal for any of the " + std::to_string(unacked) +
+                      " messages sent by the deadline: " + conn_->where() +
+                      " is not answering; nothing confirmed");
     std::vector<std::size_t> no_responders;
     for (std::size_t i = 0; i < batch.size(); ++i)
       if (sent_[i] == sent_state::sent) {
