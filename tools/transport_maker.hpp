@@ -7,6 +7,8 @@
 #include <functional>
 #include <string>
 
+#include <outbox/cloudevents.hpp>
+
 #include "common.hpp"
 
 namespace outbox_tool {
@@ -27,6 +29,32 @@ inline std::size_t size_value(const std::string& key, const std::string& value) 
   }
   throw usage_error("transport URL parameter " + key + " takes a positive number, got '" + value +
                     "'");
+}
+
+/// The CloudEvents parameters every transport URL takes (docs/cloudevents.md):
+/// `cloudevents=off|binary|structured` and `cloudevents_source=` a URI reference (required with
+/// a mode not off: the publisher refuses it without, `misconfigured`). True when `key` is one.
+inline bool cloudevents_value(const std::string& key, const std::string& value,
+                              outbox::cloudevents_options& o) {
+  if (key == "cloudevents") {
+    if (value == "off")
+      o.mode = outbox::cloudevents_mode::off;
+    else if (value == "binary")
+      o.mode = outbox::cloudevents_mode::binary;
+    else if (value == "structured")
+      o.mode = outbox::cloudevents_mode::structured;
+    else
+      throw usage_error(
+          "transport URL parameter cloudevents takes off, binary or structured, got '" + value +
+          "'");
+    return true;
+  }
+  if (key != "cloudevents_source") return false;
+  if (const auto why = outbox::uri_reference_problem(value); !why.empty())
+    throw usage_error("transport URL parameter cloudevents_source " + why +
+                      ": it must be a URI reference such as /orders-service");
+  o.source = value;
+  return true;
 }
 
 /// How to make one transport of a kind: each relay thread makes its own (a transport is used

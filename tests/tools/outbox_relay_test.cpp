@@ -436,6 +436,16 @@ BOOST_AUTO_TEST_CASE(a_refused_login_or_a_bad_option_ends_it_with_a_clear_messag
                              {"--storm-pause", "60s", "--storm-max-pause", "30s"}))
                  .code == 2);  // the storm guard's pauses contradict each other
   BOOST_TEST(tool({"relay", "--store", url}).code == 2);  // no transport
+  // CloudEvents parameters (every transport URL takes them): a mode or a source the tool cannot
+  // use is refused before connecting; a mode without a source reaches the publisher, refused.
+  BOOST_TEST(tool(relay_args(url, "zmq+tcp://127.0.0.1:5?cloudevents=binry")).code == 2);
+  BOOST_TEST(
+      tool(relay_args(url, "zmq+tcp://127.0.0.1:5?cloudevents=binary&cloudevents_source=a b"))
+          .code == 2);
+  const auto no_source =
+      tool(relay_args(url, outbox::test::amqp_fixture::url() + "?exchange=x&cloudevents=binary"));
+  BOOST_TEST(no_source.code == 1);
+  BOOST_TEST(no_source.err.find("cloudevents_options::source") != std::string::npos, no_source.err);
   auto named = relay_args(url, "zmq+tcp://127.0.0.1:5");
   named[6] = "metrics.example:0";  // a name, not an address: refused before connecting
   BOOST_TEST(tool(named).code == 2);

@@ -29,6 +29,7 @@ struct amqp {
     if (!u.path.empty()) conn += "/" + percent_encode(u.path);
     o.connection.url = conn;
     for (const auto& [k, v] : u.query) {
+      if (cloudevents_value(k, v, o.cloudevents)) continue;
       if (k == "exchange")
         o.exchange = v;
       else if (k == "exchange_type")
@@ -48,9 +49,11 @@ struct amqp {
       else if (k == "retry_unroutable")
         o.retry_unroutable = flag_value(k, v);
       else
-        throw usage_error("unknown amqp URL parameter '" + k +
-                          "' (exchange, exchange_type, declare_exchange, max_message_bytes, "
-                          "ca_cert, client_cert, client_key, verify_hostname, retry_unroutable)");
+        throw usage_error(
+            "unknown amqp URL parameter '" + k +
+            "' (exchange, exchange_type, declare_exchange, max_message_bytes, "
+            "ca_cert, client_cert, client_key, verify_hostname, retry_unroutable, cloudevents, "
+            "cloudevents_source)");
     }
     using T = outbox::amqp::publisher;
     return f(transport_maker<T>{[o] { return T(o); }, [](T& t) { t.connect(); }, true});

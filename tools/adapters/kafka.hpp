@@ -29,6 +29,7 @@ struct kafka {
           "user:password@");
     o.bootstrap_servers = u.host;
     for (const auto& [k, v] : u.query) {
+      if (cloudevents_value(k, v, o.cloudevents)) continue;
       if (k == "topic_pattern")
         o.topic_pattern = v;
       else if (k == "delivery_timeout_ms")

@@ -28,6 +28,7 @@ struct nats {
     o.connection.user = u.user;
     o.connection.password = u.password;
     for (const auto& [k, v] : u.query) {
+      if (cloudevents_value(k, v, o.cloudevents)) continue;
       if (k == "stream")
         o.stream.name = v;
       else if (k == "create_stream")
@@ -56,7 +57,7 @@ struct nats {
         throw usage_error("unknown nats URL parameter '" + k +
                           "' (stream, create_stream, stream_subjects, duplicate_window_ms, "
                           "subject_pattern, token, creds_file, nkey_public, nkey_seed_file, "
-                          "ca_cert, client_cert, client_key)");
+                          "ca_cert, client_cert, client_key, cloudevents, cloudevents_source)");
     }
     using T = outbox::nats::publisher;
     return f(transport_maker<T>{[o] { return T(o); }, [](T& t) { t.connect(); }, true});

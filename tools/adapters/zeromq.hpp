@@ -31,12 +31,15 @@ struct zeromq {
                    (u.host.find(':') != std::string::npos ? "[" + u.host + "]" : u.host) + ":" +
                    std::to_string(*u.port);
       for (const auto& [k, v] : u.query) {
+        if (cloudevents_value(k, v, o.cloudevents)) continue;
         if (k == "connect")
           o.bind = !flag_value(k, v);
         else if (k == "max_frame_bytes")
           o.max_frame_bytes = size_value(k, v);
         else
-          throw usage_error("unknown zmq URL parameter '" + k + "' (connect, max_frame_bytes)");
+          throw usage_error("unknown zmq URL parameter '" + k +
+                            "' (connect, max_frame_bytes, "
+                            "cloudevents, cloudevents_source)");
       }
     }
     using T = outbox::zeromq::publisher;
