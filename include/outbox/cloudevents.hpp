@@ -176,8 +176,12 @@ inline bool is_context_attribute(std::string_view n) noexcept {
   } else {
     return std::nullopt;
   }
-  const auto t = sys_days{ymd} + hours{h} + minutes{m - offset} + seconds{sec};
-  return time_point{duration_cast<time_point::duration>(t.time_since_epoch()) +
+  const auto t = (sys_days{ymd} + hours{h} + minutes{m - offset} + seconds{sec}).time_since_epoch();
+  // Only what a time_point holds (years 1678 to 2261 with nanoseconds): no silent overflow.
+  constexpr auto lo = duration_cast<seconds>(time_point::duration::min()) + seconds{1};
+  constexpr auto hi = duration_cast<seconds>(time_point::duration::max()) - seconds{1};
+  if (t < lo || t > hi) return std::nullopt;
+  return time_point{duration_cast<time_point::duration>(t) +
                     duration_cast<time_point::duration>(nanoseconds{frac})};
 }
 
@@ -294,6 +298,13 @@ inline bool is_context_attribute(std::string_view n) noexcept {
   return {};
 }
 
+/// True when the URI reference `s` (`uri_reference_problem` empty) has a scheme: an absolute URI,
+/// as the `dataschema` attribute must be.
+[[nodiscard]] inline bool has_scheme(std::string_view s) noexcept {
+  const auto first = s.find_first_of(":/?#");
+  return first != std::string_view::npos && first > 0 && s[first] == ':';
+}
+
 /// True when `name` can be a CloudEvents extension attribute: a-z and 0-9 only (the spec
 /// recommends at most 20 characters; longer ones are carried).
 [[nodiscard]] constexpr bool is_extension_name(std::string_view name) noexcept {
@@ -333,7 +344,9 @@ class cloudevents {
     for (const auto& [k, v] : m.headers) {
       if (k == predecessor_header) continue;
       if (k == dataschema_header) {
-        if (const auto why = uri_reference_problem(v); !why.empty())
+        auto why = uri_reference_problem(v);
+        if (why.empty() && !has_scheme(v)) why = "has no scheme: it must be an absolute URI";
+        if (!why.empty())
           return "the header dataschema (the CloudEvents dataschema attribute) " + why;
         continue;
       }
@@ -381,8 +394,10 @@ class cloudevents {
     out.pop_back();  // the closing '}'
     const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
     // Embedded only when the bytes can come back exactly (no white space around the value).
+    // (A byte order mark, which nlohmann skips, would make the envelope invalid JSON.)
     if (is_json_content_type(m.content_type) && !m.payload.empty() && !space(m.payload.front()) &&
-        !space(m.payload.back()) && nlohmann::json::accept(m.payload))
+        !space(m.payload.back()) && !m.payload.starts_with("\xEF\xBB\xBF") &&
+        nlohmann::json::accept(m.payload))
       out.append(",\"data\":").append(m.payload);
     else
       out.append(",\"data_base64\":\"").append(detail::ce::base64(m.payload)).append("\"");
@@ -450,6 +465,9 @@ class cloudevents {
     const auto it = attrs.find(n);
     return it == attrs.end() ? nullptr : &it->second;
   };
+  for (const auto& [k, v] : attrs)  // a NUL would let two (source, id) pairs derive one id
+    if (v.find('\0') != std::string::npos)
+      return "the CloudEvents attribute " + sanitize_text(k, 40) + " contains a NUL byte";
   for (const auto n : {"specversion", "id", "source", "type"})
     if (const auto* v = get(n); v == nullptr || v->empty())
       return std::string("not a CloudEvent: the required attribute ") + n + " is missing";
@@ -458,12 +476,9 @@ class cloudevents {
   const std::string& id = *get("id");
   const std::string& source = *get("source");
   message out;
-  if (const auto u = uuid::parse(id); u && !u->is_nil()) {
-    out.id = *u;
-  } else {
-    out.id = detail::ce::derived_id(source, id);
-    out.headers.emplace(foreign_id_header, id);
-  }
+  const auto u = uuid::parse(id);
+  const bool derived = !u || u->is_nil();
+  out.id = derived ? detail::ce::derived_id(source, id) : *u;
   out.event_type = *get("type");
   const auto* agg = get(aggregate_type_extension);
   out.aggregate_type = agg != nullptr && !agg->empty() ? *agg : source;
@@ -471,7 +486,9 @@ class cloudevents {
   out.aggregate_id = subject != nullptr && !subject->empty() ? *subject : id;
   if (const auto* t = get("time")) {
     const auto at = detail::ce::parse_rfc3339(*t);
-    if (!at) return "the CloudEvents time \"" + sanitize_text(*t, 60) + "\" is not RFC 3339";
+    if (!at)
+      return "the CloudEvents time \"" + sanitize_text(*t, 60) +
+             "\" is not RFC 3339, or not between the years 1678 and 2261";
     out.created_at = *at;
   } else {
     out.created_at = m.created_at;
@@ -485,6 +502,8 @@ class cloudevents {
     out.headers.insert_or_assign(k == predecessor_extension ? std::string(predecessor_header) : k,
                                  v);
   }
+  // The original id, set after the extensions: an extension of that name cannot replace it.
+  if (derived) out.headers.insert_or_assign(std::string(foreign_id_header), id);
   out.payload = std::move(payload);
   if (auto why = unpublishable_reason(out); !why.empty())
     return "a CloudEvent the relay would not publish: " + why;
@@ -497,6 +516,19 @@ class cloudevents {
 /// a string `data` of another type is that string; `data_base64` is decoded. Attributes as in
 /// `decode_attributes`; extension values that are not strings are kept as JSON text.
 [[nodiscard]] inline std::string decode_structured(std::string_view body, message& m) {
+  if (body.starts_with("\xEF\xBB\xBF")) body.remove_prefix(3);  // nlohmann skips it: so do we
+  // Checked without recursion first: `dump` below recurses (a deep enough envelope would
+  // overflow the stack), and a NUL in a string could make two events derive one id.
+  detail::json_checker checker{validation_limits{}.max_json_depth + 1};
+  if (body.find('\0') != std::string_view::npos ||
+      !nlohmann::json::sax_parse(body.begin(), body.end(), &checker)) {
+    if (checker.found == detail::json_checker::verdict::too_deep)
+      return "a CloudEvents structured event nested deeper than " +
+             std::to_string(validation_limits{}.max_json_depth) + " levels in its data";
+    if (checker.found == detail::json_checker::verdict::nul)
+      return "a CloudEvents structured event with a NUL character in a string";
+    return "a CloudEvents structured event that is not valid JSON";
+  }
   nlohmann::json env = nlohmann::json::parse(body, nullptr, false);
   if (env.is_discarded() || !env.is_object())
     return "a CloudEvents structured event that is not a JSON object";

@@ -1,7 +1,8 @@
-// End-to-end, second part: payloads are bytes with a content type (issue 10). Included after
-// end_to_end.hpp in every cell of the matrix (tests/e2e/row.cpp.in), so every store x
-// transport runs it. No include guard: each cell includes it, after end_to_end_world.hpp
-// (which has what it needs: it is included inside the cell's suite).
+// End-to-end, second part: payloads are bytes with a content type (issue 10), also relayed as
+// CloudEvents (issue 39). Included after end_to_end.hpp in every cell of the matrix
+// (tests/e2e/row.cpp.in), so every store x transport runs it. No include guard: each cell
+// includes it, after end_to_end_world.hpp (which has what it needs: it is included inside the
+// cell's suite).
 
 BOOST_AUTO_TEST_SUITE(end_to_end_bytes,
                       *boost::unit_test::precondition(e2e::services_for<e2e_combinations>))
@@ -38,6 +39,53 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(the_consumer_gets_exactly_the_bytes_and_content_ty
   BOOST_TEST(got["b"].payload.size() == avro.size());
   BOOST_TEST(got["b"].content_type == "application/avro");
   BOOST_TEST(got["b"].headers.at("schema") == "order.v3");
+}
+
+// Relayed as CloudEvents in binary mode and read back by the consumer (docs/cloudevents.md): the
+// message the relay claimed, exactly (id, names, headers, content type, bytes, created_at).
+BOOST_AUTO_TEST_CASE_TEMPLATE(an_event_relayed_as_a_binary_cloudevent_comes_back_exactly, Combo,
+                              e2e_combinations) {
+  using TF = typename Combo::transport_fixture;
+  if constexpr (std::constructible_from<TF, outbox::cloudevents_options,
+                                        outbox::cloudevents_options>) {
+    e2e::world<Combo> w(
+        outbox::cloudevents_options{outbox::cloudevents_mode::binary, "/orders-service"});
+    std::vector<outbox::event> events{
+        {"order", "j", "placed", "{ \"a\" : [1, 2.50] }", {{"tenant", "acme"}}},
+        {"order", "b", "placed", std::string("\0\xff bytes", 8), {{"schema", "v3"}}}};
+    events[1].content_type = "application/avro";
+    events[0].trace.traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    {
+      auto tx = Combo::store_fixture::begin(*w.app_sql);
+      w.writer.enqueue(*w.app_sql, events);
+      tx->commit();
+    }
+    std::mutex mutex;
+    std::map<outbox::uuid, outbox::message> got;
+    auto relay = w.make_relay();
+    auto consumer = w.make_consumer([&](const outbox::message& m) {
+      std::lock_guard lock(mutex);
+      got[m.id] = m;
+    });
+    w.with_consumer(consumer, [&] { w.drain(relay); });
+    w.consume_all(consumer);
+    std::lock_guard lock(mutex);
+    BOOST_TEST_REQUIRE(got.size() == 2u);
+    BOOST_TEST_REQUIRE(w.wiretap.sent().size() == 2u);
+    for (const auto& sent : w.wiretap.sent()) {
+      BOOST_TEST_REQUIRE(got.contains(sent.id));
+      const auto& m = got.at(sent.id);
+      BOOST_TEST(m.aggregate_type == sent.aggregate_type);
+      BOOST_TEST(m.aggregate_id == sent.aggregate_id);
+      BOOST_TEST(m.event_type == sent.event_type);
+      BOOST_TEST((m.payload == sent.payload));
+      BOOST_TEST(m.content_type == sent.content_type);
+      BOOST_TEST((m.headers == sent.headers));
+      BOOST_TEST((m.created_at == sent.created_at));
+    }
+  } else {
+    BOOST_TEST_MESSAGE(TF::name << ": no CloudEvents options in its fixture");
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

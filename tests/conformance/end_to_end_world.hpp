@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <concepts>
 #include <map>
 #include <mutex>
 #include <set>
@@ -29,6 +30,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <outbox/cloudevents.hpp>
 #include <outbox/consumer.hpp>
 #include <outbox/relay.hpp>
 #include <outbox/testing/faulty_transport.hpp>
@@ -122,6 +124,13 @@ struct world {
   std::unique_ptr<typename SF::session_type> consumer_sql = db.open_session();
   std::unique_ptr<store_type> consumer_store = db.make_store(*consumer_sql);
   outbox::writer<store_type> writer{*app_store};
+
+  world() = default;
+  /// A world whose transport publishes and reads CloudEvents as `ce` says (a transport fixture
+  /// that takes the publisher's and the receiver's CloudEvents options).
+  explicit world(const outbox::cloudevents_options& ce) requires
+      std::constructible_from<TF, outbox::cloudevents_options, outbox::cloudevents_options>
+      : net(ce, ce) {}
 
   static constexpr outbox::exponential_backoff fast_retry{
       .initial = 1000ms, .multiplier = 2.0, .max_delay = 60s, .jitter = 0, .max_attempts = 3};

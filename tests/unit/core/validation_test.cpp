@@ -273,7 +273,9 @@ BOOST_AUTO_TEST_CASE(headers_that_are_no_extension_names_or_collide_cannot_be_ma
   const cloudevents ce({cloudevents_mode::binary, "/o"});
   auto m = sample();
   BOOST_TEST(ce.unmappable(m).empty());
-  m.headers = {{"tenant", "t1"}, {"traceparent", "00-x"}, {"dataschema", "/schemas/order"}};
+  m.headers = {{"tenant", "t1"},
+               {"traceparent", "00-x"},
+               {"dataschema", "https://example.com/schemas/order"}};
   BOOST_TEST(ce.unmappable(m).empty());
   m.headers[std::string(outbox::predecessor_header)] = m.id.to_string();  // carried renamed
   BOOST_TEST(ce.unmappable(m).empty());
@@ -285,6 +287,8 @@ BOOST_AUTO_TEST_CASE(headers_that_are_no_extension_names_or_collide_cannot_be_ma
   }
   m.headers = {{"dataschema", "not a uri"}};
   BOOST_TEST(ce.unmappable(m).find("dataschema") != std::string::npos);
+  m.headers = {{"dataschema", "/schemas/order"}};  // the spec wants an absolute URI
+  BOOST_TEST(ce.unmappable(m).find("absolute URI") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(attributes_carry_the_event_and_time_keeps_its_fraction) {
@@ -363,6 +367,45 @@ BOOST_AUTO_TEST_CASE(a_foreign_id_maps_to_one_uuid_per_source_and_id) {
   BOOST_TEST(outbox::decode_attributes(other, "", "{}", c) == "");
   BOOST_TEST((a.id != c.id));  // the same id from another source is another event
   BOOST_TEST(a.headers.at(std::string(outbox::foreign_id_header)) == "A-1");
+}
+
+// Found by the outside attack on issue 39: each was a crash, a silent overflow, lost data or a
+// spoofable field before.
+BOOST_AUTO_TEST_CASE(hostile_or_out_of_range_events_are_refused_not_misread) {
+  outbox::message m;
+  const std::string head = R"({"specversion":"1.0","id":"x","source":"/s","type":"t","ext":)";
+  std::string deep = head;  // 100,000 levels: dump() recursed until the stack overflowed
+  deep.append(100'000, '[').append(100'000, ']') += '}';
+  BOOST_TEST(outbox::decode_structured(deep, m).find("nested deeper") != std::string::npos);
+  // Years a time_point cannot hold (Go's zero time is year 1) overflowed into other centuries.
+  for (const char* t : {"0001-01-01T00:00:00Z", "1677-01-01T00:00:00Z", "2263-01-01T00:00:00Z"})
+    BOOST_TEST(!outbox::detail::ce::parse_rfc3339(t).has_value(), t);
+  BOOST_TEST(outbox::detail::ce::parse_rfc3339("1700-01-01T00:00:00Z").has_value());
+  // A byte order mark: nlohmann skipped it, the raw data reader did not (data came back empty).
+  const std::string bom = "\xEF\xBB\xBF";
+  BOOST_TEST(outbox::decode_structured(bom + head + R"("e","data":{"v":1}})", m) == "");
+  BOOST_TEST(m.payload == R"({"v":1})");
+  // A JSON payload starting with one is sent as data_base64 (embedded, the envelope is no JSON).
+  const cloudevents ce({cloudevents_mode::structured, "/o"});
+  auto bommed = sample();
+  bommed.payload = bom + "{}";
+  BOOST_TEST(outbox::decode_structured(ce.structured(bommed), m) == "");
+  BOOST_TEST(m.payload == bommed.payload);
+  // A NUL let ("a", "b\0c") and ("a\0b", "c") derive one id: the inbox would drop one.
+  BOOST_TEST(outbox::decode_structured(
+                 R"({"specversion":"1.0","id":"b\u0000c","source":"a","type":"t"})", m)
+                 .find("NUL") != std::string::npos);
+  const outbox::header_map nul{
+      {"specversion", "1.0"}, {"id", std::string("b\0c", 3)}, {"source", "a"}, {"type", "t"}};
+  BOOST_TEST(outbox::decode_attributes(nul, "", "{}", m).find("NUL") != std::string::npos);
+  // An extension named ceid cannot replace the original id a derived one keeps.
+  BOOST_TEST(outbox::decode_attributes({{"specversion", "1.0"},
+                                        {"id", "A-1"},
+                                        {"source", "/s"},
+                                        {"type", "t"},
+                                        {"ceid", "spoofed"}},
+                                       "", "{}", m) == "");
+  BOOST_TEST(m.headers.at(std::string(outbox::foreign_id_header)) == "A-1");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
