@@ -418,7 +418,7 @@ BOOST_AUTO_TEST_CASE(an_event_relayed_as_a_cloudevent_reaches_the_handler_exactl
     outbox::writer<outbox::testing::memory_store<>> w(o.app_store);
     auto first = plain("7");
     first.trace = {w3c_parent, "vendor=x"};
-    first.headers = {{"tenant", "t1"}, {"dataschema", "/schemas/placed"}};
+    first.headers = {{"tenant", "t1"}, {"dataschema", "https://example.com/schemas/placed"}};
     auto second = plain("7");
     second.content_type = "application/octet-stream";
     second.payload = std::string("\0\xff bytes", 8);
