@@ -62,7 +62,9 @@ struct publisher_options {
 /// an ack = confirmed; a nack = `transient` failure; a message returned as unroutable (RabbitMQ
 /// sends basic.return before the basic.ack of the same delivery tag) = a failure with
 /// the reply code (`transient` by default: `publisher_options::retry_unroutable`). A lost
-/// connection fails the messages still unconfirmed (`transient`); the next `publish` reconnects. A
+/// connection fails the messages still unconfirmed (`transient`); the next `publish` reconnects.
+/// When the broker answered nothing for anything written (frozen, stopped reading, or the
+/// connection lost first), `publish` throws `transient` instead: the relay counts no attempt. A
 /// message that AMQP cannot carry (a routing key, `type` or header name over 255 bytes, headers
 /// that do not fit in a frame, see `unsendable`) is that message's `permanent` failure, found
 /// before any byte of it is written: the rest of the batch goes out on the same connection. A
@@ -116,9 +118,32 @@ class publisher {
 
   /// Publishes `batch` and waits until `until` for its confirms. See the class comment.
   /// @throws outbox::error when no connection can be opened (`transient`), or the exchange is
-  ///         missing or access refused (`misconfigured`).
+  ///         missing or access refused (`misconfigured`); `transient` when the broker answered
+  ///         nothing (no ack, nack, return or close) for anything written: frozen, stopped
+  ///         reading, or the connection lost first. The relay then counts no attempt, so a broker
+  ///         that hangs never dead-letters the backlog.
   std::vector<publish_result> publish(std::span<const message> batch,
                                       std::chrono::steady_clock::time_point until) {
+    written_ = 0;
+    answers_ = 0;
+    auto results = publish_all(batch, until);
+    if (written_ > 0 && answers_ == 0) {
+      std::string why = "no confirm, nack or return for any of the " + std::to_string(written_) +
+                        " messages written; nothing confirmed";
+      for (const auto& r : results)
+        if (!r.confirmed && r.error_class == errc::transient) {
+          why = r.error + "; nothing of the " + std::to_string(written_) +
+                " messages written was answered";
+          break;
+        }
+      throw error(errc::transient, "amqp", {}, why);
+    }
+    return results;
+  }
+
+ private:
+  std::vector<publish_result> publish_all(std::span<const message> batch,
+                                          std::chrono::steady_clock::time_point until) {
     std::vector<publish_result> results;
     if (batch.empty()) return results;
     ensure();
@@ -162,6 +187,7 @@ class publisher {
         encode(m, out);
       // rabbitmq-c writes without a time limit: a broker that stops reading (an alarm, frozen,
       // a half-open connection) would block here past `until` once the socket buffers fill.
+      ++written_;
       if (!writable_by(until)) {
         lost(results, "the broker stopped reading: nothing could be written by the deadline");
         return results;
@@ -199,7 +225,6 @@ class publisher {
     return results;
   }
 
- private:
   void ensure() {
     if (!conn_.ensure()) return;
     next_tag_ = 0;  // delivery tags restart with the channel
@@ -230,6 +255,7 @@ class publisher {
   void settle(std::vector<publish_result>& results, std::uint64_t tag, bool ack,
               bool up_to_multiple) {
     auto settle_one = [&](std::size_t i) {
+      ++answers_;
       if (returned_.contains(i)) return;  // already failed by its basic.return
       if (ack) {
         results[i].confirmed = true;
@@ -286,6 +312,7 @@ class publisher {
         }
         case AMQP_BASIC_RETURN_METHOD: {
           const auto* r = static_cast<const amqp_basic_return_t*>(frame.payload.method.decoded);
+          ++answers_;
           const std::string reason =
               "unroutable: returned by the broker with " + std::to_string(r->reply_code) + " " +
               to_string(r->reply_text) + " (exchange " + to_string(r->exchange) + ", routing key " +
@@ -312,6 +339,7 @@ class publisher {
         }
         case AMQP_CHANNEL_CLOSE_METHOD:
         case AMQP_CONNECTION_CLOSE_METHOD: {
+          ++answers_;
           const broker_close closed = *decode_close(frame.payload.method);
           // A vanished exchange that this publisher declares comes back with the reconnect.
           const errc cls =
@@ -344,6 +372,8 @@ class publisher {
   cloudevents ce_;
   connection conn_;
   bool heard_ = false;  ///< A frame arrived during the last wait for confirms.
+  std::size_t written_ = 0;  ///< Messages of the last `publish` whose write began.
+  std::size_t answers_ = 0;  ///< Acks, nacks, returns and closes the broker sent for it.
   std::uint64_t next_tag_ = 0;
   std::map<std::uint64_t, std::size_t> pending_;        // delivery tag -> batch index
   std::unordered_map<std::string, std::size_t> by_id_;  // message_id -> batch index
