@@ -26,6 +26,7 @@
 #include <outbox/consumer.hpp>
 
 #include "../sqlite/fixture.hpp"
+#include "../support/frozen_process.hpp"
 #include "../support/tcp_proxy.hpp"
 #include "fixture.hpp"
 
@@ -55,69 +56,6 @@ pid_t broker_pid() {
   long pid = 0;
   return (f >> pid) ? static_cast<pid_t>(pid) : 0;
 }
-
-/// Freezes the broker (SIGSTOP) while it lives: it keeps its sockets but answers nothing. A
-/// watchdog process thaws it after 30 s whatever happens to this one (a crash, a timeout kill),
-/// so the shared broker is never left stopped for the suites after this one.
-class frozen_broker {
- public:
-  explicit frozen_broker(pid_t pid) : pid_(pid) {
-    watchdog_ = ::fork();
-    BOOST_TEST_REQUIRE(watchdog_ >= 0);
-    if (watchdog_ == 0) {  // only async-signal-safe calls here
-      // Out of the test's process group (meson kills the group on a timeout), deaf to the
-      // signals that end a test run, holding none of the test's sockets.
-      ::setsid();
-      struct sigaction ignore {};
-      ignore.sa_handler = SIG_IGN;
-      for (int sig : {SIGTERM, SIGINT, SIGHUP}) ::sigaction(sig, &ignore, nullptr);
-      ::close_range(3, ~0U, 0);
-      ::sleep(30);
-      ::kill(pid, SIGCONT);
-      ::_exit(0);
-    }
-    BOOST_TEST_REQUIRE(::kill(pid_, SIGSTOP) == 0);
-    // kill returns before the stop took hold: each of the VM's threads stops only when it next
-    // enters the kernel, and on a loaded machine one of them answered a declare sent just after
-    // (a flake: "404 NOT_FOUND" where a timeout was expected). Wait until every thread is
-    // stopped.
-    BOOST_TEST_REQUIRE(all_threads_stopped(5s), "the broker did not stop within 5 s");
-  }
-  ~frozen_broker() {
-    ::kill(pid_, SIGCONT);
-    ::kill(watchdog_, SIGKILL);
-    ::waitpid(watchdog_, nullptr, 0);
-  }
-  frozen_broker(const frozen_broker&) = delete;
-  frozen_broker& operator=(const frozen_broker&) = delete;
-
- private:
-  /// Whether every thread of the broker is in state T (stopped), polled for up to `bound`.
-  [[nodiscard]] bool all_threads_stopped(std::chrono::milliseconds bound) const {
-    const auto until = std::chrono::steady_clock::now() + bound;
-    const std::string tasks = "/proc/" + std::to_string(pid_) + "/task";
-    do {
-      bool all = true;
-      for (const auto& t : std::filesystem::directory_iterator(tasks)) {
-        std::ifstream stat(t.path() / "stat");
-        std::string line;
-        std::getline(stat, line);
-        // pid (comm) state ...: the state follows the last ')' (comm may hold spaces).
-        const auto close = line.rfind(')');
-        if (close == std::string::npos || close + 2 >= line.size() || line[close + 2] != 'T') {
-          all = false;
-          break;
-        }
-      }
-      if (all) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    } while (std::chrono::steady_clock::now() < until);
-    return false;
-  }
-
-  pid_t pid_;
-  pid_t watchdog_ = -1;
-};
 
 /// Publishes `batch` by `pub` (bound to the fixture's exchange) and checks the rule for a message
 /// the transport cannot carry: the message at `bad` alone fails, `permanent`, its error holding
@@ -526,7 +464,7 @@ BOOST_AUTO_TEST_CASE(a_broker_that_stops_answering_is_noticed_by_every_kind_of_c
   const std::string queue = "outbox-test-frozen-" + outbox::make_uuid_v7().to_string();
   const auto batch = std::vector<outbox::message>{sample("1"), sample("2")};
   {
-    frozen_broker frozen(pid);
+    outbox::test::frozen_process frozen(pid);
     const auto t0 = std::chrono::steady_clock::now();
     // An RPC on an open connection (passive: the broker creates nothing when it thaws).
     try {
@@ -900,7 +838,7 @@ BOOST_AUTO_TEST_CASE(destroying_connections_to_a_frozen_broker_returns_promptly)
     return std::chrono::steady_clock::now() - t0;
   };
   {
-    frozen_broker frozen(pid);
+    outbox::test::frozen_process frozen(pid);
     // Generous bounds (close_timeout is 1 s; the machine is noisy): without one, each took 10 s
     // per RPC (channel.close, connection.close), or until the broker thawed.
     const auto ms = [](auto d) {

@@ -28,6 +28,7 @@
 
 #include "../sqlite/fixture.hpp"
 #include "../support/errors.hpp"
+#include "../support/frozen_process.hpp"
 #include "fixture.hpp"
 
 namespace {
@@ -50,6 +51,14 @@ outbox::message sample(const std::string& agg = "42", const std::string& type = 
 }
 
 auto in(std::chrono::milliseconds d) { return std::chrono::steady_clock::now() + d; }
+
+/// The pid of the nats-server of scripts/services.sh in `dir`.
+pid_t server_pid(const std::string& dir) {
+  pid_t pid = 0;
+  std::ifstream(dir + "/nats/nats.pid") >> pid;
+  BOOST_TEST_REQUIRE(pid > 0);
+  return pid;
+}
 
 /// A fixture whose stream has the given settings (limits, file storage).
 struct stream_fixture : nats_fixture {
@@ -256,19 +265,12 @@ BOOST_AUTO_TEST_CASE(a_frozen_server_is_away_and_the_batch_counts_no_attempt) {
   nats_fixture fx;
   const auto first = sample("warm");
   BOOST_TEST_REQUIRE(fx.publisher().publish(std::span(&first, 1), in(30s)).at(0).confirmed);
-  pid_t pid = 0;
-  std::ifstream(dir + "/nats/nats.pid") >> pid;
-  BOOST_TEST_REQUIRE(pid > 0);
-  struct frozen {  // thawed however the case ends
-    pid_t pid;
-    explicit frozen(pid_t p) : pid(p) { ::kill(pid, SIGSTOP); }
-    ~frozen() { ::kill(pid, SIGCONT); }
-  };
+  const pid_t pid = server_pid(dir);
   std::vector<outbox::message> batch;
   for (int i = 0; i < 50; ++i) batch.push_back(sample(std::to_string(i)));
   std::optional<outbox::error> e;
   {
-    const frozen f(pid);
+    const outbox::test::frozen_process f(pid);
     e = outbox::test::error_of([&] { (void)fx.publisher().publish(batch, in(1s)); });
   }
   BOOST_TEST_REQUIRE(e.has_value());
@@ -277,6 +279,52 @@ BOOST_AUTO_TEST_CASE(a_frozen_server_is_away_and_the_batch_counts_no_attempt) {
   const auto r = fx.publisher().publish(batch, in(30s));
   for (const auto& x : r) BOOST_TEST(x.confirmed, x.error);
   BOOST_TEST(nats_admin(nats_fixture::url()).stored(fx.stream().name) == 51u);
+}
+
+// A server that stops reading (frozen, its socket buffers full) fails the write within
+// `write_deadline`: the publish ends instead of blocking until the server reads again (past the
+// claim's lease: the batch then sent twice), and throws transient (no attempt counted). Thawed,
+// the batch goes through on a new connection, each event stored once.
+BOOST_AUTO_TEST_CASE(a_server_that_stops_reading_fails_the_write_by_its_deadline) {
+  const auto dir = outbox::test::service_address("OUTBOX_SERVICES_DIR");
+  BOOST_TEST_REQUIRE(!dir.empty(), "needs the servers of scripts/services.sh");
+  nats_fixture fx;
+  auto o = fx.publisher_options();
+  o.connection.write_deadline = 500ms;
+  outbox::nats::publisher pub(o);
+  pub.connect();
+  // 50 messages of 500 kB: more than the socket buffers of both ends hold.
+  std::vector<outbox::message> heavy(50, sample("heavy"));
+  for (auto& m : heavy) {
+    m.id = outbox::make_uuid_v7();
+    m.payload = "\"" + std::string(500'000, 'x') + "\"";
+  }
+  std::optional<outbox::error> e;
+  std::chrono::steady_clock::duration took{};
+  {
+    // Thawed by its watchdog after 30 s at the latest: a write with no deadline blocks until then.
+    const outbox::test::frozen_process f(server_pid(dir));
+    const auto t0 = std::chrono::steady_clock::now();
+    e = outbox::test::error_of([&] { (void)pub.publish(heavy, in(1s)); });
+    took = std::chrono::steady_clock::now() - t0;
+  }
+  BOOST_TEST((took < 15s), std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+                               << " ms");
+  BOOST_TEST_REQUIRE(e.has_value());
+  BOOST_TEST((e->kind() == outbox::errc::transient), e->what());
+  std::size_t confirmed = 0;
+  for (const auto until = in(60s);
+       confirmed < heavy.size() && std::chrono::steady_clock::now() < until;) {
+    try {
+      confirmed = 0;
+      for (const auto& r : pub.publish(heavy, in(30s))) confirmed += r.confirmed ? 1 : 0;
+    } catch (const outbox::error& x) {
+      BOOST_TEST_REQUIRE((x.kind() == outbox::errc::transient), x.what());
+      std::this_thread::sleep_for(200ms);
+    }
+  }
+  BOOST_TEST(confirmed == heavy.size());
+  BOOST_TEST(nats_admin(nats_fixture::url()).stored(fx.stream().name) == heavy.size());
 }
 
 BOOST_AUTO_TEST_CASE(a_consumer_deleted_under_a_receiver_is_created_again_or_stops_the_run) {

@@ -371,7 +371,7 @@ class publisher {
   publisher_options options_;
   cloudevents ce_;
   connection conn_;
-  bool heard_ = false;  ///< A frame arrived during the last wait for confirms.
+  bool heard_ = false;       ///< A frame arrived during the last wait for confirms.
   std::size_t written_ = 0;  ///< Messages of the last `publish` whose write began.
   std::size_t answers_ = 0;  ///< Acks, nacks, returns and closes the broker sent for it.
   std::uint64_t next_tag_ = 0;

@@ -52,6 +52,10 @@ struct connection_options {
   /// libnats reconnects on its own after a lost connection, forever, this long apart; meanwhile
   /// a publish fails `transient` at once and a receive waits (see the classes).
   std::chrono::milliseconds reconnect_wait{250};
+  /// A write the server does not take within this long (frozen, or a half-open connection with
+  /// full socket buffers) fails and drops the connection (libnats reconnects): a publish never
+  /// blocks longer than this past its deadline. 0: no limit (blocking writes).
+  std::chrono::milliseconds write_deadline{5000};
   std::string name = "outbox";  ///< The client name the server shows (connz).
 };
 
@@ -218,6 +222,8 @@ class connection {
     check(natsOptions_SetAllowReconnect(raw, true), "reconnect");
     check(natsOptions_SetMaxReconnect(raw, -1), "reconnect");
     check(natsOptions_SetReconnectWait(raw, options_.reconnect_wait.count()), "reconnect_wait");
+    if (options_.write_deadline.count() > 0)
+      check(natsOptions_SetWriteDeadline(raw, options_.write_deadline.count()), "write_deadline");
     if (!options_.user.empty())
       check(natsOptions_SetUserInfo(raw, options_.user.c_str(), options_.password.c_str()), "user");
     if (!options_.token.empty()) check(natsOptions_SetToken(raw, options_.token.c_str()), "token");
