@@ -38,6 +38,7 @@
 #include <outbox/writer.hpp>
 
 #include "../support/combo.hpp"
+#include "../support/same_message.hpp"
 #include "fixtures.hpp"
 
 namespace e2e {

@@ -31,6 +31,7 @@
 #include <outbox/concepts/transport.hpp>
 #include <outbox/uuid.hpp>
 
+#include "../support/same_message.hpp"
 #include "fixtures.hpp"
 
 namespace transport_conformance {
@@ -369,15 +370,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(cloudevents_in_either_mode_give_back_the_exact_mes
       BOOST_TEST_REQUIRE(got.size() == batch.size());
       transport_conformance::to_batch_order<Fixture>(got, batch);
       for (std::size_t i = 0; i < batch.size(); ++i) {
-        const auto& m = got[i].msg;
-        BOOST_TEST(m.id == batch[i].id);
-        BOOST_TEST(m.aggregate_type == batch[i].aggregate_type);
-        BOOST_TEST(m.aggregate_id == batch[i].aggregate_id);
-        BOOST_TEST(m.event_type == batch[i].event_type);
-        BOOST_TEST(m.content_type == batch[i].content_type);
-        BOOST_TEST((m.payload == batch[i].payload));
-        BOOST_TEST((m.headers == batch[i].headers));
-        BOOST_TEST((m.created_at == batch[i].created_at));
+        outbox::test::expect_same_message(got[i].msg, batch[i]);
         fx.receiver().ack(got[i]);
       }
     }
