@@ -27,9 +27,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -108,21 +110,33 @@ struct scratch_stream {
 /// The relay from `st` over a fresh publisher until `rows` are published.
 template <class Store>
 outbox::bench::result relay_run(Store& st, long rows, long batch, outbox::nats::publisher& pub) {
+  // The end is signalled by the last settle (no polling thread waking beside the relay: the
+  // bare publisher has none).
+  const auto target = static_cast<std::uint64_t>(rows);
+  std::mutex m;
+  std::condition_variable done;
+  std::uint64_t settled = 0;
   const outbox::relay_options o{.batch_size = static_cast<std::size_t>(batch),
                                 .lease = 180s,
                                 .publish_timeout = 60s,
                                 .idle_poll_min = 1ms,
                                 .idle_poll_max = 10ms,
-                                .pipeline = batch > 1};
+                                .pipeline = batch > 1,
+                                .on_batch = [&](const outbox::batch_report& r) {
+                                  std::lock_guard lock(m);
+                                  settled += r.settled.published;
+                                  if (settled >= target) done.notify_all();
+                                }};
   outbox::relay<Store, outbox::nats::publisher> relay(st, pub, o);
-  const auto target = static_cast<std::uint64_t>(rows);
   const auto t0 = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point t1;
   {
     std::jthread runner([&](std::stop_token stop) { relay.run(stop); });
-    while (relay.stats().published < target && std::chrono::steady_clock::now() - t0 < 600s)
-      std::this_thread::sleep_for(200us);
+    std::unique_lock lock(m);
+    done.wait_for(lock, 600s, [&] { return settled >= target; });
+    t1 = std::chrono::steady_clock::now();
   }
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double s = std::chrono::duration<double>(t1 - t0).count();
   if (relay.stats().published < target) {
     std::cerr << "bench: " << relay.stats().published << " of " << rows << " published\n";
     std::exit(1);

@@ -52,16 +52,13 @@ template <concepts::retry_policy Retry>
 void decide(std::span<const message> wave, std::span<const publish_result> results,
             std::span<settlement> fates, const Retry& retry, std::mt19937_64& rng, time_point now,
             std::unordered_set<std::string>* failed_aggregates = nullptr) {
-  std::vector<const publish_result*> by_pos(wave.size(), nullptr);
+  // Results in the wave's order (the usual case) are read in place: no allocation between one
+  // batch's confirms and the next batch's send.
   bool in_order = results.size() == wave.size();
-  for (std::size_t i = 0; in_order && i < wave.size(); ++i) {
-    if (results[i].id != wave[i].id)
-      in_order = false;
-    else
-      by_pos[i] = &results[i];
-  }
+  for (std::size_t i = 0; in_order && i < wave.size(); ++i) in_order = results[i].id == wave[i].id;
+  std::vector<const publish_result*> by_pos;
   if (!in_order) {  // confirms came back in another order, or some are missing
-    std::fill(by_pos.begin(), by_pos.end(), nullptr);
+    by_pos.assign(wave.size(), nullptr);
     std::unordered_map<uuid, std::size_t> index;
     index.reserve(wave.size());
     for (std::size_t i = 0; i < wave.size(); ++i) index.emplace(wave[i].id, i);
@@ -72,7 +69,7 @@ void decide(std::span<const message> wave, std::span<const publish_result> resul
   }
   for (std::size_t i = 0; i < wave.size(); ++i) {
     settlement& fate = fates[i];
-    const publish_result* r = by_pos[i];
+    const publish_result* r = in_order ? &results[i] : by_pos[i];
     if (r != nullptr && (r->confirmed || r->error_class == errc::duplicate)) {
       fate.what = settlement::kind::published;
       continue;

@@ -207,6 +207,21 @@ BOOST_AUTO_TEST_CASE(utf8_checker_follows_the_standard) {
   BOOST_TEST(!outbox::is_valid_utf8("\x80"));              // lone continuation
 }
 
+// The checker skips ASCII 8 bytes a step: a sequence anywhere in or after such a run is still
+// looked at byte by byte, at every offset from the block boundaries.
+BOOST_AUTO_TEST_CASE(utf8_checker_finds_a_sequence_at_any_offset_of_an_ascii_run) {
+  for (std::size_t at = 0; at <= 24; ++at) {
+    const auto with = [&](std::string_view seq) {
+      return std::string(at, 'a') + std::string(seq) + std::string(24 - at, 'b');
+    };
+    BOOST_TEST(outbox::is_valid_utf8(with("\xc3\xa9")), at);
+    BOOST_TEST(outbox::is_valid_utf8(with("\xf0\x9f\x98\x80")), at);
+    BOOST_TEST(!outbox::is_valid_utf8(with("\xff")), at);
+    BOOST_TEST(!outbox::is_valid_utf8(with("\xed\xa0\x80")), at);               // a surrogate
+    BOOST_TEST(!outbox::is_valid_utf8(std::string(at, 'a') + "\xe2\x82"), at);  // cut at the end
+  }
+}
+
 BOOST_AUTO_TEST_CASE(sanitize_text_makes_any_bytes_storable) {
   BOOST_TEST(outbox::sanitize_text("plain") == "plain");
   BOOST_TEST(outbox::sanitize_text("caf\xc3\xa9") == "caf\xc3\xa9");

@@ -318,11 +318,12 @@ inline void encode(const cloudevents& ce, const message& m, encoded_message& out
 }
 
 /// What `unsendable` adds for a CloudEvent of `m`: a header name made too long by its prefix,
-/// properties or a body that does not fit. Empty when it can be carried.
+/// properties or a body that does not fit. Empty when it can be carried, and then `out` holds
+/// the CloudEvent, ready to send (`encode(ce, m, out)`).
 [[nodiscard]] inline std::string cloudevents_unsendable(const cloudevents& ce, const message& m,
-                                                        const wire_limits& limits) {
+                                                        const wire_limits& limits,
+                                                        encoded_message& out) {
   if (auto why = ce.unmappable(m); !why.empty()) return "CloudEvents: " + why;
-  encoded_message out;
   encode(ce, m, out);
   std::size_t table = 4;
   for (const auto& [k, v] : out.ce_headers) {

@@ -175,16 +175,13 @@ class publisher {
       const message& m = batch[sent];
       key = options_.routing_key ? options_.routing_key(m) : m.aggregate_type + "." + m.event_type;
       std::string why = unsendable(m, key, limits);
-      if (why.empty() && ce_.on()) why = cloudevents_unsendable(ce_, m, limits);
+      if (why.empty() && ce_.on()) why = cloudevents_unsendable(ce_, m, limits, out);
       if (!why.empty()) {
         results[sent].error_class = errc::permanent;
         results[sent].error = std::move(why);
         continue;
       }
-      if (ce_.on())
-        encode(ce_, m, out);
-      else
-        encode(m, out);
+      if (!ce_.on()) encode(m, out);  // the CloudEvent is encoded by its check
       // rabbitmq-c writes without a time limit: a broker that stops reading (an alarm, frozen,
       // a half-open connection) would block here past `until` once the socket buffers fill.
       ++written_;

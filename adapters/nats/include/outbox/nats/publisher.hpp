@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -46,9 +47,9 @@ namespace detail {
 /// PubAck calls nothing: a message sent and neither refused nor pending at the end is confirmed.
 struct ack_state {
   std::mutex mutex;
-  std::unordered_map<std::string, std::size_t> by_id;  // Nats-Msg-Id -> batch index, in flight
   struct refusal {
-    std::size_t index;  // in the batch
+    std::string id;         // Nats-Msg-Id
+    std::size_t index = 0;  // in the batch (set by `publish`)
     publish_result result;
     bool no_responders;  // no stream answered (see `settle_no_responders`)
   };
@@ -58,14 +59,12 @@ struct ack_state {
   /// The error callback: records the refusal of the message it is for.
   static void on_error(jsCtx*, jsPubAckErr* pae, void* closure) {
     auto& st = *static_cast<ack_state*>(closure);
-    const std::string id = header(pae->Msg, msg_id_header);
+    std::string id = header(pae->Msg, msg_id_header);
+    publish_result r;
+    classify(r, pae);
     std::lock_guard lock(st.mutex);
-    if (!st.open) return;
-    if (auto it = st.by_id.find(id); it != st.by_id.end()) {
-      publish_result r;
-      classify(r, pae);
-      st.refused.push_back({it->second, std::move(r), pae->Err == NATS_NO_RESPONDERS});
-    }
+    if (st.open)
+      st.refused.push_back({std::move(id), 0, std::move(r), pae->Err == NATS_NO_RESPONDERS});
   }
 
   /// A refused publish: a JetStream error code is the stream's verdict on this message (no
@@ -172,43 +171,51 @@ class publisher {
           errc::transient, "nats", {},
           "connected only after the publish deadline; nothing sent (" + conn_->where() + ")");
     results.resize(batch.size());
-    for (std::size_t i = 0; i < batch.size(); ++i) {
-      results[i].id = batch[i].id;
-      results[i].error = "no PubAck by the deadline";
-    }
+    for (std::size_t i = 0; i < batch.size(); ++i) results[i].id = batch[i].id;
     auto& st = *state_;
-    // What can be sent, and its subject, first; their ids registered in one lock.
-    const std::int64_t max_payload = natsConnection_GetMaxPayload(conn_->handle());
-    subjects_.assign(batch.size(), std::string());
-    ids_.assign(batch.size(), std::string());
-    sent_.assign(batch.size(), sent_state::not_sent);
-    for (std::size_t i = 0; i < batch.size(); ++i) check(batch[i], i, results, max_payload);
     {
       std::lock_guard lock(st.mutex);
-      st.by_id.clear();
       st.refused.clear();
-      // An id settles one copy: a second copy in the batch is not sent (confirmed by its twin's
-      // PubAck alone, it could be counted without one of its own).
-      for (std::size_t i = 0; i < batch.size(); ++i)
-        if (!subjects_[i].empty() && !st.by_id.try_emplace(ids_[i], i).second) {
-          subjects_[i].clear();
-          results[i].error_class = errc::permanent;
-          results[i].error = "the event id is in the batch twice; only its first copy was sent";
-        }
       st.open = true;
     }
+    subjects_.assign(batch.size(), std::string());
+    sent_.assign(batch.size(), sent_state::not_sent);
+    // An id settles one copy: a later copy in the batch is not sent (confirmed by its twin's
+    // PubAck alone, it could be counted without one of its own).
+    index_batch(batch);
+    for (std::size_t k = 1; k < by_id_.size(); ++k)
+      if (by_id_[k].first == by_id_[k - 1].first) {
+        const std::size_t i = by_id_[k].second;
+        sent_[i] = sent_state::twin;
+        results[i].error_class = errc::permanent;
+        results[i].error = "the event id is in the batch twice; only its first copy was sent";
+      }
+    // Each message checked and sent before the next is looked at: the server gets the first
+    // message at once (a check pass over the batch first left it idle meanwhile).
+    const std::int64_t max_payload = natsConnection_GetMaxPayload(conn_->handle());
     std::string failure;  // set when the connection failed: the rest is not sent
-    for (std::size_t i = 0; i < batch.size() && failure.empty(); ++i)
-      if (!subjects_[i].empty()) send(batch[i], i, results, failure);
+    for (std::size_t i = 0; i < batch.size() && failure.empty(); ++i) {
+      std::optional<message> layout;  // the CloudEvents form, when on
+      if (sent_[i] == sent_state::twin || !check(batch[i], i, results, max_payload, layout))
+        continue;
+      send(layout ? *layout : batch[i], i, batch[i].id.to_string(), results, failure);
+    }
     const bool all_answered = await(until);
     std::vector<detail::ack_state::refusal> refused;
     {
       std::lock_guard lock(st.mutex);
       st.open = false;
-      st.by_id.clear();
       refused.swap(st.refused);
     }
-    for (auto& r : refused) sent_[r.index] = sent_state::refused;
+    // A refusal of an id this batch did not send (a message of an earlier call, taken back
+    // then) is not this batch's.
+    std::erase_if(refused, [&](detail::ack_state::refusal& r) {
+      const auto i = sent_index(r.id);
+      if (!i) return true;
+      sent_[*i] = sent_state::refused;
+      r.index = *i;
+      return false;
+    });
     // Nothing sent was answered, PubAck or refusal: the server is away (frozen, or a half-open
     // connection libnats has not noticed yet), as when disconnected: no attempt is counted.
     const auto in_state = [&](sent_state x) { return std::count(sent_.begin(), sent_.end(), x); };
@@ -219,11 +226,12 @@ class publisher {
                       " messages sent by the deadline: " + conn_->where() +
                       " is not answering; nothing confirmed");
     std::vector<std::size_t> no_responders;
-    for (std::size_t i = 0; i < batch.size(); ++i)
-      if (sent_[i] == sent_state::sent) {
-        results[i].confirmed = all_answered;
-        if (all_answered) results[i].error.clear();
-      }
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      if (sent_[i] == sent_state::sent && all_answered)
+        results[i].confirmed = true;
+      else if (sent_[i] == sent_state::sent || sent_[i] == sent_state::unacked)
+        results[i].error = "no PubAck by the deadline";
+    }
     for (auto& r : refused) {
       publish_result& out = results[r.index];
       out.error_class = r.result.error_class;
@@ -253,41 +261,43 @@ class publisher {
     }
   }
 
-  /// Sets `subjects_[i]` and `ids_[i]` when `m` can be sent; otherwise its result is a
-  /// `permanent` failure.
-  void check(const message& m, std::size_t i, std::vector<publish_result>& results,
-             std::int64_t max_payload) {
+  /// Sets `subjects_[i]` (and `layout` to the CloudEvents form when on) and returns true
+  /// when `m` can be sent; otherwise its result is a `permanent` failure.
+  bool check(const message& m, std::size_t i, std::vector<publish_result>& results,
+             std::int64_t max_payload, std::optional<message>& layout) {
     std::string subject;
     try {
       subject = router_(m);
     } catch (const std::exception& e) {
       results[i].error_class = errc::permanent;
       results[i].error = std::string("publisher_options::subject threw: ") + e.what();
-      return;
+      return false;
     }
     std::string why;
     if (ce_.on()) {
       why = ce_.unmappable(m);
-      if (!why.empty()) why = "CloudEvents: " + why;
+      if (!why.empty())
+        why = "CloudEvents: " + why;
+      else
+        layout = ce_.to_layout(m, cloudevents_prefix);
     }
-    if (why.empty())
-      why = unsendable(ce_.on() ? ce_.to_layout(m, cloudevents_prefix) : m, subject, max_payload);
+    if (why.empty()) why = unsendable(layout ? *layout : m, subject, max_payload);
     if (!why.empty()) {
       results[i].error_class = errc::permanent;
       results[i].error = std::move(why);
-      return;
+      return false;
     }
     subjects_[i] = std::move(subject);
-    ids_[i] = m.id.to_string();
+    return true;
   }
 
-  /// Publishes message `i` (checked); a refusal of the connection sets `failure`.
-  void send(const message& m, std::size_t i, std::vector<publish_result>& results,
-            std::string& failure) {
+  /// Publishes message `i` (checked; `m` as it goes on the wire, `id` its event id as text); a
+  /// refusal of the connection sets `failure`.
+  void send(const message& m, std::size_t i, const std::string& id,
+            std::vector<publish_result>& results, std::string& failure) {
     msg_ptr msg;
     try {
-      msg = ce_.on() ? encode(ce_.to_layout(m, cloudevents_prefix), subjects_[i], ids_[i])
-                     : encode(m, subjects_[i], ids_[i]);
+      msg = encode(m, subjects_[i], id);
     } catch (const error& e) {
       results[i].error_class = errc::permanent;
       results[i].error = e.what();
@@ -312,6 +322,23 @@ class publisher {
                            conn_->where() + ")");
   }
 
+  /// `by_id_` = the batch's (id, index) pairs in order: a copy's twins follow it.
+  void index_batch(std::span<const message> batch) {
+    by_id_.resize(batch.size());
+    for (std::size_t i = 0; i < batch.size(); ++i) by_id_[i] = {batch[i].id, i};
+    std::sort(by_id_.begin(), by_id_.end());
+  }
+
+  /// The index of the message of the batch in flight sent under Nats-Msg-Id `id`, if any.
+  [[nodiscard]] std::optional<std::size_t> sent_index(std::string_view id) const {
+    const auto u = uuid::parse(id);
+    if (!u) return std::nullopt;
+    const auto it = std::lower_bound(by_id_.begin(), by_id_.end(), std::pair{*u, std::size_t{0}});
+    if (it == by_id_.end() || it->first != *u || sent_[it->second] == sent_state::not_sent)
+      return std::nullopt;
+    return it->second;
+  }
+
   /// Waits until `until` for the PubAcks of what was sent; what has none by then is taken back
   /// from libnats (`unacked`: a PubAck that comes later finds nothing). False when an error
   /// callback had not finished after that (the fate of the rest unknown: not confirmed).
@@ -319,11 +346,9 @@ class publisher {
     if (complete_within(until - std::chrono::steady_clock::now())) return true;
     natsMsgList pending{};
     if (js_PublishAsyncGetPendingList(&pending, js_.get()) == NATS_OK) {
-      std::lock_guard lock(state_->mutex);
       for (int k = 0; k < pending.Count; ++k)
-        if (auto it = state_->by_id.find(header(pending.Msgs[k], msg_id_header));
-            it != state_->by_id.end())
-          sent_[it->second] = sent_state::unacked;
+        if (const auto i = sent_index(header(pending.Msgs[k], msg_id_header)))
+          sent_[*i] = sent_state::unacked;
       natsMsgList_Destroy(&pending);
     }
     // A message whose error callback runs now is in no list: wait for the callback.
@@ -383,9 +408,9 @@ class publisher {
   std::unique_ptr<connection> conn_;
   detail::js_ptr js_;
   bool stream_ready_ = false;
-  std::vector<std::string> subjects_;  // of the batch in flight; empty: not sent
-  std::vector<std::string> ids_;       // of the batch in flight, as text
-  enum class sent_state : std::uint8_t { not_sent, sent, refused, unacked };
+  std::vector<std::string> subjects_;                // of the batch in flight; empty: not sent
+  std::vector<std::pair<uuid, std::size_t>> by_id_;  // of the batch in flight (`index_batch`)
+  enum class sent_state : std::uint8_t { not_sent, twin, sent, refused, unacked };
   std::vector<sent_state> sent_;  // of the batch in flight
 };
 
