@@ -291,6 +291,19 @@ class connection {
     return detail::scrub(std::move(text), secrets_);
   }
 
+  /// True when there is a connection libnats has not closed for good (connected or reconnecting).
+  [[nodiscard]] bool open() const noexcept {
+    return nc_ && natsConnection_Status(nc_.get()) != NATS_CONN_STATUS_CLOSED;
+  }
+
+  /// Closes the connection and joins libnats' reader thread, keeping the handle (for `close`).
+  /// Call it before destroying a subscription of a live connection: libnats 3.4's reader takes
+  /// an inbound message's subscription without a reference (nats.c issue 637, fixed after 3.5),
+  /// so a subscription destroyed beside it is used after its free.
+  void disconnect() noexcept {
+    if (nc_) natsConnection_Close(nc_.get());
+  }
+
   /// Closes the connection (the next `ensure` opens a new one).
   void close() noexcept { nc_.reset(); }
 

@@ -131,7 +131,7 @@ class publisher {
     }
     return *this;
   }
-  /// Closes the connection; waits for a PubAck callback that is running.
+  /// Closes the connection, once no PubAck error callback runs (it waits for a running one).
   ~publisher() { shut(); }
 
   /// The route of `m` (`concepts::routing_transport`): `nats:<subject>`.
@@ -392,18 +392,40 @@ class publisher {
     }
   }
 
+  /// No error callback runs after it (libnats may call a subscription's handler once more after
+  /// the subscription is closed: `quiesce`). The connection is closed before the context goes:
+  /// its reply subscription is destroyed with libnats' reader joined (`connection::disconnect`).
   void shut() noexcept {
     if (!state_) return;
+    const bool quiet = !js_ || quiesce();
     if (conn_) conn_->close();
     js_.reset();
-    std::unique_lock lock(state_->mutex);
-    state_->open = false;
+    {
+      std::lock_guard lock(state_->mutex);
+      state_->open = false;
+    }
+    if (!quiet) (void)state_.release();  // a callback still runs: its state is left to it
+  }
+
+  /// Takes back what waits for a PubAck (a reply then finds nothing and calls nothing) and waits
+  /// for the error callbacks that run. True when none runs any more.
+  bool quiesce() noexcept {
+    jsPubOptions po;
+    jsPubOptions_Init(&po);
+    po.MaxWait = 1;
+    // Nothing pending, or no PubAck state at all (the pending list of libnats 3.4 needs one).
+    if (js_PublishAsyncComplete(js_.get(), &po) == NATS_OK) return true;
+    natsMsgList pending{};
+    if (js_PublishAsyncGetPendingList(&pending, js_.get()) == NATS_OK)
+      natsMsgList_Destroy(&pending);
+    po.MaxWait = 5000;
+    return js_PublishAsyncComplete(js_.get(), &po) == NATS_OK;
   }
 
   publisher_options options_;
   subject_router router_;
   cloudevents ce_;
-  // Declared before the connection: destroyed after it (no callback can find it gone).
+  // The error callback's closure: `shut` frees it only once no callback runs.
   std::unique_ptr<detail::ack_state> state_;
   std::unique_ptr<connection> conn_;
   detail::js_ptr js_;

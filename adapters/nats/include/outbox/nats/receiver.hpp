@@ -64,7 +64,9 @@ struct receiver_options {
 /// A consumer deleted under the receiver: `receive` throws `transient` when
 /// `create_consumer` (the next `receive` creates it again, from the stream's first message:
 /// the inbox absorbs what was applied) or `misconfigured` otherwise (`consumer::run` stops).
-/// A lost connection: `receive` throws `transient` while libnats reconnects.
+/// A lost connection: `receive` throws `transient` while libnats reconnects. A connection libnats
+/// closed for good is opened again by the next `receive`; what was held or fetched on it is
+/// dropped (its subscription is gone; the server delivers it again after `ack_wait`).
 ///
 /// Threading: one thread. Move-only.
 class receiver {
@@ -187,9 +189,9 @@ class receiver {
   };
 
   void ensure() {
-    if (!conn_->ensure() && sub_) return;
-    sub_.reset();
-    js_.reset();
+    if (sub_ && conn_->open()) return;
+    retire();
+    conn_->ensure();
     js_ = conn_->jetstream([] {
       jsOptions o;
       jsOptions_Init(&o);
@@ -293,9 +295,8 @@ class receiver {
   [[noreturn]] void lost(natsStatus s, jsErrCode code) {
     if (consumer_deleted()) {
       const jsErrCode why = JSConsumerNotFoundErr;
-      sub_.reset();
-      ready_.clear();
-      held_.clear();
+      retire();  // on a closed connection: the next `ensure` opens another
+      conn_->close();
       throw error(options_.create_consumer ? errc::transient : errc::misconfigured, "nats",
                   std::to_string(why),
                   "the consumer " + options_.durable + " of stream " + options_.stream.name +
@@ -316,9 +317,19 @@ class receiver {
     held_.clear();
     ready_.clear();
     if (conn_ && conn_->handle()) (void)natsConnection_FlushTimeout(conn_->handle(), 1000);
+    retire();
+    if (conn_) conn_->close();
+  }
+
+  /// Drops what is held or fetched (their messages refer to the subscription) and the
+  /// subscription, destroyed only once the connection is closed (`connection::disconnect`):
+  /// never beside libnats' reader.
+  void retire() noexcept {
+    held_.clear();
+    ready_.clear();
+    if (sub_) conn_->disconnect();
     sub_.reset();
     js_.reset();
-    if (conn_) conn_->close();
   }
 
   receiver_options options_;
