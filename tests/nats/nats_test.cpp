@@ -533,6 +533,18 @@ BOOST_AUTO_TEST_CASE(a_creds_file_of_the_operators_account_connects_and_a_rogue_
   outbox::nats::connection good({.url = creds_url, .creds_file = dir + "/user.creds"});
   BOOST_TEST(good.ensure());
   BOOST_TEST(good.connected());
+  // libnats 3.4 sends no signature when its first byte is 0 (1 nonce in 256): 600 connects
+  // (each signs a new nonce) all succeed only because such a refusal is tried again (without
+  // that, 9 runs in 10 of this case failed here).
+  int refused = 0;
+  for (int i = 0; i < 600; ++i) {
+    try {
+      outbox::nats::connection({.url = creds_url, .creds_file = dir + "/user.creds"}).ensure();
+    } catch (const outbox::error& e) {
+      if (refused++ == 0) BOOST_TEST_MESSAGE("refused: " << e.what());
+    }
+  }
+  BOOST_TEST(refused == 0);
   const auto [kind, text] = thrown([&] {
     outbox::nats::connection({.url = creds_url, .creds_file = dir + "/rogue.creds"}).ensure();
   });

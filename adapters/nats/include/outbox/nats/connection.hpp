@@ -245,11 +245,20 @@ class connection {
       if (!t.server_name.empty())
         check(natsOptions_SetExpectedHostname(raw, t.server_name.c_str()), "tls.server_name");
     }
+    // libnats 3.4 leaves the signature out of CONNECT when its first byte is 0 (1 nonce in 256,
+    // with an NKey or a .creds file), and the server refuses that connect: a refusal with a
+    // signing credential is tried again (a new nonce each time) before it counts as
+    // misconfigured.
+    const bool signs = !options_.creds_file.empty() || !options_.nkey_public.empty();
     natsConnection* nc = nullptr;
-    const natsStatus s = natsConnection_Connect(&nc, raw);
-    if (s != NATS_OK) {
+    natsStatus s = NATS_OK;
+    for (int attempt = 1;; ++attempt) {
+      s = natsConnection_Connect(&nc, raw);
+      if (s == NATS_OK) break;
       natsConnection_Destroy(nc);
-      fail(s, "cannot connect to " + where_);
+      nc = nullptr;
+      if (s != NATS_CONNECTION_AUTH_FAILED || !signs || attempt == 4)
+        fail(s, "cannot connect to " + where_);
     }
     nc_.reset(nc);
     ++generation_;
