@@ -186,6 +186,15 @@ struct rates {
     const std::size_t n = s.size();
     return n % 2 == 1 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
   }
+  /// The median of the ratios of runs made side by side (`v[i]` / `other.v[i]`, each pair in
+  /// one round): a host that is slower for a while slows both of a pair, so this ratio holds on
+  /// a noisy machine where best-of and median of each contender drift apart.
+  [[nodiscard]] double paired_median(const rates& other) const {
+    rates r;
+    for (std::size_t i = 0; i < std::min(v.size(), other.v.size()); ++i)
+      if (other.v[i] > 0) r.v.push_back(v[i] / other.v[i]);
+    return r.median();
+  }
 };
 
 }  // namespace outbox::bench

@@ -16,7 +16,8 @@
 // one after the other: `--aggregates 1000` measures that shape.
 // The contenders run `--rounds` times, in an order reversed every other round, each on a fresh
 // stream. Prints events/s per run, `ratio relay/bare` (in-memory store, best of the rounds,
-// median in parentheses), `ratio sqlite-relay/bare`, `ratio relay/ceiling` and
+// median in parentheses, then the median of each round's relay/bare: the pair run side by
+// side, steadier on a noisy machine), `ratio sqlite-relay/bare`, `ratio relay/ceiling` and
 // `ratio batched/one-at-a-time`.
 //
 // Usage: nats_relay_bench [--rows N] [--batch N] [--single-rows N] [--rounds N]
@@ -286,7 +287,7 @@ int main(int argc, char** argv) try {
       show("relay, batch 1", memory_run(url, a.single_rows, 1, a.aggregates)).rate();
   outbox::bench::remove_sqlite_db(pristine);
   std::cout << std::setprecision(2) << "ratio relay/bare " << memory.best() / bare.best() << " ("
-            << memory.median() / bare.median() << ")\n"
+            << memory.median() / bare.median() << "; paired " << memory.paired_median(bare) << ")\n"
             << "ratio sqlite-relay/bare " << sqlite.best() / bare.best() << " ("
             << sqlite.median() / bare.median() << ")\n"
             << "ratio relay/ceiling " << memory.best() / ceiling.best() << " ("
