@@ -59,6 +59,7 @@ build_packages=(
     libboost-test-dev nlohmann-json3-dev
     libcli11-dev libtomlplusplus-dev procps clang-tidy doxygen
     debhelper lintian autopkgtest help2man
+    libboost-dev # debian/control's Build-Depends (the packages test); libboost-test-dev lacks it
 )
 for list in adapters/*/debian-packages tests/*/debian-packages; do
     while read -r pkg rest || [[ -n $pkg ]]; do
