@@ -682,7 +682,9 @@ BOOST_AUTO_TEST_CASE(clients_that_never_read_their_metrics_do_not_keep_probes_ou
   // No consumer: the events stay in the outbox (each publish times out and is retried).
   tool_process relay(
       relay_args(url_of(fx), "zmq+ipc://" + socket.string(),
-                 {"--metrics-max-types", "10000", "--publish-timeout", "1s", "--batch-size", "1"}));
+                 {"--metrics-max-types", "10000", "--publish-timeout", "1s", "--batch-size", "1",
+                  // failing all along (no consumer): still healthy when the case runs long
+                  "--unhealthy-after", "600s"}));
   const int port = metrics_port(relay);
   BOOST_TEST_REQUIRE(health_until(port, 200).first == 200);  // running (503 while starting)
   const auto s = scrape_until(port, [](auto& s) { return s.count("outbox_backlog_pending") == 1; });
