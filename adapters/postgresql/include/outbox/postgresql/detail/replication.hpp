@@ -142,10 +142,15 @@ class replication_stream {
                       std::string(publication) + "\"', messages 'true', binary 'true')";
     result r(PQexec(conn_, cmd.c_str()));
     // A stream this process closed may still hold the slot (55006) while its walsender exits:
-    // wait for that process to go (bounded), rather than fail a claim that cannot collide.
+    // wait for that process to go (bounded), rather than fail a claim that cannot collide. No
+    // holder by the time we ask: it went between the two queries; try again.
     const auto give_up = std::chrono::steady_clock::now() + own_exit_bound;
+    const auto ours_or_gone = [&] {
+      const int holder = slot_holder(slot);
+      return holder == 0 || closed_walsenders::contains(holder);
+    };
     while (PQresultStatus(r.get()) != PGRES_COPY_BOTH && sqlstate_of(r) == "55006" &&
-           closed_walsenders::contains(slot_holder(slot)) &&
+           PQstatus(conn_) == CONNECTION_OK && ours_or_gone() &&
            std::chrono::steady_clock::now() < give_up) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
       r = result(PQexec(conn_, cmd.c_str()));
@@ -281,7 +286,8 @@ class replication_stream {
     return state ? state : "";
   }
 
-  /// The process streaming `slot` now (0: none, or unknown). The name is [a-z0-9_] (checked).
+  /// The process streaming `slot` now (0: none, or unknown: the caller's next try tells). The
+  /// name is [a-z0-9_] (checked).
   int slot_holder(std::string_view slot) {
     const std::string sql = "SELECT active_pid FROM pg_replication_slots WHERE slot_name = '" +
                             std::string(slot) + "' AND active_pid IS NOT NULL";
