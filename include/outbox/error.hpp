@@ -15,7 +15,9 @@ namespace outbox {
 enum class errc {
   transient = 1,  ///< Retry later (lost connection, busy, deadlock, broker timeout).
   permanent,      ///< Retrying cannot help (rejected message, constraint other than a duplicate).
-  in_doubt,       ///< The outcome is unknown (commit sent, no answer); never blindly re-done.
+  /// The outcome is unknown (commit sent, no answer); never blindly re-done. As a publish
+  /// result: the broker never answered for the message (it may have it); deferred, not charged.
+  in_doubt,
   duplicate,      ///< The thing already exists (unique violation).
   misconfigured,  ///< Options or environment are wrong; fix the configuration.
   invalid_input,  ///< A caller's argument was refused before anything ran.

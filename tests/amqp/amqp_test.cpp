@@ -28,6 +28,7 @@
 #include "../sqlite/fixture.hpp"
 #include "../support/frozen_process.hpp"
 #include "../support/tcp_proxy.hpp"
+#include "../support/unanswered_tail.hpp"
 #include "fixture.hpp"
 
 namespace {
@@ -46,6 +47,14 @@ outbox::message sample(const std::string& agg = "42") {
   m.created_at = std::chrono::system_clock::now();
   m.attempts = 1;
   return m;
+}
+
+/// The fixture's broker URL through `proxy`: the same credentials and vhost, the proxy's port.
+std::string through(const outbox::test::tcp_proxy& proxy) {
+  const auto broker = outbox::amqp::parse_url(amqp_fixture::url());
+  return "amqp://" + broker.user + ":" + broker.password +
+         "@127.0.0.1:" + std::to_string(proxy.port()) +
+         (broker.vhost == "/" ? "" : "/" + broker.vhost);
 }
 
 /// The broker's pid when it is the node of scripts/services.sh (0 otherwise).
@@ -554,12 +563,8 @@ BOOST_AUTO_TEST_CASE(a_broker_that_stops_answering_is_noticed_by_every_kind_of_c
 // relay had taken over and published meanwhile (the fault harness: late copies, applied twice).
 BOOST_AUTO_TEST_CASE(a_connect_that_ends_past_the_deadline_sends_nothing) {
   amqp_fixture fx;
-  // The fixture's broker behind a proxy: the same credentials and vhost, the proxy's port.
-  const auto broker = outbox::amqp::parse_url(amqp_fixture::url());
-  outbox::test::tcp_proxy proxy(broker.port);
-  const std::string proxied = "amqp://" + broker.user + ":" + broker.password +
-                              "@127.0.0.1:" + std::to_string(proxy.port()) +
-                              (broker.vhost == "/" ? "" : "/" + broker.vhost);
+  outbox::test::tcp_proxy proxy(outbox::amqp::parse_url(amqp_fixture::url()).port);
+  const std::string proxied = through(proxy);
   outbox::amqp::publisher pub(
       {.connection = {.url = proxied, .connect_timeout = 60s}, .exchange = fx.exchange()});
   const auto batch = std::vector<outbox::message>{sample("late-1"), sample("late-2")};
@@ -594,6 +599,35 @@ BOOST_AUTO_TEST_CASE(a_connect_that_ends_past_the_deadline_sends_nothing) {
   }
   BOOST_TEST_REQUIRE(marked);
   BOOST_TEST(seen.empty(), "sent past the deadline: " << seen.size() << " messages");
+}
+
+// Break-it finding: a broker that took the start of a batch and heard nothing more (frozen
+// mid-batch) confirmed the head; the tail was failed `transient`, charged an attempt, and a
+// one-attempt relay dead-lettered events the broker then routed. The tail is in doubt (the relay
+// defers it, no attempt counted); sent again once the broker hears, every event arrives.
+BOOST_AUTO_TEST_CASE(a_tail_the_broker_never_answered_is_in_doubt) {
+  amqp_fixture fx;
+  outbox::test::tcp_proxy proxy(outbox::amqp::parse_url(amqp_fixture::url()).port);
+  const std::string proxied = through(proxy);
+  outbox::amqp::publisher pub({.connection = {.url = proxied}, .exchange = fx.exchange()});
+  pub.connect();
+  std::vector<outbox::message> batch;
+  for (int i = 0; i < 300; ++i) batch.push_back(sample("tail-" + std::to_string(i)));
+  proxy.limit_requests(0, 30'000);  // the head of the batch reaches the broker, then nothing
+  const auto doubted = outbox::test::unanswered_tail(
+      batch, pub.publish(batch, std::chrono::steady_clock::now() + 2s));
+  proxy.limit_requests(0, SIZE_MAX);  // what was held back arrives
+  const auto again = pub.publish(doubted, std::chrono::steady_clock::now() + 30s);
+  for (const auto& x : again) BOOST_TEST(x.confirmed, x.error);
+  std::set<std::string> seen;
+  for (const auto bound = std::chrono::steady_clock::now() + 60s;
+       seen.size() < batch.size() && std::chrono::steady_clock::now() < bound;) {
+    auto d = fx.receiver().receive(200ms);
+    if (!d) continue;
+    fx.receiver().ack(*d);
+    seen.insert(d->msg.id.to_string());
+  }
+  BOOST_TEST(seen.size() == batch.size());
 }
 
 BOOST_AUTO_TEST_CASE(with_the_defaults_a_retried_delivery_is_not_overtaken_by_its_aggregate) {

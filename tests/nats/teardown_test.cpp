@@ -22,12 +22,15 @@
 #include <string>
 #include <thread>
 
-#include "fixture.hpp"
+#include "cases.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
+using outbox::test::in;
 using outbox::test::nats_fixture;
+using outbox::test::sample;
+using outbox::test::stream_fixture;
 
 /// Holds the first call, on a thread other than the test's, of an interposed libnats function
 /// after `arm`, until `close` or `longest` passed. `close` says that the object the held thread
@@ -84,24 +87,6 @@ gate callback_gate;  // natsMsgHeader_Get of Nats-Msg-Id, in the publisher's err
 template <class F>
 F real(const char* name) {
   return reinterpret_cast<F>(dlsym(RTLD_NEXT, name));
-}
-
-/// A fixture whose stream has the given settings.
-struct stream_fixture : nats_fixture {
-  explicit stream_fixture(outbox::nats::stream_options s) : nats_fixture(std::move(s)) {}
-};
-
-auto in(std::chrono::milliseconds d) { return std::chrono::steady_clock::now() + d; }
-
-outbox::message sample(const std::string& agg) {
-  outbox::message m;
-  m.id = outbox::make_uuid_v7();
-  m.aggregate_type = "order";
-  m.aggregate_id = agg;
-  m.event_type = "order_placed";
-  m.payload = "{}";
-  m.created_at = std::chrono::system_clock::now();
-  return m;
 }
 
 }  // namespace

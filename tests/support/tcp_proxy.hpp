@@ -93,6 +93,15 @@ class tcp_proxy {
     const control c(*this);
     std::erase(frozen_connections_, index);
   }
+  /// From now on the `index`-th connection carries at most `bytes` more from its client to its
+  /// server, and holds the rest back; the server's answers still come: a server that took the
+  /// start of a batch, answered it, and then heard nothing more (a request lost on the way).
+  void limit_requests(std::size_t index, std::size_t bytes) {
+    const control c(*this);
+    for (auto& p : pairs_)
+      if (p.index == index) p.budget = bytes;
+  }
+
   /// Whether the `index`-th connection, frozen, holds bytes back (its client's request, or its
   /// server's answer): its client waits for an answer that does not come.
   [[nodiscard]] bool holds_back(std::size_t index) {
@@ -133,7 +142,8 @@ class tcp_proxy {
   struct pipe_pair {
     int client;
     int server;
-    std::size_t index;  ///< In accept order.
+    std::size_t index;              ///< In accept order.
+    std::size_t budget = SIZE_MAX;  ///< Bytes still carried from the client (limit_requests).
   };
 
   /// A TCP socket bound to 127.0.0.1:`port` (0: any free port), not listening yet.
@@ -181,16 +191,18 @@ class tcp_proxy {
            frozen_connections_.end();
   }
 
-  /// Copies what is readable on `from` to `to`; false when either side is done.
-  static bool pump(int from, int to) {
+  /// Copies what is readable on `from` to `to`, at most `budget` bytes, and takes them off
+  /// it; false when either side is done.
+  static bool pump(int from, int to, std::size_t& budget) {
     char buf[16384];
-    const auto n = ::read(from, buf, sizeof buf);
+    const auto n = ::read(from, buf, std::min(sizeof buf, budget));
     if (n <= 0) return false;
     for (ssize_t off = 0; off < n;) {
       const auto w = ::write(to, buf + off, static_cast<std::size_t>(n - off));
       if (w <= 0) return false;
       off += w;
     }
+    if (budget != SIZE_MAX) budget -= static_cast<std::size_t>(n);
     return true;
   }
 
@@ -206,7 +218,7 @@ class tcp_proxy {
       std::vector<pollfd> fds{{wake_, POLLIN, 0}, {listener_, POLLIN, 0}};  // -1 is skipped
       for (const auto& p : pairs_) {
         const bool frozen = is_frozen(p);
-        fds.push_back({frozen ? -1 : p.client, POLLIN, 0});
+        fds.push_back({frozen || p.budget == 0 ? -1 : p.client, POLLIN, 0});
         fds.push_back({frozen ? -1 : p.server, POLLIN, 0});
       }
       if (::poll(fds.data(), fds.size(), 20) <= 0) continue;
@@ -216,12 +228,13 @@ class tcp_proxy {
       }
       std::vector<pipe_pair> alive;
       for (std::size_t i = 0; i < n; ++i) {
-        const auto& p = pairs_[i];
+        auto& p = pairs_[i];
         const auto& cf = fds[2 + 2 * i];
         const auto& sf = fds[3 + 2 * i];
         bool ok = true;
-        if (cf.revents) ok = pump(p.client, p.server);
-        if (ok && sf.revents) ok = pump(p.server, p.client);
+        if (cf.revents) ok = pump(p.client, p.server, p.budget);
+        std::size_t answers = SIZE_MAX;  // the server's side is never limited
+        if (ok && sf.revents) ok = pump(p.server, p.client, answers);
         if (ok) {
           alive.push_back(p);  // a frozen one too: nothing read, nothing carried either way
         } else {

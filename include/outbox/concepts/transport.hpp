@@ -20,7 +20,7 @@ namespace outbox::concepts {
 ///
 /// | operation                  | returns                       | guarantees | errors |
 /// |----------------------------|-------------------------------|------------|--------|
-/// | `t.publish(batch, until)`  | `std::vector<publish_result>` | sends every message of `batch` in order, pipelined (confirms are awaited for the batch, not one by one); returns by `until` with at most one result per message, matched by id, in any order; `confirmed` only once the broker (or receiving peer) took responsibility; a message without a result is treated as a transient timeout | throws `outbox::error` only when the transport as a whole is unusable (`transient`: reconnect and retry; `misconfigured`) |
+/// | `t.publish(batch, until)`  | `std::vector<publish_result>` | sends every message of `batch` in order, pipelined (confirms are awaited for the batch, not one by one); returns by `until` with at most one result per message, matched by id, in any order; `confirmed` only once the broker (or receiving peer) took responsibility; `in_doubt` for a message the broker did not answer for (sent with no answer by `until`, or not sent after the connection failed: it may have it), which the relay defers without counting an attempt; a message without a result is treated as a transient timeout | throws `outbox::error` only when the transport as a whole is unusable (`transient`: reconnect and retry; `misconfigured`) |
 ///
 /// Messages of one aggregate appear on the wire in batch order.
 template <class T>

@@ -43,9 +43,11 @@ std::size_t set_aside_spent(std::vector<message>& msgs, std::span<settlement> fa
 
 /// Decides the fate of each message of `wave` from the transport's `results` (matched by id, in
 /// any order; a message without one had no confirm before the deadline): a confirm, or the
-/// broker's `duplicate`, is published; `permanent`, or a spent retry policy, is dead; anything
-/// else is retried at `now` plus the policy's delay. `fates` has the wave's indexes. Each
-/// failed message's aggregate joins `failed_aggregates` (when given).
+/// broker's `duplicate`, is published; `in_doubt` (sent, or not sent, and no answer from the
+/// broker: it may have it) is deferred to `now` plus the policy's delay with its attempt given
+/// back, never dead-lettered; `permanent`, or a spent retry policy, is dead; anything else is
+/// retried at `now` plus the policy's delay. `fates` has the wave's indexes. Each failed or
+/// deferred message's aggregate joins `failed_aggregates` (when given).
 /// @throws outbox::error `misconfigured` when the transport reports a configuration error:
 ///         retrying cannot help, and dead-lettering would empty the outbox for nothing.
 template <concepts::retry_policy Retry>
@@ -80,7 +82,12 @@ void decide(std::span<const message> wave, std::span<const publish_result> resul
                   "the transport reports a configuration error: " + (r ? r->error : ""));
     fate.error = r ? sanitize_text(r->error) : "no confirm before the publish timeout";
     const int attempt = wave[i].attempts;
-    if (cls == errc::permanent || retry.exhausted(attempt)) {
+    if (cls == errc::in_doubt) {
+      // The broker's silence, not this message's failure: charged, a broker that froze mid-batch
+      // would dead-letter events it stored. The row keeps its last error, else gets this one.
+      fate.what = settlement::kind::release;
+      fate.retry_at = now + retry.delay(attempt, rng);
+    } else if (cls == errc::permanent || retry.exhausted(attempt)) {
       fate.what = settlement::kind::dead;
       fate.cause = cause_key(cause_class(cls), fate.error);
     } else {

@@ -99,31 +99,60 @@ BOOST_AUTO_TEST_CASE(a_failure_in_the_middle_of_a_run_is_counted_or_holds_the_re
   }
 }
 
+/// 200 events of one aggregate, relayed through a transport that keeps publish order and fails
+/// every event from the 50th on with `cls` until healed.
+struct failing_from_the_50th {
+  explicit failing_from_the_50th(outbox::errc cls)
+      : ids(enqueue_hot(db)), from_50th(ids.begin() + 49, ids.end()) {
+    faulty.fail_when([this](const outbox::message& m) { return from_50th.contains(m.id); }, cls);
+  }
+  memory_database db;
+  std::vector<outbox::uuid> ids;
+  std::set<outbox::uuid> from_50th;
+  memory_session relay_sql{db};
+  memory_store<> store{relay_sql};
+  outbox::testing::memory_transport broker{{.record = true}};
+  outbox::testing::faulty_transport<outbox::testing::memory_transport, true> faulty{broker};
+};
+
 // A transport that keeps its promise fails the rest of an aggregate's run after a failure
 // (here: everything from the 50th on, the first time): the relay releases the rest, their
 // attempts given back (they did not fail on their own), and they follow after the retry, in
 // order; only the first failure is charged an attempt.
 BOOST_AUTO_TEST_CASE(after_a_failure_the_rest_of_a_run_is_released_not_charged) {
-  memory_database db;
-  const auto ids = enqueue_hot(db);
-  memory_session relay_sql(db);
-  memory_store store(relay_sql);
-  outbox::testing::memory_transport broker({.record = true});
-  outbox::testing::faulty_transport<outbox::testing::memory_transport, true> faulty(broker);
-  std::set<outbox::uuid> from_50th(ids.begin() + 49, ids.end());
-  faulty.fail_when([&](const outbox::message& m) { return from_50th.contains(m.id); },
-                   outbox::errc::transient);
-  outbox::relay relay(store, faulty, {.batch_size = 500},
+  failing_from_the_50th w(outbox::errc::transient);
+  outbox::relay relay(w.store, w.faulty, {.batch_size = 500},
                       outbox::exponential_backoff{.initial = 1ms, .max_delay = 1ms});
   BOOST_TEST(relay.run_once() == 200u);
   BOOST_TEST(relay.stats().retried == 1u);
   BOOST_TEST(relay.stats().released == 150u);
   BOOST_TEST(relay.stats().reordered == 0u);
-  faulty.heal();
-  drain(relay, store);
-  BOOST_TEST((ids_of(broker.wire()) == ids));  // the order holds
+  w.faulty.heal();
+  drain(relay, w.store);
+  BOOST_TEST((ids_of(w.broker.wire()) == w.ids));  // the order holds
   // Attempts: the 50th was charged twice (the failure, the publish), the others once.
-  for (const auto& row : db.outbox()) BOOST_TEST(row.attempts == (row.id == ids[49] ? 2 : 1));
+  for (const auto& row : w.db.outbox()) BOOST_TEST(row.attempts == (row.id == w.ids[49] ? 2 : 1));
+}
+
+// A broker that took the start of a batch and then went silent (frozen mid-batch): the tail it
+// never answered for is in doubt, deferred with its attempt given back, so even a one-attempt
+// policy dead-letters none of it (the broker may have stored it); it goes out after the
+// deferral, in order, each event charged for the one attempt that published it.
+BOOST_AUTO_TEST_CASE(a_tail_the_broker_never_answered_is_deferred_not_charged) {
+  failing_from_the_50th w(outbox::errc::in_doubt);
+  outbox::relay relay(
+      w.store, w.faulty, {.batch_size = 500},
+      outbox::exponential_backoff{.initial = 1ms, .max_delay = 1ms, .max_attempts = 1});
+  BOOST_TEST(relay.run_once() == 200u);
+  BOOST_TEST(relay.stats().published == 49u);
+  BOOST_TEST(relay.stats().dead_lettered == 0u);
+  BOOST_TEST(relay.stats().retried == 0u);
+  BOOST_TEST(relay.stats().released == 151u);
+  w.faulty.heal();
+  drain(relay, w.store);
+  BOOST_TEST(relay.stats().dead_lettered == 0u);
+  BOOST_TEST((ids_of(w.broker.wire()) == w.ids));  // the order holds
+  for (const auto& row : w.db.outbox()) BOOST_TEST(row.attempts == 1);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -61,10 +61,11 @@ struct publisher_options {
 /// `multiple` flag) and basic.return frames until every message has an outcome or `until`:
 /// an ack = confirmed; a nack = `transient` failure; a message returned as unroutable (RabbitMQ
 /// sends basic.return before the basic.ack of the same delivery tag) = a failure with
-/// the reply code (`transient` by default: `publisher_options::retry_unroutable`). A lost
-/// connection fails the messages still unconfirmed (`transient`); the next `publish` reconnects.
-/// When the broker answered nothing for anything written (frozen, stopped reading, or the
-/// connection lost first), `publish` throws `transient` instead: the relay counts no attempt. A
+/// the reply code (`transient` by default: `publisher_options::retry_unroutable`). A message
+/// with no answer by `until`, or still unconfirmed when the connection is lost (sent or not),
+/// is `in_doubt`: the relay defers it without counting an attempt (the broker may have it); the
+/// next `publish` reconnects. When the broker answered nothing for anything written (frozen,
+/// stopped reading, or the connection lost first), `publish` throws `transient` instead. A
 /// message that AMQP cannot carry (a routing key, `type` or header name over 255 bytes, headers
 /// that do not fit in a frame, see `unsendable`) is that message's `permanent` failure, found
 /// before any byte of it is written: the rest of the batch goes out on the same connection. A
@@ -131,7 +132,7 @@ class publisher {
       std::string why = "no confirm, nack or return for any of the " + std::to_string(written_) +
                         " messages written; nothing confirmed";
       for (const auto& r : results)
-        if (!r.confirmed && r.error_class == errc::transient) {
+        if (!r.confirmed && r.error_class == errc::in_doubt) {
           why = r.error + "; nothing of the " + std::to_string(written_) +
                 " messages written was answered";
           break;
@@ -161,7 +162,7 @@ class publisher {
     for (std::size_t i = 0; i < batch.size(); ++i) {
       results[i].id = batch[i].id;
       results[i].confirmed = false;
-      results[i].error_class = errc::transient;
+      results[i].error_class = errc::in_doubt;
       results[i].error = "no confirm by the deadline";
     }
     std::string key;
@@ -235,9 +236,10 @@ class publisher {
                 options_.declare_exchange ? "exchange.declare" : "exchange.declare (passive)");
   }
 
-  /// The connection failed: every message without an outcome fails `transient`.
+  /// The connection failed: every message without an outcome is `in_doubt` (sent or not, the
+  /// broker did not answer for it), or `cls` when the broker closed it with a reason.
   void lost(std::vector<publish_result>& results, const std::string& why,
-            errc cls = errc::transient) {
+            errc cls = errc::in_doubt) {
     conn_.drop();
     for (std::size_t i = 0; i < results.size(); ++i) {
       if (results[i].confirmed || returned_.contains(i) ||

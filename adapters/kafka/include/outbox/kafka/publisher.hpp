@@ -190,13 +190,15 @@ class publisher {
   ///
   /// Results: confirmed by a report without an error; `permanent` for a message that cannot be
   /// carried (`unsendable`: checked before it is produced) or that the broker refuses for good;
-  /// `misconfigured` for an authorization failure; `transient` for the rest: a timeout (also
-  /// "possibly persisted"), no report by `until`, a message held back, a fatal producer error
-  /// (the producer is recreated and the message retried).
+  /// `misconfigured` for an authorization failure; `in_doubt` for no report by `until` (the
+  /// topic may have it), and for a message held back behind one (not produced): the relay
+  /// defers both without counting an attempt; `transient` for the rest: a timeout (also
+  /// "possibly persisted"), a message held back behind a failure, a fatal producer error (the
+  /// producer is recreated and the message retried).
   /// @throws outbox::error `transient` when not one message of a non-empty batch was confirmed
-  ///         and every failure was transient (the cluster is unreachable, or the producer
-  ///         failed): the relay releases the batch without counting an attempt, so an outage
-  ///         never dead-letters the backlog.
+  ///         and every failure was transient or in doubt (the cluster is unreachable, or the
+  ///         producer failed): the relay releases the batch without counting an attempt, so an
+  ///         outage never dead-letters the backlog.
   std::vector<publish_result> publish(std::span<const message> batch,
                                       std::chrono::steady_clock::time_point until) {
     std::vector<publish_result> results;
@@ -318,8 +320,8 @@ class publisher {
         continue;
       }
       ++stats_.failed;
-      if (!sl.resolved) {
-        r.error_class = errc::transient;
+      if (!sl.resolved) {  // no answer: the topic may have it, or it was not produced
+        r.error_class = errc::in_doubt;
         r.error = sl.produced
                       ? "no delivery report before the publish deadline (retried; should it land "
                         "after all, the inbox absorbs the copy)"
@@ -335,7 +337,8 @@ class publisher {
                                      : error_name(sl.err) + ": ") +
                                 sl.reason);
       }
-      if (r.error_class != errc::transient) all_transient = false;
+      if (r.error_class != errc::transient && r.error_class != errc::in_doubt)
+        all_transient = false;
     }
     st.slots.clear();
     if (!any_confirmed && all_transient) {

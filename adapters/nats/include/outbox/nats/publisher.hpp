@@ -69,13 +69,16 @@ struct ack_state {
 
   /// A refused publish: a JetStream error code is the stream's verdict on this message (no
   /// room with discard=new, too large, wrong stream...): `permanent`, but for a cluster or
-  /// storage that is short for a while; a libnats status (timeout, no connection) `transient`.
+  /// storage that is short for a while; no responders `transient`; a libnats status of its own
+  /// (timeout, no connection: no answer from the server) `in_doubt`.
   static void classify(publish_result& r, const jsPubAckErr* pae) {
     const jsErrCode code = pae->ErrCode;
     const bool passing = code == JSClusterNotAvailErr || code == JSInsufficientResourcesErr ||
                          code == JSMemoryResourcesExceededErr ||
                          code == JSStorageResourcesExceededErr;
-    r.error_class = code != 0 && !passing ? errc::permanent : errc::transient;
+    r.error_class = code != 0                        ? (passing ? errc::transient : errc::permanent)
+                    : pae->Err == NATS_NO_RESPONDERS ? errc::transient
+                                                     : errc::in_doubt;
     r.error = std::string("refused by JetStream: ") +
               (pae->ErrText && *pae->ErrText ? pae->ErrText : natsStatus_GetText(pae->Err));
     if (code != 0) r.error += " (err_code " + std::to_string(code) + ")";
@@ -90,7 +93,8 @@ struct ack_state {
 /// window too: the stream holds the event already); a JetStream error for the message (a stream
 /// at its limits with discard=new, a message over the stream's max_msg_size) = its `permanent`
 /// failure; no stream capturing the subject (no responders, and JetStream lists none for it) =
-/// `permanent`; no PubAck by `until`, or a lost connection, = `transient`; no answer at all,
+/// `permanent`; no PubAck by `until`, or a lost connection (sent or not), = `in_doubt` (the
+/// relay defers it without counting an attempt: the stream may have it); no answer at all,
 /// PubAck or refusal, for anything sent: `publish` throws `transient` (a server away, frozen or
 /// behind a half-open connection: the relay counts no attempt). A message that
 /// cannot be sent (a bad subject or header, over the server's max_payload: `unsendable`) is its
@@ -188,7 +192,7 @@ class publisher {
         const std::size_t i = by_id_[k].second;
         sent_[i] = sent_state::twin;
         results[i].error_class = errc::permanent;
-        results[i].error = "the event id is in the batch twice; only its first copy was sent";
+        results[i].error = "the event id is in the batch twice; its later copies are not sent";
       }
     // Each message checked and sent before the next is looked at: the server gets the first
     // message at once (a check pass over the batch first left it idle meanwhile).
@@ -230,7 +234,7 @@ class publisher {
       if (sent_[i] == sent_state::sent && all_answered)
         results[i].confirmed = true;
       else if (sent_[i] == sent_state::sent || sent_[i] == sent_state::unacked)
-        results[i].error = "no PubAck by the deadline";
+        results[i] = {batch[i].id, false, errc::in_doubt, "no PubAck by the deadline"};
     }
     for (auto& r : refused) {
       publish_result& out = results[r.index];
@@ -239,9 +243,12 @@ class publisher {
       if (r.no_responders) no_responders.push_back(r.index);
     }
     if (!no_responders.empty()) settle_no_responders(results, no_responders);
+    // After a failed send, what has no answer (sent or not) is in doubt; a refusal is an answer.
     if (!failure.empty())
-      for (auto& r : results)
-        if (!r.confirmed && r.error_class != errc::permanent) r.error = failure;
+      for (std::size_t i = 0; i < batch.size(); ++i)
+        if (!results[i].confirmed && results[i].error_class != errc::permanent &&
+            sent_[i] != sent_state::refused)
+          results[i] = {batch[i].id, false, errc::in_doubt, failure};
     return results;
   }
 
