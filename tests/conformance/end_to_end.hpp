@@ -455,6 +455,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(four_relays_drain_one_database_in_order_without_pu
   }
   auto consumer = w.make_consumer();
   std::vector<std::uint64_t> published(4, 0);
+  std::vector<std::string> failures(4);
   w.with_consumer(consumer, [&] {
     std::vector<std::thread> threads;
     for (int r = 0; r < 4; ++r) {
@@ -464,14 +465,23 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(four_relays_drain_one_database_in_order_without_pu
         outbox::relay<typename SF::store_type, typename e2e::world<Combo>::tap_type> relay(
             *st, w.wiretap, {.batch_size = 50, .owner = "relay-" + std::to_string(r)});
         // An empty claim only means the others hold every aggregate's head: go on until the
-        // outbox is drained (bounded by a deadline).
+        // outbox is drained (bounded by a deadline). A transient failure (relays' claims in a
+        // deadlock, the database busy) is retried, as `run` does; anything else ends this relay.
         const auto deadline = std::chrono::steady_clock::now() + 60s;
         while (std::chrono::steady_clock::now() < deadline) {
-          if (relay.run_once() > 0) continue;
-          if (st->stats(std::chrono::system_clock::now()).pending +
-                  st->stats(std::chrono::system_clock::now()).in_flight ==
-              0)
+          try {
+            if (relay.run_once() > 0) continue;
+            const auto s = st->stats(std::chrono::system_clock::now());
+            if (s.pending + s.in_flight == 0) break;
+          } catch (const outbox::error& e) {
+            if (e.kind() != outbox::errc::transient) {
+              failures[static_cast<std::size_t>(r)] = e.what();
+              break;
+            }
+          } catch (const std::exception& e) {
+            failures[static_cast<std::size_t>(r)] = e.what();
             break;
+          }
           std::this_thread::sleep_for(1ms);
         }
         published[static_cast<std::size_t>(r)] = relay.stats().published;
@@ -479,6 +489,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(four_relays_drain_one_database_in_order_without_pu
     }
     for (auto& t : threads) t.join();
   });
+  for (const auto& f : failures) BOOST_TEST(f.empty(), f);
   std::uint64_t total = 0;
   for (auto p : published) total += p;
   BOOST_TEST(total == static_cast<std::uint64_t>(n));
