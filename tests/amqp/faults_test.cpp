@@ -33,10 +33,11 @@ void cut(amqp_connection_state_t h) {
 }
 
 /// Runs the relay and a consumer over `n` events; once a third is published, `fault` runs (or,
-/// with `client_cut`, the relay's and the consumer's sockets are cut). Checks
-/// that nothing is lost, that each event is applied once and that both sides reconnected.
+/// with `client_cut`, the relay's and the consumer's sockets are cut). Checks that nothing is
+/// lost or dead-lettered (with `max_attempts` to the relay's retry policy), that each event is
+/// applied once and that both sides reconnected.
 template <class Fault>
-void run_through_a_fault(Fault fault, bool client_cut) {
+void run_through_a_fault(Fault fault, bool client_cut, int max_attempts = 3) {
   using world = e2e::world<e2e::combo<outbox::test::sqlite_fixture, amqp_fixture>>;
   world w;
   constexpr int n = 600;
@@ -61,7 +62,9 @@ void run_through_a_fault(Fault fault, bool client_cut) {
       }
     }
   });
-  auto relay = w.make_relay({.batch_size = 25, .lease = 30s, .publish_timeout = 5s});
+  auto retry = world::fast_retry;
+  retry.max_attempts = max_attempts;
+  auto relay = w.make_relay({.batch_size = 25, .lease = 30s, .publish_timeout = 5s}, retry);
   bool faulted = false;
   bool fault_ok = true;
   const auto deadline = std::chrono::steady_clock::now() + 120s;
@@ -239,8 +242,12 @@ BOOST_AUTO_TEST_CASE(a_failing_event_goes_to_the_dead_letter_exchange_after_max_
 
 BOOST_AUTO_TEST_CASE(connections_closed_mid_run_lose_nothing_and_apply_duplicates_once) {
   // `rabbitmqctl close_all_connections` when the node is services.sh's, else cut client-side.
+  // Break-it finding: the broker's connection.close (320 CONNECTION_FORCED) is about the
+  // connection, not the unconfirmed messages (written ones may have been routed, the rest were
+  // never sent): charged an attempt, they were dead-lettered under a one-attempt policy (with the
+  // CLI: 1,488 dead letters that were in the queue). In doubt, they cost none.
   run_through_a_fault([] { return rabbitmqctl("close_all_connections 'outbox test'"); },
-                      !have_rabbitmqctl());
+                      !have_rabbitmqctl(), 1);
 }
 
 BOOST_AUTO_TEST_CASE(a_broker_restart_mid_run_loses_nothing_and_applies_duplicates_once) {

@@ -145,6 +145,48 @@ BOOST_AUTO_TEST_CASE(a_subject_no_stream_captures_fails_only_its_message_for_goo
   BOOST_TEST(p.route(batch[1]) == "nats:" + elsewhere + ".x");
 }
 
+// Break-it finding: a subject no stream captures but a plain subscriber holds (a `nats sub` tap)
+// is never answered: no PubAck, and no "no responders". In doubt every time, it was deferred
+// forever, holding its aggregate back, and nothing reported it. The server confirmed the events
+// sent after it: its silence is its own, so it is charged (dead-lettered with one attempt) and
+// its aggregate's next event goes out.
+BOOST_AUTO_TEST_CASE(a_subject_only_a_plain_subscriber_holds_is_charged_not_deferred_forever) {
+  nats_fixture fx;
+  const std::string tapped = "tapped-" + outbox::make_uuid_v7().to_string();
+  nats_admin admin(nats_fixture::url());
+  natsSubscription* tap = nullptr;
+  BOOST_TEST_REQUIRE(natsConnection_SubscribeSync(&tap, admin.conn().handle(), tapped.c_str()) ==
+                     NATS_OK);
+  auto o = fx.publisher_options();
+  o.subject = [&](const outbox::message& m) {
+    return m.event_type == "tapped" ? tapped : fx.prefix() + "." + m.event_type;
+  };
+  outbox::nats::publisher pub(o);
+  outbox::test::sqlite_fixture db;
+  auto sql = db.open_session();
+  auto st = db.make_store(*sql);
+  {
+    outbox::writer w(*st);
+    ::soci::transaction tx(*sql);
+    for (const auto& [agg, type] : {std::pair{"1", "tapped"}, {"1", "order_paid"}, {"2", "x"}})
+      (void)w.enqueue(*sql, outbox::event{"order", agg, type, "{}", {}});
+    tx.commit();
+  }
+  outbox::relay r(*st, pub, {.publish_timeout = 1s},
+                  outbox::exponential_backoff{.initial = 1ms, .max_delay = 1ms, .max_attempts = 1});
+  BOOST_TEST(r.run_once() == 3u);
+  BOOST_TEST(r.stats().dead_lettered == 1u);
+  for (const auto until = in(10s);
+       r.stats().published < 2u && std::chrono::steady_clock::now() < until;)
+    if (r.run_once() == 0) std::this_thread::sleep_for(5ms);
+  BOOST_TEST(r.stats().published == 2u);  // aggregate 1's next event too
+  BOOST_TEST(nats_admin(nats_fixture::url()).stored(fx.stream().name) == 2u);
+  const auto dead = st->dead_letters(10);
+  BOOST_TEST_REQUIRE(dead.size() == 1u);
+  BOOST_TEST(dead.front().msg.event_type == "tapped");
+  natsSubscription_Destroy(tap);
+}
+
 BOOST_AUTO_TEST_CASE(what_nats_cannot_carry_fails_only_its_message_before_it_is_sent) {
   nats_fixture fx;
   auto big = sample("1");

@@ -340,9 +340,13 @@ class publisher {
         case AMQP_CONNECTION_CLOSE_METHOD: {
           ++answers_;
           const broker_close closed = *decode_close(frame.payload.method);
-          // A vanished exchange that this publisher declares comes back with the reconnect.
-          const errc cls =
-              closed.code == 404 && options_.declare_exchange ? errc::transient : closed.kind();
+          // A vanished exchange that this publisher declares comes back with the reconnect. A
+          // close about the node (320 CONNECTION_FORCED: closed by an operator, or shutting
+          // down; 506 RESOURCE_ERROR) says nothing of the messages: what has no outcome may have
+          // been routed, or was never written: in doubt. (A protocol error may be a message's.)
+          const errc cls = closed.code == 320 || closed.code == 506          ? errc::in_doubt
+                           : closed.code == 404 && options_.declare_exchange ? errc::transient
+                                                                             : closed.kind();
           lost(results, closed.describe(), cls);
           return false;
         }
