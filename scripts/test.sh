@@ -191,8 +191,10 @@ fi
 # --- 2b. the other two builds, in the background while build-ci's tests run ----------------
 # Those tests mostly wait (on servers, on faults and restarts), so the two cores are free for
 # compiling: the core-only build build-tsan (no database or broker library: the core's own
-# tests, which build-ci leaves out, under ThreadSanitizer; it replaced a plain core build of g++,
-# which cost about 300 CPU-s more and found nothing build-ci and build-tsan do not) and the
+# tests that run threads, which build-ci leaves out, under ThreadSanitizer, -Dcore_tests=threaded;
+# it replaced a plain core build of g++, which cost about 300 CPU-s more and found nothing
+# build-ci and build-tsan do not; the core's single-threaded tests, -Dcore_tests=single, build in
+# build-asan: each core test is compiled once, under the sanitizer that can fail it) and the
 # sanitizer build build-asan, one after the other, niced, each with its own log. -fno-sanitize=vptr: UBSan's vptr check needs the
 # typeinfo of SOCI's backend classes, which Debian's libsoci does not export (link error
 # "undefined typeinfo for soci::sqlite3_session_backend"). build-asan
@@ -240,7 +242,8 @@ set -m # the background job gets a process group of its own (finish ends it as a
     core_args=(-Dwerror=true -Dauto_features=disabled -Dtests=enabled -Dexamples=false -Dbench=false)
     if ((sanitize)); then
         core_env=(CC=clang-14 CXX=clang++-14)
-        core_args+=(--buildtype=debug -Db_sanitize=thread -Db_lundef=false -Dcpp_args=-gline-tables-only)
+        core_args+=(--buildtype=debug -Db_sanitize=thread -Db_lundef=false -Dcpp_args=-gline-tables-only
+            -Dcore_tests=threaded)
     else
         core_args+=(-Dtest_optimization=0 -Ddebug=false)
     fi
@@ -252,7 +255,7 @@ set -m # the background job gets a process group of its own (finish ends it as a
         rm -rf "$ASAN_DIR"
         CC=clang-14 CXX=clang++-14 nice -n 10 meson setup "$ASAN_DIR" -Dwerror=true \
             --buildtype=debug -De2e_pairs=with_memory -Dexamples=false \
-            -Dfault_pairs=each_once -Dauto_features=enabled \
+            -Dfault_pairs=each_once -Dauto_features=enabled -Dcore_tests=single \
             -Db_sanitize=address,undefined -Db_lundef=false \
             -Dcpp_args='-fno-sanitize=vptr -gline-tables-only' \
             -Dcpp_link_args=-fno-sanitize=vptr >"$ASAN_DIR.log" 2>&1 &&
