@@ -178,7 +178,7 @@ section "build $BUILD_DIR"
 # meson.build); the library runs at -O2 in the tools, the fault harness driving every adapter.
 # No debug information (-Ddebug=false): it was a quarter of each test's compile time, and the
 # sanitizer build, whose reports need it, has its own. The tests of the core alone (suite unit,
-# e2e_memory_memory) are left to the core-only build (-Dcore_tests=false): once, not twice. Every adapter is required
+# e2e_memory_memory) are left to the sanitizer builds (-Dcore_tests=false): once, not twice. Every adapter is required
 # (-Dauto_features=enabled): a library missing from its debian-packages is a configure error
 # naming it, not an adapter left out with its tests while the run stays green.
 if ! build "$BUILD_DIR" -Doptimization=2 -Ddebug=false -Dbench=true -Dauto_features=enabled \

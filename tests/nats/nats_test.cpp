@@ -147,10 +147,10 @@ BOOST_AUTO_TEST_CASE(a_subject_no_stream_captures_fails_only_its_message_for_goo
 
 // Break-it finding: a subject no stream captures but a plain subscriber holds (a `nats sub` tap)
 // is never answered: no PubAck, and no "no responders". In doubt every time, it was deferred
-// forever, holding its aggregate back, and nothing reported it. The server confirmed the events
-// sent after it: its silence is its own, so it is charged (dead-lettered with one attempt) and
-// its aggregate's next event goes out.
-BOOST_AUTO_TEST_CASE(a_subject_only_a_plain_subscriber_holds_is_charged_not_deferred_forever) {
+// forever, holding its aggregate back, each batch with it waiting the whole publish timeout,
+// and nothing reported it. The publisher asks whether a stream captures the subject: none, it
+// fails for good (a dead letter), and its aggregate's next event goes out.
+BOOST_AUTO_TEST_CASE(a_subject_only_a_plain_subscriber_holds_fails_for_good) {
   nats_fixture fx;
   const std::string tapped = "tapped-" + outbox::make_uuid_v7().to_string();
   nats_admin admin(nats_fixture::url());
@@ -173,7 +173,7 @@ BOOST_AUTO_TEST_CASE(a_subject_only_a_plain_subscriber_holds_is_charged_not_defe
     tx.commit();
   }
   outbox::relay r(*st, pub, {.publish_timeout = 1s},
-                  outbox::exponential_backoff{.initial = 1ms, .max_delay = 1ms, .max_attempts = 1});
+                  outbox::exponential_backoff{.initial = 1ms, .max_delay = 1ms, .max_attempts = 5});
   BOOST_TEST(r.run_once() == 3u);
   BOOST_TEST(r.stats().dead_lettered == 1u);
   for (const auto until = in(10s);
@@ -184,6 +184,8 @@ BOOST_AUTO_TEST_CASE(a_subject_only_a_plain_subscriber_holds_is_charged_not_defe
   const auto dead = st->dead_letters(10);
   BOOST_TEST_REQUIRE(dead.size() == 1u);
   BOOST_TEST(dead.front().msg.event_type == "tapped");
+  BOOST_TEST(dead.front().last_error.find("no JetStream stream captures") != std::string::npos,
+             dead.front().last_error);
   natsSubscription_Destroy(tap);
 }
 

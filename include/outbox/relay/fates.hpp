@@ -44,12 +44,10 @@ std::size_t set_aside_spent(std::vector<message>& msgs, std::span<settlement> fa
 /// Decides the fate of each message of `wave` from the transport's `results` (matched by id, in
 /// any order; a message without one had no confirm before the deadline): a confirm, or the
 /// broker's `duplicate`, is published; `in_doubt` (sent, or not sent, and no answer from the
-/// broker: it may have it) after the wave's last confirm is deferred to `now` plus the policy's
-/// delay with its attempt given back, never dead-lettered (the broker went silent); before it, it
-/// is a `transient` failure (the broker answered later messages: the silence is this one's);
-/// `permanent`, or a spent retry policy, is dead; anything else is retried at `now` plus the
-/// policy's delay. `fates` has the wave's indexes. Each failed or deferred message's aggregate
-/// joins `failed_aggregates` (when given).
+/// broker: it may have it) is deferred to `now` plus the policy's delay with its attempt given
+/// back, never dead-lettered; `permanent`, or a spent retry policy, is dead; anything else is
+/// retried at `now` plus the policy's delay. `fates` has the wave's indexes. Each failed or
+/// deferred message's aggregate joins `failed_aggregates` (when given).
 /// @throws outbox::error `misconfigured` when the transport reports a configuration error:
 ///         retrying cannot help, and dead-lettering would empty the outbox for nothing.
 template <concepts::retry_policy Retry>
@@ -71,37 +69,24 @@ void decide(std::span<const message> wave, std::span<const publish_result> resul
       if (it != index.end() && by_pos[it->second] == nullptr) by_pos[it->second] = &r;
     }
   }
-  const auto confirmed = [&](std::size_t i) {
-    const publish_result* r = in_order ? &results[i] : by_pos[i];
-    return r != nullptr && (r->confirmed || r->error_class == errc::duplicate);
-  };
-  std::size_t answered_after = 0;  // past the last confirm (the wave is sent in its order)
-  for (std::size_t i = wave.size(); i > 0; --i)
-    if (confirmed(i - 1)) {
-      answered_after = i;
-      break;
-    }
   for (std::size_t i = 0; i < wave.size(); ++i) {
     settlement& fate = fates[i];
     const publish_result* r = in_order ? &results[i] : by_pos[i];
-    if (confirmed(i)) {
+    if (r != nullptr && (r->confirmed || r->error_class == errc::duplicate)) {
       fate.what = settlement::kind::published;
       continue;
     }
-    errc cls = r ? r->error_class : errc::transient;
-    if (cls == errc::in_doubt && i < answered_after) cls = errc::transient;
+    const errc cls = r ? r->error_class : errc::transient;
     if (cls == errc::misconfigured)
       throw error(errc::misconfigured, "core", {},
                   "the transport reports a configuration error: " + (r ? r->error : ""));
     fate.error = r ? sanitize_text(r->error) : "no confirm before the publish timeout";
-    if (r && r->error_class == errc::in_doubt && cls == errc::transient)
-      fate.error += " (later messages of the call were confirmed)";
     const int attempt = wave[i].attempts;
     if (cls == errc::in_doubt) {
-      // The broker's silence, not this message's failure: charged, a broker that froze mid-batch
-      // would dead-letter events it stored. The row keeps its last error, else gets this one.
-      // (One the broker answered around is charged: a message it never answers, a subject a
-      // plain subscriber holds on NATS, is dead-lettered in the end, not deferred forever.)
+      // The broker's silence, not this message's failure, is not charged: a broker that froze
+      // mid-batch would dead-letter events it stored. The row keeps its last error, else gets
+      // this one. (Brokers answer out of send order, so the silence cannot be blamed on the
+      // message from the other answers: a transport that can tell reports its own class.)
       fate.what = settlement::kind::release;
       fate.retry_at = now + retry.delay(attempt, rng);
     } else if (cls == errc::permanent || retry.exhausted(attempt)) {

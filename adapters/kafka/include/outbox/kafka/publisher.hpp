@@ -185,7 +185,8 @@ class publisher {
   /// one or `until` passes. Messages of one aggregate are produced one after another: the next
   /// only once the one before it was confirmed, so a failure (too large, timed out) never lets
   /// a later event of its aggregate overtake it; after a failure the rest of its aggregate in
-  /// `batch` is held back (`transient`, not produced). Other aggregates go out pipelined. (The
+  /// `batch` is held back (not produced: `in_doubt` behind one without a report, else
+  /// `transient`). Other aggregates go out pipelined. (The
   /// relay hands over at most one event per aggregate per call anyway.)
   ///
   /// Results: confirmed by a report without an error; `permanent` for a message that cannot be

@@ -92,9 +92,10 @@ struct ack_state {
 /// `until` for the PubAcks: a PubAck = confirmed (a duplicate within the stream's duplicate
 /// window too: the stream holds the event already); a JetStream error for the message (a stream
 /// at its limits with discard=new, a message over the stream's max_msg_size) = its `permanent`
-/// failure; no stream capturing the subject (no responders, and JetStream lists none for it) =
-/// `permanent`; no PubAck by `until`, or a lost connection (sent or not), = `in_doubt` (the
-/// relay defers it without counting an attempt: the stream may have it); no answer at all,
+/// failure; no stream capturing the subject (no responders, or no PubAck by `until`, and
+/// JetStream lists none for it: a plain subscriber took it) = `permanent`; no PubAck by
+/// `until`, or a lost connection (sent or not), = `in_doubt` (the relay defers it without
+/// counting an attempt: the stream may have it); no answer at all,
 /// PubAck or refusal, for anything sent: `publish` throws `transient` (a server away, frozen or
 /// behind a half-open connection: the relay counts no attempt). A message that
 /// cannot be sent (a bad subject or header, over the server's max_payload: `unsendable`) is its
@@ -230,11 +231,13 @@ class publisher {
                       " messages sent by the deadline: " + conn_->where() +
                       " is not answering; nothing confirmed");
     std::vector<std::size_t> no_responders;
+    captured_.clear();
+    asking_ = true;
     for (std::size_t i = 0; i < batch.size(); ++i) {
       if (sent_[i] == sent_state::sent && all_answered)
         results[i].confirmed = true;
       else if (sent_[i] == sent_state::sent || sent_[i] == sent_state::unacked)
-        results[i] = {batch[i].id, false, errc::in_doubt, "no PubAck by the deadline"};
+        results[i] = unanswered(batch[i].id, subjects_[i]);
     }
     for (auto& r : refused) {
       publish_result& out = results[r.index];
@@ -377,26 +380,44 @@ class publisher {
   /// JetStream is not there: `transient`. One question per subject.
   void settle_no_responders(std::vector<publish_result>& results,
                             const std::vector<std::size_t>& which) {
-    std::unordered_map<std::string, bool> captured;  // subject -> a stream captures it
     for (const std::size_t i : which) {
       const std::string& subject = subjects_[i];
-      auto it = captured.find(subject);
-      if (it == captured.end()) {
-        jsOptions o;
-        jsOptions_Init(&o);
-        o.Stream.Info.SubjectsFilter = subject.c_str();
-        jsStreamNamesList* names = nullptr;
-        jsErrCode code = static_cast<jsErrCode>(0);
-        const natsStatus s = js_StreamNames(&names, js_.get(), &o, &code);
-        if (names != nullptr) jsStreamNamesList_Destroy(names);
-        it = captured.emplace(subject, s != NATS_NOT_FOUND).first;
-      }
+      const bool stream = captured(subject, std::chrono::seconds(5));
       publish_result& r = results[i];
-      r.error_class = it->second ? errc::transient : errc::permanent;
-      r.error = it->second ? "no answer from the stream of subject " + subject +
-                                 " (JetStream starting or recovering?)"
-                           : "no JetStream stream captures the subject " + subject;
+      r.error_class = stream ? errc::transient : errc::permanent;
+      r.error = stream ? "no answer from the stream of subject " + subject +
+                             " (JetStream starting or recovering?)"
+                       : "no JetStream stream captures the subject " + subject;
     }
+  }
+
+  /// A message sent without a PubAck by the deadline: in doubt (the stream may have it), unless
+  /// no stream captures its subject: then a plain NATS subscriber took it (no "no responders"),
+  /// and no PubAck will ever come: `permanent`, not deferred again and again.
+  publish_result unanswered(const uuid& id, const std::string& subject) {
+    if (captured(subject, std::chrono::seconds(1)))
+      return {id, false, errc::in_doubt, "no PubAck by the deadline"};
+    return {id, false, errc::permanent,
+            "no PubAck, and no JetStream stream captures the subject " + subject +
+                " (a plain NATS subscriber holds it?)"};
+  }
+
+  /// Whether a stream captures `subject`, asked once per call (`captured_`); a server that does
+  /// not say within `wait` counts as capturing it (silence fails nothing for good), and is not
+  /// asked again in the call (`asking_`): a frozen server costs one wait, not one per subject.
+  bool captured(const std::string& subject, std::chrono::milliseconds wait) {
+    if (const auto it = captured_.find(subject); it != captured_.end()) return it->second;
+    if (!asking_) return true;
+    jsOptions o;
+    jsOptions_Init(&o);
+    o.Wait = wait.count();
+    o.Stream.Info.SubjectsFilter = subject.c_str();
+    jsStreamNamesList* names = nullptr;
+    jsErrCode code = static_cast<jsErrCode>(0);
+    const natsStatus s = js_StreamNames(&names, js_.get(), &o, &code);
+    if (names != nullptr) jsStreamNamesList_Destroy(names);
+    if (s != NATS_OK && s != NATS_NOT_FOUND) asking_ = false;
+    return captured_.emplace(subject, s != NATS_NOT_FOUND).first->second;
   }
 
   /// No error callback runs after it (libnats may call a subscription's handler once more after
@@ -440,7 +461,9 @@ class publisher {
   std::vector<std::string> subjects_;                // of the batch in flight; empty: not sent
   std::vector<std::pair<uuid, std::size_t>> by_id_;  // of the batch in flight (`index_batch`)
   enum class sent_state : std::uint8_t { not_sent, twin, sent, refused, unacked };
-  std::vector<sent_state> sent_;  // of the batch in flight
+  std::vector<sent_state> sent_;                    // of the batch in flight
+  std::unordered_map<std::string, bool> captured_;  // subject -> a stream captures it (one call)
+  bool asking_ = true;  // the server answered the call's stream questions so far
 };
 
 static_assert(concepts::routing_transport<publisher>);
