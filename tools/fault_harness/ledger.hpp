@@ -49,6 +49,12 @@ struct ledger {
   }
 };
 
+/// A business row `b` whose event was neither applied nor dead-lettered (a WHERE condition).
+inline constexpr const char* lost_event =
+    "NOT EXISTS (SELECT 1 FROM harness_effect f WHERE f.event_id = b.event_id) AND "
+    "NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = b.event_id AND o.state = 2) AND "
+    "NOT EXISTS (SELECT 1 FROM outbox_inbox_dead d WHERE d.event_id = b.event_id)";
+
 inline ledger read_ledger(soci::session& sql) {
   ledger l;
   l.committed = scalar(sql, "SELECT count(*) FROM harness_business");
@@ -89,12 +95,7 @@ inline ledger read_ledger(soci::session& sql) {
       "o.state = 2)) OR "
       "(x.place = 'inbox' AND EXISTS (SELECT 1 FROM outbox_inbox_dead d WHERE d.event_id = "
       "x.event_id)))");
-  l.lost = scalar(sql,
-                  "SELECT count(*) FROM harness_business b WHERE "
-                  "NOT EXISTS (SELECT 1 FROM harness_effect f WHERE f.event_id = b.event_id) AND "
-                  "NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = b.event_id AND "
-                  "o.state = 2) AND "
-                  "NOT EXISTS (SELECT 1 FROM outbox_inbox_dead d WHERE d.event_id = b.event_id)");
+  l.lost = scalar(sql, std::string("SELECT count(*) FROM harness_business b WHERE ") + lost_event);
   l.pending = scalar(sql, "SELECT count(*) FROM outbox WHERE state = 0");
   l.writer_gaps = scalar(sql,
                          "SELECT count(*) FROM (SELECT aggregate FROM harness_business GROUP BY "
@@ -120,6 +121,43 @@ inline ledger read_ledger(soci::session& sql) {
     seqs.resize(1000);
   }
   return l;
+}
+
+/// For lost events, where they stopped: their outbox state (a pending row was never settled; a
+/// published one had the broker's confirm; none: a tailing relay deletes what it published),
+/// whether the inbox holds a record without the effect or a consumer absorbed a copy, and per
+/// aggregate which sequence numbers (a tail: the consumers stopped; scattered: a hole).
+inline void explain_lost(soci::session& sql) {
+  const std::string lost = std::string("FROM harness_business b WHERE ") + lost_event;
+  const auto count = [&](const char* also) {
+    return scalar(sql, "SELECT count(*) " + lost + also);
+  };
+  std::cout << "lost: outbox pending "
+            << count(
+                   " AND EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = b.event_id AND "
+                   "o.state = 0)")
+            << ", published "
+            << count(
+                   " AND EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = b.event_id AND "
+                   "o.state = 1)")
+            << ", no row "
+            << count(" AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = b.event_id)")
+            << "; inbox record without effect "
+            << count(" AND EXISTS (SELECT 1 FROM outbox_inbox i WHERE i.event_id = b.event_id)")
+            << "; a copy absorbed "
+            << count(" AND EXISTS (SELECT 1 FROM harness_seen s WHERE s.event_id = b.event_id)")
+            << '\n';
+  std::vector<std::string> aggs(32);
+  std::vector<long long> lo(32), hi(32), n(32), last(32);
+  sql << "SELECT b.aggregate, min(b.seq), max(b.seq), count(*), (SELECT max(c.seq) FROM "
+         "harness_business c WHERE c.aggregate = b.aggregate) " +
+             lost + " GROUP BY b.aggregate ORDER BY b.aggregate",
+      soci::into(aggs), soci::into(lo), soci::into(hi), soci::into(n), soci::into(last);
+  std::cout << "lost by aggregate (seq first-last, count, of):";
+  for (std::size_t i = 0; i < aggs.size(); ++i)
+    std::cout << ' ' << aggs[i] << ' ' << lo[i] << '-' << hi[i] << " (" << n[i] << " of " << last[i]
+              << ')';
+  std::cout << '\n';
 }
 
 /// For an effect applied twice, what a reader needs to tell a late duplicate (one that came

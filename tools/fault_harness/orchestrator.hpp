@@ -303,12 +303,12 @@ class orchestrator {
     // When the confirm is the consumer's ack that is a short while; when it is the broker's,
     // "settled" comes before "applied", and the consumer may still be working through the
     // queue after a restart: longer (still bounded by the drain bound).
-    const auto quiet_bound = T::confirm_is_applied ? 3s : 15s;
     const long long moved = l.applied + l.applied_twice + l.dead;
     if (moved != quiet_count_) {
       quiet_count_ = moved;
       quiet_since_ = steady::now();
     } else if (steady::now() - quiet_since_ > quiet_bound) {
+      quiet_end_ = true;
       return true;
     }
     return false;
@@ -344,6 +344,23 @@ class orchestrator {
     if (writer_ > 0) {
       ::kill(writer_, SIGTERM);
       reap(writer_, 10s);
+    }
+  }
+
+  /// What tells a hole from a stall for lost events: the outbox and inbox (explain_lost), how
+  /// the drain ended, and what the broker still holds for the consumers (its parts stopped).
+  void explain_lost_end(soci::session& sql) {
+    explain_lost(sql);
+    if (quiet_end_)
+      std::cout << "lost: the drain ended on quiet (nothing applied for " << quiet_bound.count()
+                << " s, nothing pending)\n";
+    if constexpr (requires { T::backlog(a_); }) {
+      try {
+        std::cout << "lost: the broker still holds " << T::backlog(a_)
+                  << " messages for the consumers\n";
+      } catch (const std::exception& e) {
+        std::cout << "lost: the broker's backlog could not be read: " << e.what() << '\n';
+      }
     }
   }
 
@@ -385,6 +402,7 @@ class orchestrator {
     print_ledger(l, c.dups, c.storm_copies, c.redelivered);
     if (l.applied_twice > 0) explain_applied_twice(sql);
     if (l.order_violations > 0) explain_order_violations(sql);
+    if (l.lost > 0) explain_lost_end(sql);
     print_table(a, l, c, run_s);
 
     const std::string& failure = run_.failure;
@@ -453,6 +471,9 @@ class orchestrator {
   long long quiet_count_ = -1;        ///< drained(): what had moved when last looked ...
   steady::time_point quiet_since_{};  ///< ... and since when it has not.
   std::optional<steady::time_point> drained_at_;
+  bool quiet_end_ = false;  ///< drained(): it ended on quiet, not everything applied.
+  /// How long nothing may move, everything settled, before the drain ends (drained()).
+  static constexpr std::chrono::seconds quiet_bound{T::confirm_is_applied ? 3 : 15};
 };
 
 }  // namespace fault_harness

@@ -46,6 +46,16 @@ struct amqp_kind {
                                    .exchange = exchange(a),
                                    .prefetch = 1});
   }
+  /// Messages ready in the run's queue (a passive queue.declare), for a run that lost events.
+  static long long backlog(const args& a) {
+    outbox::amqp::connection conn(outbox::amqp::connection_options{.url = a.address(server_flag)});
+    conn.ensure();
+    const auto* ok =
+        amqp_queue_declare(conn.state(), outbox::amqp::connection::channel,
+                           outbox::amqp::bytes(queue(a)), 1, 0, 0, 0, amqp_empty_table);
+    conn.check(amqp_get_rpc_reply(conn.state()), "queue.declare (passive)");
+    return ok != nullptr ? ok->message_count : -1;
+  }
   /// Deletes the run's queue and exchange (best effort: the caller reports a failure).
   static void drop(const args& a) {
     outbox::amqp::connection conn(outbox::amqp::connection_options{.url = a.address(server_flag)});
