@@ -76,6 +76,10 @@ class harness_receiver {
     if (!ack_early_) inner_->ack(d);
   }
   void nack(const outbox::delivery& d, bool requeue) { inner_->nack(d, requeue); }
+  /// The transport's window (AMQP prefetch): without it, the consumer would hold back a
+  /// delivery the transport needs acked before it hands out the one it waits for.
+  [[nodiscard]] std::size_t max_held() const requires requires(const Inner& r) { r.max_held(); }
+  { return inner_->max_held(); }
   [[nodiscard]] bool last_was_copy() const { return inner_->last_was_copy(); }
   /// The last delivery's event id and its place on the wire ("" when the transport has none).
   [[nodiscard]] const std::string& last_id() const { return last_id_; }

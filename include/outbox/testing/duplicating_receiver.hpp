@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -19,8 +20,11 @@ namespace outbox::testing {
 /// Wraps `Inner` (a `concepts::receiver`) and keeps its last `keep` deliveries. After
 /// `storm(rounds)`, the next `receive` calls hand out copies of them, `rounds` times each in the
 /// order they came, before any new delivery. A copy is the delivery as it came (same message,
-/// marked `redelivered`) with a tag of its own (from `copy_tags` up); its ack and nack go nowhere,
-/// since the transport owes nothing for it.
+/// marked `redelivered`) with a tag of its own (from `copy_tags` up); its ack goes nowhere, since
+/// the transport owes nothing for it, and a nack with requeue hands it out again next, as a
+/// broker redelivers what is requeued (a consumer holds its aggregate back until it comes). The
+/// inner receiver's `max_held()`, when it has one, is this one's: a consumer holds back fewer
+/// deliveries than the transport hands out unacknowledged.
 ///
 /// Threading: as `Inner` (one consumer thread); `storm` may be called from any thread (or a
 /// signal handler: it only stores to a lock-free atomic).
@@ -64,9 +68,20 @@ class duplicating_receiver {
   void ack(const delivery& d) {
     if (!is_copy(d)) inner_->ack(d);
   }
-  /// Nacks `d` on the inner receiver, unless it is a copy.
+  /// Nacks `d` on the inner receiver; a copy nacked with requeue is handed out again next.
   void nack(const delivery& d, bool requeue) {
-    if (!is_copy(d)) inner_->nack(d, requeue);
+    if (!is_copy(d))
+      inner_->nack(d, requeue);
+    else if (requeue)
+      queue_.push_front(d);
+  }
+  /// The inner receiver's: how many deliveries it hands out unacknowledged at most.
+  [[nodiscard]] std::size_t max_held() const
+    requires requires(const Inner& r) {
+      { r.max_held() } -> std::convertible_to<std::size_t>;
+    }
+  {
+    return inner_->max_held();
   }
 
   /// True when `d` is a copy this wrapper handed out (its tag is at least `copy_tags`).

@@ -2,6 +2,8 @@
 // predecessor stamps: a run in one call on a transport that does not keep order.
 #include <boost/test/unit_test.hpp>
 
+#include <outbox/testing/duplicating_receiver.hpp>
+
 #include "common.hpp"
 
 // ---- predecessor stamps: a run in one call on a transport that does not keep order -------------
@@ -410,6 +412,85 @@ BOOST_AUTO_TEST_CASE(stopping_gives_held_deliveries_back) {
   BOOST_TEST(broker.unacked() == 0u);
   BOOST_TEST(broker.queued() == 1u);
   BOOST_TEST(c.applied.empty());
+}
+
+/// A receiver that hands out one delivery at a time (AMQP with prefetch 1): nothing while one is
+/// out unacknowledged; a nack with requeue puts it back at the head.
+struct one_at_a_time {
+  outbox::testing::memory_transport* inner;
+  std::optional<outbox::delivery> receive(std::chrono::milliseconds timeout) {
+    if (inner->unacked() == 0) return inner->receive(timeout);
+    std::this_thread::sleep_for(timeout);
+    return std::nullopt;
+  }
+  void ack(const outbox::delivery& d) { inner->ack(d); }
+  void nack(const outbox::delivery& d, bool requeue) { inner->nack(d, requeue); }
+  [[nodiscard]] std::size_t max_held() const { return 1; }
+};
+using storming_consumer =
+    outbox::consumer<memory_store<>, outbox::testing::duplicating_receiver<one_at_a_time>>;
+
+// Behind a wrapper (the duplicate storm), a consumer still sees the transport's window: a
+// stamped delivery whose predecessor is missing is applied at once (out of order), not held
+// where holding it leaves the transport nothing to hand out. (The fault harness's wrapper hid
+// the window: the consumer held one, and AMQP with prefetch 1 stalled for predecessor_wait.)
+BOOST_AUTO_TEST_CASE(a_wrapped_receiver_of_one_delivery_at_a_time_holds_nothing_back) {
+  memory_database db;
+  outbox::testing::memory_transport broker;
+  one_at_a_time window{&broker};
+  outbox::testing::duplicating_receiver storming(window);
+  BOOST_TEST(storming.max_held() == 1u);
+  const auto x1 = stamped("x", std::nullopt);
+  const auto x2 = stamped("x", x1.id);
+  memory_session sql(db);
+  memory_store store(sql);
+  std::vector<outbox::uuid> applied;
+  storming_consumer c(
+      store, storming, [&](memory_session&, const outbox::message& m) { applied.push_back(m.id); },
+      {.name = "billing", .poll_timeout = 10ms});
+  put_on_wire(broker, x2);
+  put_on_wire(broker, x1);
+  BOOST_TEST((c.poll_once() == storming_consumer::outcome::applied));
+  BOOST_TEST((c.poll_once() == storming_consumer::outcome::applied));
+  BOOST_TEST((applied == std::vector<outbox::uuid>{x2.id, x1.id}));
+  BOOST_TEST(c.stats().out_of_order == 1u);
+  BOOST_TEST(c.held() == 0u);
+  BOOST_TEST(broker.unacked() == 0u);
+}
+
+// A storm's copy whose inbox transaction fails (the database away) goes back for a retry and
+// holds its aggregate back; the copy comes again, as a broker redelivers what is requeued, and
+// the aggregate goes on at once, in order.
+BOOST_AUTO_TEST_CASE(a_storm_copy_that_fails_comes_again_and_its_aggregate_goes_on) {
+  memory_database db;
+  outbox::testing::memory_transport broker;
+  one_at_a_time window{&broker};
+  outbox::testing::duplicating_receiver storming(window);
+  const auto x1 = stamped("x", std::nullopt);
+  const auto x2 = stamped("x", std::nullopt);
+  memory_session sql(db);
+  memory_store store(sql);
+  std::vector<outbox::uuid> applied;
+  storming_consumer c(
+      store, storming, [&](memory_session&, const outbox::message& m) { applied.push_back(m.id); },
+      {.name = "billing", .poll_timeout = 10ms},
+      outbox::exponential_backoff{.initial = 1ms, .max_delay = 1ms, .max_attempts = 3});
+  using outcome = storming_consumer::outcome;
+  put_on_wire(broker, x1);
+  BOOST_TEST((c.poll_once() == outcome::applied));
+  put_on_wire(broker, x2);
+  storming.storm(1);
+  db.fail_next(1, outbox::errc::transient, outbox::testing::memory_operation::record_delivery);
+  BOOST_TEST((c.poll_once() == outcome::retrying));  // the copy of x1: the database away
+  BOOST_TEST(storming.last_was_copy());
+  BOOST_TEST((c.poll_once() == outcome::duplicate));  // the copy again
+  BOOST_TEST(storming.last_was_copy());
+  BOOST_TEST((c.poll_once() == outcome::applied));  // x2, nothing left to wait for
+  BOOST_TEST((applied == std::vector<outbox::uuid>{x1.id, x2.id}));
+  BOOST_TEST(c.stats().deferred == 0u);
+  BOOST_TEST(c.stats().out_of_order == 0u);
+  BOOST_TEST(c.held() == 0u);
+  BOOST_TEST(broker.unacked() == 0u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
