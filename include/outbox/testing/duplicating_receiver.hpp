@@ -76,13 +76,10 @@ class duplicating_receiver {
       queue_.push_front(d);
   }
   /// The inner receiver's: how many deliveries it hands out unacknowledged at most.
-  [[nodiscard]] std::size_t max_held() const
-    requires requires(const Inner& r) {
-      { r.max_held() } -> std::convertible_to<std::size_t>;
-    }
-  {
-    return inner_->max_held();
+  [[nodiscard]] std::size_t max_held() const requires requires(const Inner& r) {
+    { r.max_held() } -> std::convertible_to<std::size_t>;
   }
+  { return inner_->max_held(); }
 
   /// True when `d` is a copy this wrapper handed out (its tag is at least `copy_tags`).
   [[nodiscard]] static bool is_copy(const delivery& d) noexcept { return d.tag >= copy_tags; }

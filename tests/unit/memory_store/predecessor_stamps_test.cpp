@@ -445,9 +445,9 @@ BOOST_AUTO_TEST_CASE(a_wrapped_receiver_of_one_delivery_at_a_time_holds_nothing_
   memory_session sql(db);
   memory_store store(sql);
   std::vector<outbox::uuid> applied;
-  storming_consumer c(
-      store, storming, [&](memory_session&, const outbox::message& m) { applied.push_back(m.id); },
-      {.name = "billing", .poll_timeout = 10ms});
+  storming_consumer c(store, storming,
+                      [&](memory_session&, const outbox::message& m) { applied.push_back(m.id); },
+                      {.name = "billing", .poll_timeout = 10ms});
   put_on_wire(broker, x2);
   put_on_wire(broker, x1);
   BOOST_TEST((c.poll_once() == storming_consumer::outcome::applied));
