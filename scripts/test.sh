@@ -5,7 +5,7 @@
 #  1. installs the build packages and the servers (apt-get, only what is missing);
 #  2. starts throwaway PostgreSQL, MariaDB, RabbitMQ and NATS servers (scripts/services.sh), two
 #     sets of them on different ports (OUTBOX_CI_SERVER_SETS=1: one), while the project
-#     builds, in build-ci (-Dwerror=true, debugoptimized, with the benchmarks and the consumer
+#     builds, in build-ci (clang 14, -Dwerror=true, the tools at -O2, with the benchmarks and the consumer
 #     projects of tests/consumers/, installed into build-ci/prefix);
 #  3. runs the tests with OUTBOX_REQUIRE_SERVICES=1, so a test whose server is missing fails
 #     instead of skipping;
@@ -33,8 +33,8 @@ export TERM=${TERM:-dumb}
 export PYTHONDONTWRITEBYTECODE=1
 export PYTHONUNBUFFERED=1
 export NINJA_STATUS=${NINJA_STATUS:-"[%f/%t %es] "}
-# Meson picks ccache up by itself when it is installed; the cache survives between CI runs
-# on the same machine.
+# ccache: the cache survives between CI runs on the same machine. Meson looks for it only when CC
+# and CXX are unset; the builds here name their compiler (clang 14), so they name it too.
 export CCACHE_DIR=${CCACHE_DIR:-${HOME:-/root}/.cache/ccache}
 export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-2G}
 export BOOST_TEST_COLOR_OUTPUT=${BOOST_TEST_COLOR_OUTPUT:-no}
@@ -162,12 +162,16 @@ if [[ ${OUTBOX_CI_SERVER_SETS:-2} == 2 ]]; then
     svc2_job=$!
 fi
 
-# Configures a fresh build directory and builds it. Usage: build DIR [meson options...]
+# The compiler of the clang 14 builds (through ccache when there is one).
+clang_env=(CC=clang-14 CXX=clang++-14)
+command -v ccache >/dev/null && clang_env=("CC=ccache clang-14" "CXX=ccache clang++-14")
+
+# Configures a fresh build directory with clang 14 and builds it. Usage: build DIR [meson options...]
 build() {
     local dir=$1
     shift
     rm -rf "$dir"
-    meson setup "$dir" -Dwerror=true "$@" && ninja -C "$dir"
+    env "${clang_env[@]}" meson setup "$dir" -Dwerror=true "$@" && ninja -C "$dir"
 }
 
 section "build $BUILD_DIR"
@@ -184,7 +188,7 @@ section "build $BUILD_DIR"
 # clang 14: it compiled this build in half g++ 12's CPU time (the -O0 tests 2.2 times faster,
 # the -O2 tools 1.2), and CI is bound by the two cores. g++ 12 compiles the outbox command, with
 # every adapter, in the test debian_packages (with -Werror: meson.build).
-if ! CC=clang-14 CXX=clang++-14 build "$BUILD_DIR" -Doptimization=2 -Ddebug=false -Dbench=true -Dauto_features=enabled \
+if ! build "$BUILD_DIR" -Doptimization=2 -Ddebug=false -Dbench=true -Dauto_features=enabled \
     -Dconsumer_tests=true -Dpackage_tests=true -Dtest_optimization=0 -Dcore_tests=false \
     --prefix="$PWD/$BUILD_DIR/prefix"; then
     echo "error: the build in $BUILD_DIR failed" >&2
@@ -196,7 +200,7 @@ fi
 # compiling: the core-only build build-tsan (no database or broker library: the core's own
 # tests that run threads, which build-ci leaves out, under ThreadSanitizer, -Dcore_tests=threaded;
 # it replaced a plain core build of g++, which cost about 300 CPU-s more and found nothing
-# build-ci and build-tsan do not; the core's single-threaded tests, -Dcore_tests=single, build in
+# the g++ build-ci of then and build-tsan did not; the core's single-threaded tests, -Dcore_tests=single, build in
 # build-asan: each core test is compiled once, under the sanitizer that can fail it) and the
 # sanitizer build build-asan, one after the other, niced, each with its own log. -fno-sanitize=vptr: UBSan's vptr check needs the
 # typeinfo of SOCI's backend classes, which Debian's libsoci does not export (link error
@@ -237,13 +241,14 @@ set -m # the background job gets a process group of its own (finish ends it as a
     # The core alone (no database or broker library: suite unit, e2e_memory_memory and
     # clang-tidy over the core), from $core_source. Under ThreadSanitizer (the relay's pipeline
     # worker, the consumer's threads in the memory store's tests) with clang 14, line tables for
-    # the reports; with OUTBOX_CI_SANITIZE=0, plain, with g++ 12 and build-ci's flags.
+    # the reports; with OUTBOX_CI_SANITIZE=0, plain, with the default c++ (g++ 12 on Debian),
+    # its tests at -O0 as in build-ci.
     rm -rf "$CORE_DIR"
     echo "$CORE_DIR: from the source in $core_source" >"$CORE_DIR.log"
     core_env=()
     core_args=(-Dwerror=true -Dauto_features=disabled -Dtests=enabled -Dexamples=false -Dbench=false)
     if ((sanitize)); then
-        core_env=(CC=clang-14 CXX=clang++-14)
+        core_env=("${clang_env[@]}")
         core_args+=(--buildtype=debug -Db_sanitize=thread -Db_lundef=false -Dcpp_args=-gline-tables-only
             -Dcore_tests=threaded)
     else
@@ -255,7 +260,7 @@ set -m # the background job gets a process group of its own (finish ends it as a
     echo $? >"$CORE_DIR.rc.part" && mv "$CORE_DIR.rc.part" "$CORE_DIR.rc" # whole, once seen
     if ((sanitize)); then
         rm -rf "$ASAN_DIR"
-        CC=clang-14 CXX=clang++-14 nice -n 10 meson setup "$ASAN_DIR" -Dwerror=true \
+        env "${clang_env[@]}" nice -n 10 meson setup "$ASAN_DIR" -Dwerror=true \
             --buildtype=debug -De2e_pairs=with_memory -Dexamples=false \
             -Dfault_pairs=each_once -Dauto_features=enabled -Dcore_tests=single \
             -Db_sanitize=address,undefined -Db_lundef=false \

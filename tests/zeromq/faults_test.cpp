@@ -33,6 +33,7 @@ struct dying_receiver {
     net->restart_receiver();  // the old socket closes with the ack unsent; a new process starts
   }
   void nack(const outbox::delivery& d, bool requeue) { net->receiver().nack(d, requeue); }
+  [[nodiscard]] std::size_t max_held() const { return net->receiver().max_held(); }  // its window
 };
 static_assert(outbox::concepts::receiver<dying_receiver>);
 static_assert(!outbox::concepts::receiver<outbox::zeromq::publisher>);  // publishes only

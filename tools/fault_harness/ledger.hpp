@@ -144,7 +144,7 @@ inline void explain_lost(soci::session& sql) {
             << count(" AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = b.event_id)")
             << "; inbox record without effect "
             << count(" AND EXISTS (SELECT 1 FROM outbox_inbox i WHERE i.event_id = b.event_id)")
-            << "; a copy absorbed "
+            << "; a copy absorbed at its wire position (Kafka) "
             << count(" AND EXISTS (SELECT 1 FROM harness_seen s WHERE s.event_id = b.event_id)")
             << '\n';
   std::vector<std::string> aggs(32);
@@ -153,7 +153,8 @@ inline void explain_lost(soci::session& sql) {
          "harness_business c WHERE c.aggregate = b.aggregate) " +
              lost + " GROUP BY b.aggregate ORDER BY b.aggregate",
       soci::into(aggs), soci::into(lo), soci::into(hi), soci::into(n), soci::into(last);
-  std::cout << "lost by aggregate (seq first-last, count, of):";
+  std::cout << "lost by aggregate (seq first-last, count, of"
+            << (aggs.size() == 32 ? "; the first 32 aggregates" : "") << "):";
   for (std::size_t i = 0; i < aggs.size(); ++i)
     std::cout << ' ' << aggs[i] << ' ' << lo[i] << '-' << hi[i] << " (" << n[i] << " of " << last[i]
               << ')';

@@ -48,9 +48,10 @@ class duplicating_receiver {
   std::optional<delivery> receive(std::chrono::milliseconds timeout) {
     if (const int rounds = pending_rounds_.exchange(0, std::memory_order_relaxed); rounds > 0)
       for (int r = 0; r < rounds; ++r) queue_.insert(queue_.end(), recent_.begin(), recent_.end());
-    if (!queue_.empty()) {
-      delivery d = std::move(queue_.front());
-      queue_.pop_front();
+    if (!requeued_.empty() || !queue_.empty()) {
+      auto& from = requeued_.empty() ? queue_ : requeued_;
+      delivery d = std::move(from.front());
+      from.pop_front();
       d.tag = copy_tags + copies_++;
       d.redelivered = true;
       last_was_copy_ = true;
@@ -68,12 +69,13 @@ class duplicating_receiver {
   void ack(const delivery& d) {
     if (!is_copy(d)) inner_->ack(d);
   }
-  /// Nacks `d` on the inner receiver; a copy nacked with requeue is handed out again next.
+  /// Nacks `d` on the inner receiver; a copy nacked with requeue is handed out again next
+  /// (copies requeued one after another come back in that order, as a broker keeps them).
   void nack(const delivery& d, bool requeue) {
     if (!is_copy(d))
       inner_->nack(d, requeue);
     else if (requeue)
-      queue_.push_front(d);
+      requeued_.push_back(d);
   }
   /// The inner receiver's: how many deliveries it hands out unacknowledged at most.
   [[nodiscard]] std::size_t max_held() const requires requires(const Inner& r) {
@@ -96,6 +98,7 @@ class duplicating_receiver {
   std::atomic<int> pending_rounds_{0};
   std::deque<delivery> recent_;
   std::deque<delivery> queue_;
+  std::deque<delivery> requeued_;  ///< Copies nacked with requeue: handed out first, in order.
   std::uint64_t copies_ = 0;
   bool last_was_copy_ = false;
 };

@@ -409,4 +409,29 @@ BOOST_AUTO_TEST_CASE(duplicating_receiver_storms_with_copies_an_inbox_absorbs) {
   BOOST_TEST(t.unacked() == 0u);
 }
 
+BOOST_AUTO_TEST_CASE(duplicating_receiver_hands_out_requeued_copies_again_in_their_order) {
+  outbox::testing::memory_transport t;
+  std::vector<outbox::message> batch;
+  for (int i = 0; i < 3; ++i) batch.push_back(one_message());
+  (void)t.publish(batch, std::chrono::steady_clock::now() + 1s);
+  outbox::testing::duplicating_receiver dup(t);
+  for (int i = 0; i < 3; ++i) dup.ack(*dup.receive(10ms));
+  dup.storm(1);
+  const auto a = dup.receive(10ms), b = dup.receive(10ms);
+  BOOST_REQUIRE(a && b);
+  dup.nack(*a, true);  // given back, as a consumer's release_held does: oldest first
+  dup.nack(*b, true);
+  std::vector<outbox::uuid> order;
+  while (const auto d = dup.receive(10ms)) {
+    BOOST_TEST(dup.last_was_copy());
+    order.push_back(d->msg.id);
+    dup.ack(*d);
+  }
+  BOOST_TEST((order == std::vector<outbox::uuid>{batch[0].id, batch[1].id, batch[2].id}));
+  BOOST_TEST(dup.copies() == 5u);  // 3 of the storm, 2 handed out again
+  dup.nack(*a, false);             // a copy dropped goes nowhere
+  BOOST_TEST(!dup.receive(10ms));
+  BOOST_TEST(t.unacked() == 0u);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
