@@ -412,6 +412,7 @@ BOOST_AUTO_TEST_CASE(duplicating_receiver_storms_with_copies_an_inbox_absorbs) {
 BOOST_AUTO_TEST_CASE(duplicating_receiver_hands_out_requeued_copies_again_in_their_order) {
   outbox::testing::memory_transport t;
   std::vector<outbox::message> batch;
+  batch.reserve(3);
   for (int i = 0; i < 3; ++i) batch.push_back(one_message());
   (void)t.publish(batch, std::chrono::steady_clock::now() + 1s);
   outbox::testing::duplicating_receiver dup(t);
